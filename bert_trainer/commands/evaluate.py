@@ -1,0 +1,8 @@
+"""`bert-train evaluate`: not built yet (see the open issues)."""
+
+from bert_trainer.errors import UserError
+
+
+def main(argv):
+    del argv
+    raise UserError("'evaluate' is not implemented yet in this version of bert-train")

@@ -1,8 +1,166 @@
-"""`bert-train convert`: not built yet (see the open issues)."""
+"""`bert-train convert`: Hugging Face / Google BERT checkpoints to bert-train, and back to HF.
 
+  bert-train convert --input=uncased_L-12_H-768_A-12 --output=models/bert_base --verify
+  bert-train convert --input=runs/pretrain --output=exported_hf --to=hf
+
+--input is a Hugging Face BERT directory (config.json + model.safetensors), a Google TF1
+directory (bert_config.json + bert_model.ckpt.* + vocab.txt) or a bert-train model directory;
+the format is detected. --to=bert_train writes a model directory (bert_train.json, vocab.txt,
+ckpt-0) that `finetune --init_checkpoint=DIR` reads; --to=hf writes config.json,
+model.safetensors, vocab.txt for transformers' BertModel / BertForPreTraining. The masked-LM
+and next-sentence heads are carried when the input has them. --verify compares the converted
+model with a float64 numpy forward pass of the input weights, layer by layer, prints the
+max |difference| and writes OUTPUT/parity_report.json; it exits 1 if a difference > 1e-4.
+"""
+
+import dataclasses
+import glob
+import os
+
+import keras
+from absl import flags
+
+from bert_trainer import model_dir
+from bert_trainer.encoders import pretrained
 from bert_trainer.errors import UserError
+from bert_trainer.interop import formats, hf, parity, read_checkpoint
+from bert_trainer.models import BertPretrainer
+
+flags.DEFINE_string("input", None, "Checkpoint directory to convert (Hugging Face, Google "
+                    "TF1 or bert-train; detected).")
+flags.DEFINE_string("output", None, "Directory to write (must be new or empty, see --overwrite).")
+flags.DEFINE_enum("to", formats.BERT_TRAIN, [formats.BERT_TRAIN, formats.HF],
+                  "Output format: a bert-train model directory or a Hugging Face directory.")
+flags.DEFINE_boolean("verify", False, "Write a per-layer parity report (parity_report.json).")
+flags.DEFINE_boolean("allow_pickle", False, "Read a pickle pytorch_model.bin (needs torch; "
+                     "pickles can run code when loaded).")
+flags.DEFINE_boolean("overwrite", False, "Replace the converter's files in a non-empty --output.")
+flags.mark_flags_as_required(["input", "output"])
+FLAGS = flags.FLAGS
+
+REPORT_FILE = "parity_report.json"
+# What a conversion writes; --overwrite removes exactly these, nothing else.
+_OUTPUT_FILES = (formats.MODEL_INFO_FILE, formats.VOCAB_FILE, "checkpoint", "ckpt-*",
+                 formats.HF_CONFIG, formats.HF_WEIGHTS, "tokenizer_config.json", REPORT_FILE)
+
+
+@dataclasses.dataclass
+class Conversion:
+    """What `convert` did: the files written, the heads carried and the parity report."""
+
+    output_dir: str
+    files: list[str]
+    heads: list[str]
+    report: dict | None
 
 
 def main(argv):
     del argv
-    raise UserError("'convert' is not implemented yet in this version of bert-train")
+    result = convert(FLAGS.input, FLAGS.output, to=FLAGS.to, verify=FLAGS.verify,
+                     allow_pickle=FLAGS.allow_pickle, overwrite=FLAGS.overwrite)
+    return 0 if result.report is None or result.report["passed"] else 1
+
+
+def convert(input_path: str, output_dir: str, *, to: str = formats.BERT_TRAIN,
+            verify: bool = False, allow_pickle: bool = False, overwrite: bool = False,
+            log=print) -> Conversion:
+    """Converts the checkpoint directory `input_path` into `output_dir` (format `to`).
+
+    Returns:
+      A `Conversion`; its `report` is the parity report when `verify` is set.
+
+    Raises:
+      UserError: bad input files, or an `output_dir` that is not empty (without `overwrite`).
+    """
+    _check_output(input_path, output_dir, overwrite)
+    source = read_source(input_path, allow_pickle=allow_pickle)
+    _clear_output(output_dir)  # Only once the input has been read and validated.
+    heads = [g for g in (formats.MASKED_LM, formats.NEXT_SENTENCE) if source.has(g)]
+    c = source.config
+    log(f"read {source.weights_file}: BERT with {c.num_layers} layers, hidden {c.hidden_size}, "
+        f"{c.num_attention_heads} heads, vocab {c.vocab_size}; heads carried: "
+        f"{', '.join(heads) or 'none'}")
+    if to == formats.BERT_TRAIN and not source.has(formats.POOLER):
+        log("note: the input has no pooler; the converted pooler is freshly initialized")
+    if to == formats.HF:
+        files = hf.write_hf(output_dir, source)
+    elif to == formats.BERT_TRAIN:
+        files = write_bert_train(output_dir, source)
+    else:
+        raise UserError(f"--to={to} is unknown; use {formats.BERT_TRAIN} or {formats.HF}")
+    log(f"wrote {to} model to {output_dir}: {', '.join(sorted(map(os.path.basename, files)))}")
+    report = None
+    if verify:
+        # Re-read what was written, so the report checks the files, not an in-memory model.
+        converted = pretrained.from_pretrained(output_dir).encoder
+        report = parity.verify(source, converted, source=input_path)
+        parity.write_report(os.path.join(output_dir, REPORT_FILE), report)
+        log(parity.format_report(report))
+    return Conversion(output_dir, files, heads, report)
+
+
+def read_source(path: str, *, allow_pickle: bool = False) -> formats.BertCheckpoint:
+    """Any supported checkpoint directory as a `BertCheckpoint` in the reference layout."""
+    if formats.detect_format(path, allow_pickle=allow_pickle) != formats.BERT_TRAIN:
+        return read_checkpoint(path, allow_pickle=allow_pickle)
+    info = model_dir.read_model_info(path)
+    encoder = model_dir.build_encoder(info)
+    config = pretrained.bert_config(encoder)
+    masked_lm, next_sentence = build_heads(encoder, config)
+    loaded = set(model_dir.restore_pretrained(path, encoder=encoder, masked_lm=masked_lm,
+                                              next_sentence=next_sentence)["loaded"])
+    # A head counts as present when its own variables (not the shared table) were restored.
+    weights = pretrained.reference_weights(
+        encoder, masked_lm=masked_lm if masked_lm.bias.path in loaded else None,
+        next_sentence=next_sentence if next_sentence.dense.kernel.path in loaded else None)
+    return formats.BertCheckpoint(
+        config=config, weights=weights, vocab_file=info.vocab_file, lower_case=info.lower_case,
+        weights_file=model_dir.latest_checkpoint(path),
+        config_file=os.path.join(path, formats.MODEL_INFO_FILE))
+
+
+def write_bert_train(output_dir: str, source: formats.BertCheckpoint) -> list[str]:
+    """Writes `source` as a bert-train model directory; returns the files written."""
+    encoder = pretrained.encoder_from_config(source.config)
+    masked_lm, next_sentence = build_heads(encoder, source.config)
+    if not source.has(formats.MASKED_LM):
+        masked_lm = None
+    if not source.has(formats.NEXT_SENTENCE):
+        next_sentence = None
+    pretrained.load_reference_weights(encoder, source.weights, masked_lm=masked_lm,
+                                      next_sentence=next_sentence)
+    prefix = model_dir.write_pretrained(
+        output_dir, encoder=encoder, masked_lm=masked_lm, next_sentence=next_sentence,
+        vocab_file=source.vocab_file, lower_case=source.lower_case)
+    names = [formats.MODEL_INFO_FILE, "checkpoint"] + [formats.VOCAB_FILE] * bool(source.vocab_file)
+    return [os.path.join(output_dir, n) for n in names] + glob.glob(prefix + ".*")
+
+
+def build_heads(encoder, config: formats.BertConfig) -> tuple:
+    """BERT's pretraining heads on `encoder`: (masked_lm, next_sentence), built.
+
+    They are taken from a `BertPretrainer`, so the converted checkpoint restores into the
+    pretraining model exactly; the MLM transform uses the encoder's activation (hidden_act).
+    """
+    model = BertPretrainer(
+        encoder, mlm_activation=config.inner_activation,
+        initializer=keras.initializers.TruncatedNormal(stddev=config.initializer_range))
+    return model.masked_lm, model.next_sentence
+
+
+def _check_output(input_path: str, output_dir: str, overwrite: bool) -> None:
+    if os.path.abspath(input_path) == os.path.abspath(output_dir):
+        raise UserError(f"--output={output_dir} is the input directory; write to a new one")
+    if os.path.isfile(output_dir):
+        raise UserError(f"--output={output_dir} is a file; pass a directory")
+    if os.path.isdir(output_dir) and os.listdir(output_dir) and not overwrite:
+        raise UserError(f"--output={output_dir} exists and is not empty; choose a new "
+                        "directory or pass --overwrite")
+
+
+def _clear_output(output_dir: str) -> None:
+    """Creates `output_dir`, removing what an earlier conversion wrote there (not other files)."""
+    for pattern in _OUTPUT_FILES:
+        for path in glob.glob(os.path.join(output_dir, pattern)):
+            os.remove(path)
+    os.makedirs(output_dir, exist_ok=True)

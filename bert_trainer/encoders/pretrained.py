@@ -1,0 +1,213 @@
+"""Published BERT weights for `BertEncoder`: `from_pretrained(path)` and the weight mapping.
+
+The mapping pairs each reference name of `bert_trainer.interop.formats` (google-research/bert
+names) with a Keras variable. Keras' MultiHeadAttention keeps per-head kernels,
+query/key/value `[hidden, heads, head_dim]` and output `[heads, head_dim, hidden]`, which are
+the reference `[hidden, hidden]` kernels reshaped (heads are contiguous column blocks in both),
+so loading is a reshape; only Google's NSP `output_weights` `[2, hidden]` is transposed.
+Heads are passed in by the caller (this module imports none) and read by attribute:
+MaskedLM `dense`, `layer_norm`, `bias`; the NSP ClassificationHead `dense`.
+"""
+
+import dataclasses
+
+import keras
+import numpy as np
+
+from bert_trainer import model_dir
+from bert_trainer.encoders.bert_encoder import BertEncoder
+from bert_trainer.errors import UserError
+from bert_trainer.interop import formats, read_checkpoint
+
+# Arguments that change no weight shape, so they may differ from the checkpoint's.
+OVERRIDABLE = ("output_dropout", "attention_dropout", "output_range", "dtype", "name")
+
+
+@dataclasses.dataclass
+class PretrainedEncoder:
+    """What `from_pretrained` returns.
+
+    Attributes:
+      encoder: the `BertEncoder`, weights loaded.
+      vocab_file: absolute path of its WordPiece vocabulary, or None if the source had none.
+      lower_case: whether that vocabulary expects lower-cased, accent-stripped text.
+      format: the detected source format, one of `formats.FORMATS`.
+      checkpoint: the source weights in the reference layout (Hugging Face / Google sources;
+        None for a bert-train directory), e.g. for `interop.parity`.
+      initialized: encoder variables the source lacked (e.g. a pooler-less HF checkpoint).
+    """
+
+    encoder: BertEncoder
+    vocab_file: str | None
+    lower_case: bool
+    format: str
+    checkpoint: formats.BertCheckpoint | None = None
+    initialized: list[str] = dataclasses.field(default_factory=list)
+
+
+def from_pretrained(path: str, *, allow_pickle: bool = False, **overrides) -> PretrainedEncoder:
+    """Builds a `BertEncoder` from a checkpoint directory and loads its weights.
+
+    Args:
+      path: a bert-train model directory, a Hugging Face BERT directory (config.json +
+        model.safetensors [+ vocab.txt]) or a Google TF1 directory (bert_config.json +
+        bert_model.ckpt.* + vocab.txt); the format is detected.
+      allow_pickle: accept a Hugging Face pytorch_model.bin (needs torch).
+      **overrides: BertEncoder arguments that change no weight shape (see OVERRIDABLE),
+        e.g. `output_dropout=0.0` or `dtype="mixed_bfloat16"`.
+
+    Returns:
+      A `PretrainedEncoder`.
+
+    Raises:
+      UserError: unknown layout, missing files, mismatched config / weights / vocabulary.
+    """
+    unknown = sorted(set(overrides) - set(OVERRIDABLE))
+    if unknown:
+        raise UserError(f"from_pretrained: {unknown} would change the architecture read from "
+                        f"{path}; only {list(OVERRIDABLE)} may be overridden")
+    kind = formats.detect_format(path, allow_pickle=allow_pickle)
+    if kind == formats.BERT_TRAIN:
+        info = model_dir.read_model_info(path)
+        config = {**info.encoder_config, **overrides}
+        encoder = model_dir.build_encoder(dataclasses.replace(info, encoder_config=config))
+        result = model_dir.restore_pretrained(path, encoder=encoder)
+        return PretrainedEncoder(encoder, info.vocab_file, info.lower_case, kind,
+                                 initialized=result["initialized"])
+    ckpt = read_checkpoint(path, allow_pickle=allow_pickle)
+    encoder = encoder_from_config(ckpt.config, **overrides)
+    loaded = load_reference_weights(encoder, ckpt.weights)
+    initialized = [v.path for v in encoder.weights if v.path not in loaded]
+    return PretrainedEncoder(encoder, ckpt.vocab_file, ckpt.lower_case, kind, ckpt, initialized)
+
+
+def encoder_from_config(config: formats.BertConfig, **overrides) -> BertEncoder:
+    """A freshly initialized `BertEncoder` with the architecture of `config`."""
+    return BertEncoder(
+        vocab_size=config.vocab_size, hidden_size=config.hidden_size,
+        num_layers=config.num_layers, num_attention_heads=config.num_attention_heads,
+        max_sequence_length=config.max_sequence_length, type_vocab_size=config.type_vocab_size,
+        inner_dim=config.inner_dim, inner_activation=config.inner_activation,
+        output_dropout=overrides.pop("output_dropout", config.output_dropout),
+        attention_dropout=overrides.pop("attention_dropout", config.attention_dropout),
+        initializer=keras.initializers.TruncatedNormal(stddev=config.initializer_range),
+        norm_epsilon=config.norm_epsilon, **overrides)
+
+
+def bert_config(encoder: BertEncoder) -> formats.BertConfig:
+    """The `BertConfig` of an encoder; UserError if the standard BERT layout cannot hold it."""
+    if encoder.embedding_projection is not None or encoder.position_embedding_type != "learned":
+        raise UserError(f"{encoder.name}: factorized embeddings or sinusoidal positions have no "
+                        "Hugging Face / Google BERT equivalent; export a plain BERT encoder")
+    activation = keras.activations.serialize(encoder.inner_activation)
+    if activation not in formats.SUPPORTED_ACTIVATIONS:
+        raise UserError(f"{encoder.name}: inner_activation {activation!r} has no Hugging Face "
+                        f"equivalent; use one of {formats.SUPPORTED_ACTIVATIONS}")
+    return formats.BertConfig(
+        vocab_size=encoder.vocab_size, hidden_size=encoder.hidden_size,
+        num_layers=encoder.num_layers, num_attention_heads=encoder.num_attention_heads,
+        inner_dim=encoder.inner_dim, max_sequence_length=encoder.max_sequence_length,
+        type_vocab_size=encoder.type_vocab_size, inner_activation=activation,
+        output_dropout=encoder.output_dropout, attention_dropout=encoder.attention_dropout,
+        initializer_range=float(getattr(encoder.initializer, "stddev", 0.02)),
+        norm_epsilon=encoder.norm_epsilon)
+
+
+def variable_map(encoder: BertEncoder, *, masked_lm=None, next_sentence=None) -> dict:
+    """Reference name → (Keras variable, transpose?) for the encoder and the given heads."""
+    def dense(prefix, layer):
+        return {prefix + "kernel": (layer.kernel, False), prefix + "bias": (layer.bias, False)}
+
+    def norm(prefix, layer):
+        return {prefix + "gamma": (layer.gamma, False), prefix + "beta": (layer.beta, False)}
+
+    e = "bert/embeddings/"
+    names = {e + "word_embeddings": (encoder.word_embeddings.embeddings, False),
+             e + "position_embeddings": (encoder.position_embedding.embeddings, False),
+             e + "token_type_embeddings": (encoder.type_embeddings.embeddings, False),
+             **norm(e + "LayerNorm/", encoder.embeddings_layer_norm)}
+    for i, layer in enumerate(encoder.transformer_layers):
+        p, attention = formats.layer_prefix(i), layer.attention_layer
+        names.update({**dense(p + "attention/self/query/", attention.query_dense),
+                      **dense(p + "attention/self/key/", attention.key_dense),
+                      **dense(p + "attention/self/value/", attention.value_dense),
+                      **dense(p + "attention/output/dense/", attention.output_dense),
+                      **norm(p + "attention/output/LayerNorm/", layer.attention_layer_norm),
+                      **dense(p + "intermediate/dense/", layer.intermediate_dense),
+                      **dense(p + "output/dense/", layer.output_dense),
+                      **norm(p + "output/LayerNorm/", layer.output_layer_norm)})
+    names.update(dense("bert/pooler/dense/", encoder.pooler_transform))
+    if masked_lm is not None:
+        names.update({**dense("cls/predictions/transform/dense/", masked_lm.dense),
+                      **norm("cls/predictions/transform/LayerNorm/", masked_lm.layer_norm),
+                      "cls/predictions/output_bias": (masked_lm.bias, False)})
+    if next_sentence is not None:
+        names.update({"cls/seq_relationship/output_weights": (next_sentence.dense.kernel, True),
+                      "cls/seq_relationship/output_bias": (next_sentence.dense.bias, False)})
+    return names
+
+
+def load_reference_weights(encoder: BertEncoder, weights: dict[str, np.ndarray], *,
+                           masked_lm=None, next_sentence=None) -> list[str]:
+    """Assigns reference-named arrays (validated against the same config) to the variables.
+
+    Returns:
+      The paths of the variables assigned; those absent from `weights` keep their values.
+    """
+    loaded = []
+    for name, (variable, transpose) in variable_map(
+            encoder, masked_lm=masked_lm, next_sentence=next_sentence).items():
+        if name not in weights:
+            continue
+        array = weights[name].T if transpose else weights[name]
+        if array.size != np.prod(variable.shape):
+            raise UserError(f"{name} has shape {array.shape} but {variable.path} needs "
+                            f"{tuple(variable.shape)}; the checkpoint is of another size")
+        variable.assign(np.reshape(array, variable.shape).astype(variable.dtype))
+        loaded.append(variable.path)
+    return loaded
+
+
+def reference_weights(encoder: BertEncoder, *, masked_lm=None,
+                      next_sentence=None) -> dict[str, np.ndarray]:
+    """The encoder's (and heads') weights as float32 arrays under reference names."""
+    config = bert_config(encoder)
+    shapes = {n: s for g in formats.GROUPS for n, s in formats.reference_shapes(config, g).items()}
+    weights = {}
+    for name, (variable, transpose) in variable_map(
+            encoder, masked_lm=masked_lm, next_sentence=next_sentence).items():
+        array = np.asarray(keras.ops.convert_to_numpy(variable), np.float32)
+        shape = shapes[name][::-1] if transpose else shapes[name]
+        array = array.reshape(shape)
+        weights[name] = np.ascontiguousarray(array.T if transpose else array)
+    return weights
+
+
+def load_pretrained_weights(path: str, *, encoder: BertEncoder, masked_lm=None,
+                            next_sentence=None, allow_pickle: bool = False) -> dict:
+    """Warm-starts a built encoder (and heads) from a checkpoint directory of any format.
+
+    For fine-tuning (`--init_checkpoint`): a bert-train directory is restored with
+    `model_dir.restore_pretrained`; a Hugging Face / Google directory must describe the
+    same architecture as `encoder` (UserError naming the first differing size).
+
+    Returns:
+      {"loaded": variable paths restored, "initialized": variable paths left as they were}.
+    """
+    if formats.detect_format(path, allow_pickle=allow_pickle) == formats.BERT_TRAIN:
+        return model_dir.restore_pretrained(path, encoder=encoder, masked_lm=masked_lm,
+                                            next_sentence=next_sentence)
+    ckpt = read_checkpoint(path, allow_pickle=allow_pickle)
+    ours = bert_config(encoder)
+    for field in ("vocab_size", "hidden_size", "num_layers", "num_attention_heads", "inner_dim",
+                  "max_sequence_length", "type_vocab_size", "inner_activation"):
+        if getattr(ours, field) != getattr(ckpt.config, field):
+            raise UserError(f"{ckpt.config_file} has {field}={getattr(ckpt.config, field)} but "
+                            f"the encoder has {field}={getattr(ours, field)}; build the encoder "
+                            "with from_pretrained or match its config")
+    loaded = set(load_reference_weights(encoder, ckpt.weights, masked_lm=masked_lm,
+                                        next_sentence=next_sentence))
+    parts = [p for p in (encoder, masked_lm, next_sentence) if p is not None]
+    paths = list(dict.fromkeys(v.path for p in parts for v in p.weights))
+    return {"loaded": [p for p in paths if p in loaded],
+            "initialized": [p for p in paths if p not in loaded]}

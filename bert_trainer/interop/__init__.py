@@ -1,0 +1,35 @@
+"""Published BERT checkpoints in and out: Hugging Face, Google TF1, and the bert-train layout.
+
+`read_checkpoint(path)` detects the format of a Hugging Face or Google TF1 directory and returns
+a validated `BertCheckpoint` in the reference (Google) layout; `hf.write_hf` writes one back.
+Mapping that layout onto Keras layers lives in `bert_trainer.encoders.pretrained`.
+"""
+
+from bert_trainer.errors import UserError
+from bert_trainer.interop import formats, hf, tf1
+from bert_trainer.interop.formats import BertCheckpoint, BertConfig, detect_format
+
+__all__ = ["BertCheckpoint", "BertConfig", "detect_format", "read_checkpoint"]
+
+
+def read_checkpoint(path: str, *, allow_pickle: bool = False) -> BertCheckpoint:
+    """Reads a Hugging Face or Google TF1 BERT directory (format detected).
+
+    Args:
+      path: the directory.
+      allow_pickle: also accept a pickle `pytorch_model.bin` (needs torch).
+
+    Returns:
+      The validated `BertCheckpoint`.
+
+    Raises:
+      UserError: unknown layout, missing files, or config/weights/vocab that do not fit; a
+        bert-train model directory (restore it with `bert_trainer.model_dir` instead).
+    """
+    kind = detect_format(path, allow_pickle=allow_pickle)
+    if kind == formats.HF:
+        return hf.read_hf(path, allow_pickle=allow_pickle)
+    if kind == formats.TF1:
+        return tf1.read_tf1(path)
+    raise UserError(f"{path} is a bert-train model directory, not a Hugging Face or Google "
+                    "checkpoint; load it with bert_trainer.encoders.from_pretrained")

@@ -1,0 +1,293 @@
+"""The bert-train model directory: what a trained or converted model is on disk.
+
+```
+model_dir/bert_train.json   {"format": "bert_train", "version": 1,
+                             "encoder": {"class_name": "BertEncoder",
+                                         "registered_name": "bert_trainer>BertEncoder",
+                                         "config": {...encoder.get_config()}},
+                             "vocab_file": "vocab.txt" | null, "lower_case": true,
+                             "task": {...} | null}
+model_dir/vocab.txt         copied in, so the directory is self-contained
+model_dir/checkpoint, ckpt-N.index, ckpt-N.data-*
+                            tf.train.Checkpoint(model=M, ...): M has the attribute `encoder`
+                            (and `masked_lm`, `next_sentence` for pretraining models); the
+                            trainer also stores `optimizer` and `step` at the root.
+```
+`restore_pretrained` warm-starts an encoder (and heads) from any such checkpoint, whatever else
+it holds, after checking every variable's shape against the checkpoint.
+"""
+
+import collections
+import dataclasses
+import glob
+import json
+import os
+import re
+import shutil
+
+import keras
+import tensorflow as tf
+from tensorflow.core.protobuf import trackable_object_graph_pb2
+
+from bert_trainer.errors import UserError
+
+MODEL_INFO_FILE = "bert_train.json"
+FORMAT_NAME, FORMAT_VERSION = "bert_train", 1
+VOCAB_FILE = "vocab.txt"
+CHECKPOINT_NAME = "ckpt"
+_OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelInfo:
+    """The contents of bert_train.json, with `vocab_file` resolved to an absolute path."""
+
+    encoder_class: str
+    encoder_config: dict
+    vocab_file: str | None
+    lower_case: bool
+    task: dict | None
+    registered_name: str | None = None
+
+
+def write_model_info(model_dir: str, encoder: keras.Model, *, vocab_file: str | None = None,
+                     lower_case: bool = True, task: dict | None = None) -> str:
+    """Writes model_dir/bert_train.json and copies the vocabulary to model_dir/vocab.txt.
+
+    Args:
+      model_dir: the directory (created if needed).
+      encoder: a serializable encoder; its `get_config()` is stored.
+      vocab_file: the WordPiece vocabulary, or None.
+      lower_case: whether the vocabulary expects lower-cased text.
+      task: optional JSON-ready task description (name, family, label_names, ...).
+
+    Returns:
+      The path of bert_train.json.
+    """
+    os.makedirs(model_dir, exist_ok=True)
+    stored_vocab = None
+    if vocab_file is not None:
+        if not os.path.isfile(vocab_file):
+            raise UserError(f"vocab file {vocab_file} does not exist; pass an existing vocab.txt")
+        target = os.path.join(model_dir, VOCAB_FILE)
+        if not os.path.exists(target) or not os.path.samefile(vocab_file, target):
+            shutil.copyfile(vocab_file, target)
+        stored_vocab = VOCAB_FILE
+    info = {
+        "format": FORMAT_NAME, "version": FORMAT_VERSION,
+        "encoder": {"class_name": type(encoder).__name__,
+                    "registered_name": keras.saving.get_registered_name(type(encoder)),
+                    "config": encoder.get_config()},
+        "vocab_file": stored_vocab, "lower_case": bool(lower_case), "task": task,
+    }
+    path = os.path.join(model_dir, MODEL_INFO_FILE)
+    # Write then rename: a reader never sees half a file.
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(info, f, indent=2)
+        f.write("\n")
+    os.replace(path + ".tmp", path)
+    return path
+
+
+def read_model_info(model_dir: str) -> ModelInfo:
+    """Reads model_dir/bert_train.json; UserError naming the file when absent or invalid."""
+    path = os.path.join(model_dir, MODEL_INFO_FILE)
+    if not os.path.isfile(path):
+        raise UserError(f"{path} does not exist; {model_dir} is not a bert-train model "
+                        "directory (convert other checkpoints with 'bert-train convert')")
+    try:
+        with open(path, encoding="utf-8") as f:
+            info = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{path} is not valid JSON ({e}); restore it or re-run convert") from None
+    if not isinstance(info, dict) or info.get("format") != FORMAT_NAME:
+        raise UserError(f"{path}: 'format' must be '{FORMAT_NAME}'; not a bert-train model file")
+    if info.get("version") != FORMAT_VERSION:
+        raise UserError(f"{path}: version {info.get('version')} is not supported by this "
+                        f"bert-train (reads version {FORMAT_VERSION}); upgrade bert-train")
+    encoder = info.get("encoder")
+    if not isinstance(encoder, dict) or not isinstance(encoder.get("config"), dict):
+        raise UserError(f"{path}: 'encoder' must hold 'class_name' and a 'config' object")
+    vocab = info.get("vocab_file")
+    if vocab is not None:
+        vocab = os.path.abspath(os.path.join(model_dir, vocab))
+        if not os.path.isfile(vocab):
+            raise UserError(f"{vocab} does not exist but {path} names it; copy the vocab back")
+    return ModelInfo(encoder_class=str(encoder.get("class_name")),
+                     encoder_config=encoder["config"], vocab_file=vocab,
+                     lower_case=bool(info.get("lower_case", True)), task=info.get("task"),
+                     registered_name=encoder.get("registered_name"))
+
+
+def build_encoder(info: ModelInfo) -> keras.Model:
+    """Builds the (untrained) encoder that `info` describes; restore weights separately."""
+    name = info.registered_name or f"bert_trainer>{info.encoder_class}"
+    cls = keras.saving.get_registered_object(name)
+    if cls is None:
+        import bert_trainer.encoders  # noqa: F401, PLC0415 (registers the encoder classes)
+
+        cls = keras.saving.get_registered_object(name)
+    if cls is None:
+        raise UserError(f"encoder class '{info.encoder_class}' in {MODEL_INFO_FILE} is unknown "
+                        "to this bert-train; it was written by a newer or patched version")
+    try:
+        return cls.from_config(dict(info.encoder_config))
+    except (TypeError, ValueError) as e:
+        raise UserError(f"{MODEL_INFO_FILE}: the encoder config does not build a "
+                        f"{info.encoder_class} ({e})") from None
+
+
+def latest_checkpoint(path: str) -> str:
+    """The checkpoint prefix for `path`: a model directory (latest ckpt-N) or a prefix itself."""
+    if os.path.isfile(path + ".index"):
+        return path
+    if os.path.isdir(path):
+        prefix = tf.train.latest_checkpoint(path)
+        if prefix and os.path.isfile(prefix + ".index"):
+            return prefix
+        # No (or a stale) `checkpoint` file: take the highest-numbered ckpt-N.
+        numbered = [(int(m.group(1)), f[: -len(".index")])
+                    for f in glob.glob(os.path.join(path, f"{CHECKPOINT_NAME}-*.index"))
+                    if (m := re.search(r"-(\d+)\.index$", f))]
+        if numbered:
+            return max(numbered)[1]
+        raise UserError(f"{path} holds no checkpoint (no '{CHECKPOINT_NAME}-N.index'); pass a "
+                        "directory written by bert-train or a checkpoint prefix")
+    raise UserError(f"{path} does not exist, nor does {path}.index; pass a bert-train model "
+                    "directory or a checkpoint prefix")
+
+
+def write_pretrained(model_dir: str, *, encoder: keras.Model, masked_lm=None,
+                     next_sentence=None, vocab_file: str | None = None,
+                     lower_case: bool = True, task: dict | None = None) -> str:
+    """Writes a model directory whose ckpt-0 holds the encoder (and pretraining heads).
+
+    The root is tf.train.Checkpoint(model=tf.train.Checkpoint(encoder=..., masked_lm=...,
+    next_sentence=...)), so the checkpoint reads exactly like a trainer's checkpoint.
+
+    Returns:
+      The checkpoint prefix (model_dir/ckpt-0).
+    """
+    write_model_info(model_dir, encoder, vocab_file=vocab_file, lower_case=lower_case, task=task)
+    root = tf.train.Checkpoint(model=tf.train.Checkpoint(**_parts(encoder, masked_lm,
+                                                                   next_sentence)))
+    manager = tf.train.CheckpointManager(root, model_dir, max_to_keep=1,
+                                         checkpoint_name=CHECKPOINT_NAME)
+    return manager.save(checkpoint_number=0)
+
+
+def restore_pretrained(path: str, *, encoder: keras.Model, masked_lm=None,
+                       next_sentence=None) -> dict[str, list[str]]:
+    """Loads encoder (and optional heads) weights from a bert-train checkpoint.
+
+    Args:
+      path: a model directory (its latest checkpoint is used) or a checkpoint prefix.
+      encoder, masked_lm, next_sentence: built layers, read from `model/encoder`,
+        `model/masked_lm`, `model/next_sentence`; None skips a part.
+
+    Returns:
+      {"loaded": variable paths restored, "initialized": variable paths the checkpoint lacks
+      (left as initialized)}.
+
+    Raises:
+      UserError: no checkpoint, no encoder in it, or a variable whose shape differs (named
+        with both shapes); nothing is restored in that case.
+    """
+    prefix = latest_checkpoint(path)
+    parts = _parts(encoder, masked_lm, next_sentence)
+    for name, part in parts.items():
+        if not part.weights:
+            raise ValueError(f"restore_pretrained: {name} has no variables yet; build it first")
+    root = tf.train.Checkpoint(model=tf.train.Checkpoint(**parts))
+    matched = match_variables(prefix, root)
+    for key, shape, variable in matched:
+        if tuple(shape) != tuple(variable.shape):
+            raise UserError(f"{prefix}: {key} has shape {tuple(shape)} but the model's "
+                            f"{getattr(variable, 'path', variable.name)} has "
+                            f"{tuple(variable.shape)}; the checkpoint is of another "
+                            "architecture (check the encoder config)")
+    loaded_ids = {id(v) for _, _, v in matched}
+    if not any(id(v) in loaded_ids for v in encoder.weights):
+        raise UserError(f"{prefix} holds no encoder weights (model/encoder); it is not a "
+                        "bert-train checkpoint of a BERT model")
+    # Encoder variables with no place in the model mean another architecture (e.g. more
+    # layers) even when every shape that did match agrees.
+    unplaced = sorted(subtree_keys(prefix, ("model", "encoder")) - {k for k, _, _ in matched})
+    if unplaced:
+        raise UserError(f"{prefix}: {len(unplaced)} encoder variables have no place in the "
+                        f"model (e.g. {unplaced[0]}); the checkpoint is of another "
+                        "architecture (check num_layers in the encoder config)")
+    root.restore(prefix).expect_partial()
+    all_vars = [v for part in parts.values() for v in part.weights]
+    return {"loaded": [v.path for v in all_vars if id(v) in loaded_ids],
+            "initialized": [v.path for v in all_vars if id(v) not in loaded_ids]}
+
+
+def _parts(encoder, masked_lm, next_sentence) -> dict:
+    parts = {"encoder": encoder, "masked_lm": masked_lm, "next_sentence": next_sentence}
+    return {k: v for k, v in parts.items() if v is not None}
+
+
+def match_variables(prefix: str, root) -> list[tuple[str, list[int], object]]:
+    """Pairs each checkpointed variable with the live variable a restore would assign it to.
+
+    Walks the checkpoint's object graph and the live object graph together by child name,
+    which is how tf.train.Checkpoint itself matches objects, so the pairs are exact even
+    when one object is reachable along several paths.
+
+    Returns:
+      (checkpoint key, checkpoint shape, live variable) for every match.
+    """
+    graph, shapes = _read_object_graph(prefix)
+    matched, seen, queue = [], set(), collections.deque([(0, root)])
+    while queue:  # Breadth first, the order in which the checkpoint was written.
+        node_id, obj = queue.popleft()
+        if node_id in seen:
+            continue
+        seen.add(node_id)
+        node = graph.nodes[node_id]
+        for attribute in node.attributes:
+            if attribute.name == "VARIABLE_VALUE" and attribute.checkpoint_key in shapes:
+                matched.append((attribute.checkpoint_key, shapes[attribute.checkpoint_key], obj))
+        # `_trackable_children` is the Trackable API that tf.train.Checkpoint uses to match.
+        children = obj._trackable_children()
+        for ref in node.children:
+            if ref.local_name in children:
+                queue.append((ref.node_id, children[ref.local_name]))
+    return matched
+
+
+def subtree_keys(prefix: str, path: tuple[str, ...]) -> set[str]:
+    """Checkpoint keys of every variable reachable from the object at `path` (child names)."""
+    graph, _ = _read_object_graph(prefix)
+    node_id = 0
+    for name in path:
+        children = {ref.local_name: ref.node_id for ref in graph.nodes[node_id].children}
+        if name not in children:
+            return set()
+        node_id = children[name]
+    keys, seen, queue = set(), set(), collections.deque([node_id])
+    while queue:
+        node_id = queue.popleft()
+        if node_id in seen:
+            continue
+        seen.add(node_id)
+        node = graph.nodes[node_id]
+        keys.update(a.checkpoint_key for a in node.attributes if a.name == "VARIABLE_VALUE")
+        queue.extend(ref.node_id for ref in node.children)
+    return keys
+
+
+def _read_object_graph(prefix: str):
+    """The checkpoint's object graph proto and {key: shape}; UserError for TF1 checkpoints."""
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+        serialized = reader.get_tensor(_OBJECT_GRAPH_KEY)
+    except tf.errors.NotFoundError:
+        raise UserError(f"{prefix} is a name-based (TF1-style) checkpoint without an object "
+                        "graph; convert it first with 'bert-train convert --input=DIR'") from None
+    except (tf.errors.OpError, ValueError) as e:
+        raise UserError(f"{prefix} could not be read as a checkpoint ({e})") from None
+    graph = trackable_object_graph_pb2.TrackableObjectGraph()
+    graph.ParseFromString(serialized)
+    return graph, reader.get_variable_to_shape_map()

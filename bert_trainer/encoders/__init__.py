@@ -1,0 +1,8 @@
+"""Encoder networks: `BertEncoder`, `AlbertEncoder` and the `build_encoder` entry point."""
+
+from bert_trainer.encoders.albert_encoder import AlbertEncoder
+from bert_trainer.encoders.bert_encoder import BertEncoder
+from bert_trainer.encoders.builder import build_encoder
+
+__all__ = ["AlbertEncoder", "BertEncoder", "build_encoder"]
+from bert_trainer.encoders.pretrained import from_pretrained  # noqa: E402  (after the classes it builds)

@@ -1,0 +1,239 @@
+"""BERT's bi-directional Transformer encoder as a functional Keras model."""
+
+import keras
+
+from bert_trainer import features
+from bert_trainer.errors import UserError
+from bert_trainer.layers import (
+    OnDeviceEmbedding,
+    PositionEmbedding,
+    SelfAttentionMask,
+    SinusoidalPositionEncoding,
+    TransformerEncoder,
+)
+from bert_trainer.layers.initializers import clone_initializer
+
+POSITION_EMBEDDING_TYPES = ("learned", "sinusoidal")
+
+
+def default_initializer():
+    """BERT's initializer: truncated normal with stddev 0.02."""
+    return keras.initializers.TruncatedNormal(stddev=0.02)
+
+
+def _check_args(name, *, position_embedding_type, **sizes):
+    """Raises a UserError naming the argument for bad sizes or an unknown position type."""
+    for arg, value in sizes.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise UserError(f"{name}: {arg} must be a positive int, got {value!r}")
+    if sizes["hidden_size"] % sizes["num_attention_heads"]:
+        raise UserError(f"{name}: hidden_size={sizes['hidden_size']} is not divisible by "
+                        f"num_attention_heads={sizes['num_attention_heads']}")
+    if position_embedding_type not in POSITION_EMBEDDING_TYPES:
+        raise UserError(f"{name}: position_embedding_type={position_embedding_type!r} is "
+                        f"unknown; use one of {POSITION_EMBEDDING_TYPES}")
+
+
+@keras.saving.register_keras_serializable(package="bert_trainer")
+class BertEncoder(keras.Model):
+    """The BERT encoder: embeddings, `num_layers` Transformer blocks and the pooler.
+
+    embeddings = dropout(LN(word + position + type))   # (batch, seq, embedding_width)
+    x = embedding_projection(embeddings)                # (batch, seq, hidden), if factorized
+    x = transformer_layers[i](x, attention_mask)        # for i in range(num_layers)
+    pooled = pooler_transform(x[:, 0])                  # tanh dense on the first token
+
+    Inputs: the RFC's list `[input_word_ids, input_mask, input_type_ids]` or a dict with
+    those keys (extra keys, e.g. labels, are ignored); each int `[batch, seq]`.
+    Outputs: dict `sequence_output` `[batch, seq, hidden]` (`[batch, output_range, hidden]`
+    if set), `pooled_output` `[batch, hidden]`, `encoder_outputs` (list, one
+    `[batch, seq, hidden]` per layer; the last one is `sequence_output`).
+
+    Public sublayers (the checkpoint converters map weights onto them): `word_embeddings`,
+    `position_embedding`, `type_embeddings`, `embeddings_layer_norm`,
+    `embedding_projection` (None unless factorized), `transformer_layers`,
+    `pooler_transform`.
+
+    Args:
+      vocab_size: size of the token vocabulary.
+      hidden_size: width of the Transformer layers.
+      num_layers: number of Transformer layers.
+      num_attention_heads: heads per layer; must divide `hidden_size`.
+      max_sequence_length: longest input sequence (rows of the position table).
+      type_vocab_size: number of token types (segments).
+      inner_dim: width of the feed-forward networks.
+      inner_activation: their activation ("gelu" is the exact erf GELU).
+      output_dropout: dropout on embeddings and on each layer's sublayer outputs.
+      attention_dropout: dropout on the attention probabilities.
+      initializer: initializer of every weight (default truncated normal, stddev 0.02).
+      output_range: if set, the last layer computes only positions `[0, output_range)`.
+      embedding_width: width of the embedding tables; if it differs from `hidden_size`
+        the embeddings are factorized and projected (`embedding_projection`).
+      position_embedding_type: "learned" (BERT) or "sinusoidal" (fixed, no weights).
+      norm_epsilon: epsilon of every LayerNormalization.
+      dtype: dtype policy of every sublayer, e.g. "mixed_bfloat16".
+    """
+
+    def __init__(self, vocab_size, hidden_size=768, num_layers=12, num_attention_heads=12,
+                 max_sequence_length=512, type_vocab_size=16, inner_dim=3072,
+                 inner_activation="gelu", output_dropout=0.1, attention_dropout=0.1,
+                 initializer=None, output_range=None, embedding_width=None,
+                 position_embedding_type="learned", norm_epsilon=1e-12, dtype=None, **kwargs):
+        _check_args(type(self).__name__, position_embedding_type=position_embedding_type,
+                    vocab_size=vocab_size, hidden_size=hidden_size, num_layers=num_layers,
+                    num_attention_heads=num_attention_heads, inner_dim=inner_dim,
+                    max_sequence_length=max_sequence_length, type_vocab_size=type_vocab_size)
+        initializer = keras.initializers.get(initializer or default_initializer())
+
+        # === Layers ===
+        self._make_embedding_layers(
+            vocab_size, embedding_width or hidden_size, hidden_size, max_sequence_length,
+            type_vocab_size, position_embedding_type, norm_epsilon, initializer, dtype)
+        layer_kwargs = dict(
+            num_attention_heads=num_attention_heads, inner_dim=inner_dim,
+            inner_activation=inner_activation, output_dropout=output_dropout,
+            attention_dropout=attention_dropout, kernel_initializer=initializer,
+            norm_epsilon=norm_epsilon, dtype=dtype)
+        self.transformer_layers = self._make_transformer_layers(
+            layer_kwargs, num_layers, output_range)
+        self.pooler_transform = keras.layers.Dense(
+            hidden_size, activation="tanh", kernel_initializer=clone_initializer(initializer),
+            name="pooler_transform", dtype=dtype)
+
+        # === Functional model ===
+        inputs = [keras.Input(shape=(None,), dtype="int32", name=key)
+                  for key in features.ENCODER_INPUTS]
+        outputs = self._forward(*inputs, output_dropout=output_dropout, dtype=dtype)
+        super().__init__(inputs=inputs, outputs=outputs, **kwargs)
+        if dtype is not None:
+            # Functional.__init__ drops `dtype`; the model's policy must match its layers'
+            # (get_config records it, and it sets the autocast scope of a call).
+            self.dtype_policy = dtype
+
+        # === Config ===
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.num_layers = num_layers
+        self.num_attention_heads = num_attention_heads
+        self.max_sequence_length = max_sequence_length
+        self.type_vocab_size = type_vocab_size
+        self.inner_dim = inner_dim
+        self.inner_activation = keras.activations.get(inner_activation)
+        self.output_dropout = output_dropout
+        self.attention_dropout = attention_dropout
+        self.initializer = initializer
+        self.output_range = output_range
+        self.embedding_width = embedding_width
+        self.position_embedding_type = position_embedding_type
+        self.norm_epsilon = norm_epsilon
+
+    def _make_embedding_layers(self, vocab_size, width, hidden_size, max_sequence_length,
+                               type_vocab_size, position_embedding_type, norm_epsilon,
+                               initializer, dtype):
+        """Creates the word/position/type tables, their LayerNorm and the projection."""
+        self.word_embeddings = OnDeviceEmbedding(
+            vocab_size, width, initializer=clone_initializer(initializer),
+            name="word_embeddings", dtype=dtype)
+        if position_embedding_type == "learned":
+            self.position_embedding = PositionEmbedding(
+                max_sequence_length, initializer=clone_initializer(initializer),
+                name="position_embedding", dtype=dtype)
+        else:
+            self.position_embedding = SinusoidalPositionEncoding(
+                name="position_embedding", dtype=dtype)
+        # One-hot: a 2-row table is faster as a matmul than as a gather on TPUs.
+        self.type_embeddings = OnDeviceEmbedding(
+            type_vocab_size, width, initializer=clone_initializer(initializer),
+            use_one_hot=True, name="type_embeddings", dtype=dtype)
+        self.embeddings_layer_norm = keras.layers.LayerNormalization(
+            epsilon=norm_epsilon, name="embeddings_layer_norm", dtype=dtype)
+        self.embedding_projection = None
+        if width != hidden_size:
+            self.embedding_projection = keras.layers.Dense(
+                hidden_size, kernel_initializer=clone_initializer(initializer),
+                name="embedding_projection", dtype=dtype)
+
+    def _make_transformer_layers(self, layer_kwargs, num_layers, output_range):
+        """One independent `TransformerEncoder` per layer; only the last is range-limited."""
+        return [
+            TransformerEncoder(
+                **layer_kwargs, name=f"transformer_layer_{i}",
+                output_range=output_range if i == num_layers - 1 else None)
+            for i in range(num_layers)
+        ]
+
+    def _forward(self, word_ids, mask, type_ids, *, output_dropout, dtype):
+        """The symbolic forward pass from the three int inputs to the output dict."""
+        word = self.word_embeddings(word_ids)  # (batch, seq, width)
+        embeddings = keras.layers.Add(dtype=dtype)(
+            [word, self.position_embedding(word), self.type_embeddings(type_ids)])
+        embeddings = self.embeddings_layer_norm(embeddings)
+        x = keras.layers.Dropout(output_dropout, dtype=dtype)(embeddings)
+        if self.embedding_projection is not None:
+            x = self.embedding_projection(x)  # (batch, seq, hidden)
+        attention_mask = SelfAttentionMask(dtype=dtype)([x, mask])  # (batch, seq, seq)
+        encoder_outputs = []
+        for layer in self.transformer_layers:
+            x = layer([x, attention_mask])
+            encoder_outputs.append(x)
+        pooled = self.pooler_transform(x[:, 0, :])  # (batch, hidden)
+        return {features.SEQUENCE_OUTPUT: x, features.POOLED_OUTPUT: pooled,
+                features.ENCODER_OUTPUTS: encoder_outputs}
+
+    def __call__(self, inputs, *args, **kwargs):
+        return super().__call__(self._standardize_inputs_or_raise(inputs), *args, **kwargs)
+
+    def _standardize_inputs_or_raise(self, inputs):
+        """The three inputs as a list, checked for presence, rank, dtype and length."""
+        if isinstance(inputs, dict):
+            missing = [key for key in features.ENCODER_INPUTS if key not in inputs]
+            if missing:
+                raise ValueError(f"{self.name}: input dict lacks {missing}; it needs the keys "
+                                 f"{list(features.ENCODER_INPUTS)}")
+            inputs = [inputs[key] for key in features.ENCODER_INPUTS]
+        if not isinstance(inputs, (list, tuple)) or len(inputs) != 3:
+            raise ValueError(f"{self.name}: pass [input_word_ids, input_mask, input_type_ids] "
+                             "or a dict with those keys")
+        for key, tensor in zip(features.ENCODER_INPUTS, inputs, strict=True):
+            shape = tuple(getattr(tensor, "shape", ()))
+            dtype = keras.backend.standardize_dtype(getattr(tensor, "dtype", type(tensor)))
+            if len(shape) != 2:
+                raise ValueError(f"{self.name}: {key} must be [batch, seq], got rank {len(shape)} "
+                                 f"(shape {shape})")
+            if "int" not in dtype:
+                raise ValueError(f"{self.name}: {key} must be an integer tensor, got {dtype}")
+            if (self.position_embedding_type == "learned" and shape[1] is not None
+                    and shape[1] > self.max_sequence_length):
+                raise ValueError(f"{self.name}: {key} has sequence length {shape[1]}, longer than "
+                                 f"max_sequence_length={self.max_sequence_length}")
+        return list(inputs)
+
+    def get_embedding_table(self):
+        """The `[vocab_size, embedding_width]` word-embedding variable (tie the MLM head to it)."""
+        return self.word_embeddings.embeddings
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "num_layers": self.num_layers,
+            "num_attention_heads": self.num_attention_heads,
+            "max_sequence_length": self.max_sequence_length,
+            "type_vocab_size": self.type_vocab_size,
+            "inner_dim": self.inner_dim,
+            "inner_activation": keras.activations.serialize(self.inner_activation),
+            "output_dropout": self.output_dropout,
+            "attention_dropout": self.attention_dropout,
+            "initializer": keras.initializers.serialize(self.initializer),
+            "output_range": self.output_range,
+            "embedding_width": self.embedding_width,
+            "position_embedding_type": self.position_embedding_type,
+            "norm_epsilon": self.norm_epsilon,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)

@@ -1,0 +1,56 @@
+"""Sentence-level classification (or regression) head on the pooled output."""
+
+import keras
+
+from bert_trainer.layers.initializers import clone_initializer
+
+
+@keras.saving.register_keras_serializable(package="bert_trainer")
+class ClassificationHead(keras.layers.Layer):
+    """pooled_output -> dropout -> dense: one logit per class.
+
+    Args:
+      num_classes: number of classes; 1 makes a regression head (one raw score).
+      dropout_rate: dropout on the pooled output.
+      initializer: kernel initializer of `dense`.
+
+    Sublayers: `dense` (Dense hidden -> num_classes, computed in the policy's variable
+    dtype so the logits are float32 under mixed precision).
+
+    Call args:
+      inputs: pooled output `[batch, hidden]`.
+      training: enables dropout.
+
+    Returns:
+      float32 logits `[batch, num_classes]`.
+    """
+
+    def __init__(self, num_classes, dropout_rate=0.1, initializer="glorot_uniform", **kwargs):
+        super().__init__(**kwargs)
+        if not isinstance(num_classes, int) or num_classes < 1:
+            raise ValueError(f"ClassificationHead: num_classes must be a positive int, "
+                             f"got {num_classes!r}")
+        self.num_classes = num_classes
+        self.dropout_rate = dropout_rate
+        self.initializer = keras.initializers.get(initializer)
+        self.dropout = keras.layers.Dropout(dropout_rate, dtype=self.dtype_policy)
+        # Logits in float32 even under mixed precision: losses and softmax need the range.
+        self.dense = keras.layers.Dense(
+            num_classes, kernel_initializer=clone_initializer(self.initializer), name="logits",
+            dtype=keras.DTypePolicy(self.dtype_policy.variable_dtype))
+
+    def build(self, input_shape):
+        self.dense.build(input_shape)
+        self.built = True
+
+    def call(self, inputs, training=None):
+        return self.dense(self.dropout(inputs, training=training))  # (batch, num_classes)
+
+    def compute_output_shape(self, input_shape):
+        return (*input_shape[:-1], self.num_classes)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(num_classes=self.num_classes, dropout_rate=self.dropout_rate,
+                      initializer=keras.initializers.serialize(self.initializer))
+        return config

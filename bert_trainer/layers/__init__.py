@@ -1,0 +1,21 @@
+"""The Keras layer library BERT-style encoders are made of (keras-nlp Transformer Encoder RFC).
+
+Layers import only `keras`; every one is registered for serialization under the package
+name "bert_trainer".
+"""
+
+from bert_trainer.layers.masked_lm import MaskedLM
+from bert_trainer.layers.on_device_embedding import OnDeviceEmbedding
+from bert_trainer.layers.position_embedding import PositionEmbedding
+from bert_trainer.layers.self_attention_mask import SelfAttentionMask
+from bert_trainer.layers.sinusoidal_position_encoding import SinusoidalPositionEncoding
+from bert_trainer.layers.transformer_encoder import TransformerEncoder
+
+__all__ = [
+    "MaskedLM",
+    "OnDeviceEmbedding",
+    "PositionEmbedding",
+    "SelfAttentionMask",
+    "SinusoidalPositionEncoding",
+    "TransformerEncoder",
+]

@@ -1,0 +1,118 @@
+"""The masked language model head with its output projection tied to the embedding table."""
+
+import keras
+from keras import ops
+
+from bert_trainer.layers.initializers import clone_initializer
+
+_OUTPUTS = ("logits", "predictions")
+
+
+@keras.saving.register_keras_serializable(package="bert_trainer")
+class MaskedLM(keras.layers.Layer):
+    """Predicts the original tokens at the masked positions.
+
+        x = sequence_output gathered at masked_positions           # (batch, P, hidden)
+        x = layer_norm(activation(dense(x)))                        # (batch, P, width)
+        logits = x @ embedding_table^T + bias                       # (batch, P, vocab)
+
+    The projection reuses the encoder's word-embedding table (`[vocab, width]`; `width`
+    may differ from `hidden` for factorized embeddings), so the table gets gradients from
+    both ends. Under a mixed policy (e.g. "mixed_bfloat16") the transform runs in the
+    policy's compute dtype, but this layer itself computes in the variable dtype: the
+    table and bias are read unrounded and the logits come out float32.
+
+    Serialization: a variable cannot live in a config, so `get_config()` records the
+    table's shape `[vocab, width]` under `embedding_table`, and a `MaskedLM` built from
+    that config owns a new table of that shape (untied; `.keras` loading then fills it).
+    Models that tie the table (`BertPretrainer`) re-tie it in their own `from_config`.
+
+    Sublayers / weights (public; the checkpoint converters use them):
+      dense: Dense hidden -> width with `activation`.
+      layer_norm: LayerNormalization (epsilon 1e-12).
+      bias: `[vocab]` output bias.
+      embedding_table: the tied (or own) `[vocab, width]` table.
+
+    Args:
+      embedding_table: the `[vocab, width]` variable to tie to (usually
+        `encoder.get_embedding_table()`), or a `(vocab, width)` shape to own a new table.
+      activation: activation of the dense transform (BERT uses "gelu").
+      initializer: initializer of the dense kernel (and of an owned table).
+      output: "logits", or "predictions" for log-probabilities (log-softmax of the logits).
+        Kept as `output_type`: `output` is a read-only property of every Keras layer.
+
+    Call args:
+      inputs: sequence output `[batch, seq, hidden]`.
+      masked_positions: int `[batch, P]` positions to predict; `None` predicts every position.
+
+    Returns:
+      float32 `[batch, P, vocab]` logits or log-probabilities.
+    """
+
+    def __init__(self, embedding_table, activation=None, initializer="glorot_uniform",
+                 output="logits", **kwargs):
+        super().__init__(**kwargs)
+        if output not in _OUTPUTS:
+            raise ValueError(f"MaskedLM: output must be one of {_OUTPUTS}, got {output!r}")
+        # The transform uses the requested policy; the projection must read the float32
+        # table, not a bfloat16 copy, so this layer computes in the variable dtype.
+        self.transform_dtype_policy = self.dtype_policy
+        self.dtype_policy = keras.DTypePolicy(self.transform_dtype_policy.variable_dtype)
+        self.activation = keras.activations.get(activation)
+        self.initializer = keras.initializers.get(initializer)
+        self.output_type = output
+        if isinstance(embedding_table, (list, tuple)):
+            self.embedding_table = self.add_weight(
+                name="embedding_table", shape=tuple(embedding_table),
+                initializer=clone_initializer(self.initializer))
+        else:
+            # Assigning tracks the variable: a .keras file stores it here and with the
+            # encoder (same values); a tf.train.Checkpoint stores it once.
+            self.embedding_table = embedding_table
+        if len(self.embedding_table.shape) != 2:
+            raise ValueError(f"MaskedLM: embedding_table must be [vocab, width], got shape "
+                             f"{tuple(self.embedding_table.shape)}")
+        vocab_size, width = self.embedding_table.shape
+        self.dense = keras.layers.Dense(
+            width, activation=self.activation,
+            kernel_initializer=clone_initializer(self.initializer), name="transform",
+            dtype=self.transform_dtype_policy)
+        self.layer_norm = keras.layers.LayerNormalization(
+            epsilon=1e-12, name="transform_layer_norm", dtype=self.transform_dtype_policy)
+        self.bias = self.add_weight(name="bias", shape=(vocab_size,), initializer="zeros")
+
+    def build(self, input_shape):
+        self.dense.build(input_shape)
+        self.layer_norm.build((*input_shape[:-1], self.embedding_table.shape[1]))
+        self.built = True
+
+    def call(self, inputs, masked_positions=None):
+        x = inputs  # (batch, seq, hidden)
+        if masked_positions is not None:
+            if len(masked_positions.shape) != 2:
+                raise ValueError(f"MaskedLM '{self.name}': masked_positions must be [batch, P], "
+                                 f"got shape {tuple(masked_positions.shape)}")
+            positions = ops.cast(masked_positions, "int32")[:, :, None]  # (batch, P, 1)
+            x = ops.take_along_axis(x, positions, axis=1)  # (batch, P, hidden)
+        x = self.layer_norm(self.dense(x))  # (batch, P, width), transform dtype
+        x = ops.cast(x, self.compute_dtype)
+        logits = ops.matmul(x, ops.transpose(self.embedding_table)) + self.bias  # (batch, P, vocab)
+        if self.output_type == "predictions":
+            return ops.log_softmax(logits, axis=-1)
+        return logits  # (batch, P, vocab)
+
+    def compute_output_shape(self, inputs_shape, masked_positions_shape=None):
+        length = inputs_shape[1] if masked_positions_shape is None else masked_positions_shape[1]
+        return (inputs_shape[0], length, self.embedding_table.shape[0])
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            embedding_table=list(self.embedding_table.shape),
+            activation=keras.activations.serialize(self.activation),
+            initializer=keras.initializers.serialize(self.initializer),
+            output=self.output_type,
+            # The requested policy, not the float32 one this layer computes in.
+            dtype=keras.dtype_policies.serialize(self.transform_dtype_policy),
+        )
+        return config

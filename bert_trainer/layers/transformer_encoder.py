@@ -1,0 +1,208 @@
+"""One Transformer encoder block: self-attention then a two-layer feed-forward network."""
+
+import keras
+
+from bert_trainer.layers.initializers import clone_initializer
+
+
+def _data_shape(input_shape):
+    """The data shape from `build`'s argument: a shape, or `[data_shape, mask_shape]`."""
+    if input_shape and isinstance(input_shape[0], (list, tuple)):
+        return tuple(input_shape[0])
+    return tuple(input_shape)
+
+
+@keras.saving.register_keras_serializable(package="bert_trainer")
+class TransformerEncoder(keras.layers.Layer):
+    """The Transformer encoder block of "Attention Is All You Need", as used by BERT.
+
+    Post-norm (BERT, `norm_first=False`):
+        x = LN(x + dropout(attention(x)));  x = LN(x + dropout(ffn(x)))
+    Pre-norm (`norm_first=True`):
+        x = x + dropout(attention(LN(x)));  x = x + dropout(ffn(LN(x)))
+    with ffn(x) = output_dense(dropout(inner_activation(intermediate_dense(x)))).
+
+    Sublayers (public, the checkpoint converters map weights onto them):
+      attention_layer: `keras.layers.MultiHeadAttention`; its `query_dense`, `key_dense`,
+        `value_dense` have kernel `[hidden, heads, head_dim]` and bias `[heads, head_dim]`,
+        its `output_dense` kernel `[heads, head_dim, hidden]` and bias `[hidden]`.
+      attention_layer_norm: LayerNormalization after (post-norm) or before (pre-norm) attention.
+      intermediate_dense: Dense hidden -> inner_dim with `inner_activation`.
+      output_dense: Dense inner_dim -> hidden.
+      output_layer_norm: LayerNormalization after (post-norm) or before (pre-norm) the ffn.
+
+    Args:
+      num_attention_heads: number of heads; must divide the hidden size (the input width).
+      inner_dim: width of the feed-forward network's first layer.
+      inner_activation: activation of that layer.
+      output_range: if set, only positions `[0, output_range)` are computed as queries
+        (they still attend to the whole sequence); the output is `[batch, output_range, hidden]`.
+      kernel_initializer, bias_initializer: initializers of every kernel and bias.
+      kernel_regularizer, bias_regularizer, kernel_constraint, bias_constraint: applied to
+        every kernel / bias.
+      activity_regularizer: Keras' own: a regularizer on this layer's output.
+      use_bias: whether the attention projections have biases.
+      norm_first: pre-norm instead of BERT's post-norm.
+      norm_epsilon: epsilon of both LayerNormalizations.
+      output_dropout: dropout on the attention output and the ffn output.
+      attention_dropout: dropout on the attention probabilities.
+      inner_dropout: dropout after the inner activation.
+      attention_initializer: kernel initializer of the attention projections; `None` uses
+        `kernel_initializer`.
+
+    Call args:
+      inputs: `data` `[batch, seq, hidden]`, or the RFC's list `[data, attention_mask]`.
+      attention_mask: `[batch, seq, seq]` (from `SelfAttentionMask`) or `[batch, seq]`
+        padding mask; 1 = may attend. `None` attends everywhere.
+      training: enables dropout.
+
+    Returns:
+      `[batch, seq or output_range, hidden]`.
+    """
+
+    def __init__(self, num_attention_heads, inner_dim, inner_activation="gelu", output_range=None,
+                 kernel_initializer="glorot_uniform", bias_initializer="zeros",
+                 kernel_regularizer=None, bias_regularizer=None, activity_regularizer=None,
+                 kernel_constraint=None, bias_constraint=None, use_bias=True, norm_first=False,
+                 norm_epsilon=1e-12, output_dropout=0.0, attention_dropout=0.0, inner_dropout=0.0,
+                 attention_initializer=None, **kwargs):
+        super().__init__(activity_regularizer=activity_regularizer, **kwargs)
+        if output_range is not None and (not isinstance(output_range, int) or output_range < 1):
+            raise ValueError(f"TransformerEncoder: output_range must be None or a positive int, "
+                             f"got {output_range!r}")
+        self.num_attention_heads = num_attention_heads
+        self.inner_dim = inner_dim
+        self.inner_activation = keras.activations.get(inner_activation)
+        self.output_range = output_range
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
+        self.kernel_constraint = keras.constraints.get(kernel_constraint)
+        self.bias_constraint = keras.constraints.get(bias_constraint)
+        self.use_bias = use_bias
+        self.norm_first = norm_first
+        self.norm_epsilon = norm_epsilon
+        self.output_dropout = output_dropout
+        self.attention_dropout = attention_dropout
+        self.inner_dropout = inner_dropout
+        self.attention_initializer = (None if attention_initializer is None
+                                      else keras.initializers.get(attention_initializer))
+
+    def _dense_kwargs(self):
+        """Constructor kwargs shared by the attention and feed-forward projections."""
+        return dict(kernel_regularizer=self.kernel_regularizer,
+                    bias_regularizer=self.bias_regularizer,
+                    kernel_constraint=self.kernel_constraint,
+                    bias_constraint=self.bias_constraint,
+                    bias_initializer=clone_initializer(self.bias_initializer),
+                    dtype=self.dtype_policy)
+
+    def build(self, input_shape):
+        data_shape = _data_shape(input_shape)  # (batch, seq, hidden)
+        if len(data_shape) != 3 or data_shape[-1] is None:
+            raise ValueError(f"TransformerEncoder '{self.name}': data must be [batch, seq, hidden] "
+                             f"with a known hidden size, got shape {data_shape}")
+        hidden = data_shape[-1]
+        if hidden % self.num_attention_heads:
+            raise ValueError(f"TransformerEncoder '{self.name}': hidden size {hidden} is not "
+                             f"divisible by num_attention_heads={self.num_attention_heads}")
+        self.attention_layer = keras.layers.MultiHeadAttention(
+            num_heads=self.num_attention_heads,
+            key_dim=hidden // self.num_attention_heads,
+            dropout=self.attention_dropout,
+            use_bias=self.use_bias,
+            kernel_initializer=clone_initializer(
+                self.attention_initializer or self.kernel_initializer),
+            name="attention", **self._dense_kwargs())
+        self.attention_layer_norm = keras.layers.LayerNormalization(
+            epsilon=self.norm_epsilon, name="attention_layer_norm", dtype=self.dtype_policy)
+        self.intermediate_dense = keras.layers.Dense(
+            self.inner_dim, activation=self.inner_activation, name="intermediate",
+            kernel_initializer=clone_initializer(self.kernel_initializer), **self._dense_kwargs())
+        self.output_dense = keras.layers.Dense(
+            hidden, name="output", kernel_initializer=clone_initializer(self.kernel_initializer),
+            **self._dense_kwargs())
+        self.output_layer_norm = keras.layers.LayerNormalization(
+            epsilon=self.norm_epsilon, name="output_layer_norm", dtype=self.dtype_policy)
+        policy = self.dtype_policy
+        self.attention_output_dropout = keras.layers.Dropout(self.output_dropout, dtype=policy)
+        self.inner_dropout_layer = keras.layers.Dropout(self.inner_dropout, dtype=policy)
+        self.output_dropout_layer = keras.layers.Dropout(self.output_dropout, dtype=policy)
+
+        self.attention_layer.build(data_shape, data_shape)
+        self.attention_layer_norm.build(data_shape)
+        self.intermediate_dense.build(data_shape)
+        self.output_dense.build((*data_shape[:-1], self.inner_dim))
+        self.output_layer_norm.build(data_shape)
+        self.built = True
+
+    def call(self, inputs, attention_mask=None, training=None):
+        data, attention_mask = self._unpack(inputs, attention_mask)  # (batch, seq, hidden)
+        if attention_mask is not None and len(attention_mask.shape) == 2:
+            attention_mask = attention_mask[:, None, :]  # padding mask -> (batch, 1, seq)
+        target = data
+        if self.output_range is not None:
+            # Only the first output_range positions are queries; keys/values stay whole.
+            target = data[:, : self.output_range, :]  # (batch, range, hidden)
+            if attention_mask is not None:
+                attention_mask = attention_mask[:, : self.output_range, :]
+        if self.norm_first:
+            source = self.attention_layer_norm(data)
+            query = source if self.output_range is None else source[:, : self.output_range, :]
+        else:
+            source, query = data, target
+        attention = self.attention_layer(query=query, value=source, key=source,
+                                         attention_mask=attention_mask, training=training)
+        x = target + self.attention_output_dropout(attention, training=training)
+        if not self.norm_first:
+            x = self.attention_layer_norm(x)
+
+        ffn_input = self.output_layer_norm(x) if self.norm_first else x
+        inner = self.intermediate_dense(ffn_input)  # (batch, range, inner_dim)
+        inner = self.inner_dropout_layer(inner, training=training)
+        ffn = self.output_dropout_layer(self.output_dense(inner), training=training)
+        x = x + ffn
+        if not self.norm_first:
+            x = self.output_layer_norm(x)
+        return x
+
+    def _unpack(self, inputs, attention_mask):
+        """Accepts `data` with `attention_mask=` or the RFC's `[data, attention_mask]`."""
+        if not isinstance(inputs, (list, tuple)):
+            return inputs, attention_mask
+        if attention_mask is not None or len(inputs) not in (1, 2):
+            raise ValueError(f"TransformerEncoder '{self.name}': pass [data, attention_mask] or "
+                             "data with attention_mask=..., not both")
+        return inputs[0], (inputs[1] if len(inputs) == 2 else None)
+
+    def compute_output_shape(self, input_shape):
+        batch, seq, hidden = _data_shape(input_shape)
+        if self.output_range is not None:
+            seq = self.output_range if seq is None else min(seq, self.output_range)
+        return (batch, seq, hidden)
+
+    def get_config(self):
+        config = super().get_config()
+        serialize = keras.initializers.serialize
+        config.update(
+            num_attention_heads=self.num_attention_heads,
+            inner_dim=self.inner_dim,
+            inner_activation=keras.activations.serialize(self.inner_activation),
+            output_range=self.output_range,
+            kernel_initializer=serialize(self.kernel_initializer),
+            bias_initializer=serialize(self.bias_initializer),
+            kernel_regularizer=keras.regularizers.serialize(self.kernel_regularizer),
+            bias_regularizer=keras.regularizers.serialize(self.bias_regularizer),
+            kernel_constraint=keras.constraints.serialize(self.kernel_constraint),
+            bias_constraint=keras.constraints.serialize(self.bias_constraint),
+            use_bias=self.use_bias,
+            norm_first=self.norm_first,
+            norm_epsilon=self.norm_epsilon,
+            output_dropout=self.output_dropout,
+            attention_dropout=self.attention_dropout,
+            inner_dropout=self.inner_dropout,
+            attention_initializer=(None if self.attention_initializer is None
+                                   else serialize(self.attention_initializer)),
+        )
+        return config

@@ -1,0 +1,47 @@
+"""Sentence (pair) classification or regression on the pooled output."""
+
+import keras
+
+from bert_trainer import features
+from bert_trainer.heads import ClassificationHead
+from bert_trainer.layers.initializers import clone_initializer
+from bert_trainer.models.encoder_model import EncoderModel
+from bert_trainer.models.output_names import LOGITS
+
+
+@keras.saving.register_keras_serializable(package="bert_trainer")
+class BertClassifier(EncoderModel):
+    """encoder -> pooled_output -> `classifier` (`ClassificationHead`).
+
+    Args:
+      encoder: the encoder.
+      num_classes: number of classes; 1 for regression.
+      dropout_rate: dropout on the pooled output.
+      initializer: head initializer (default: the encoder's).
+
+    Call args:
+      inputs: dict with the encoder inputs.
+      training: enables dropout.
+
+    Returns:
+      dict `logits`: float32 `[batch, num_classes]`.
+    """
+
+    def __init__(self, encoder, num_classes, dropout_rate=0.1, initializer=None, **kwargs):
+        super().__init__(encoder, initializer=initializer, **kwargs)
+        self.num_classes = num_classes
+        self.dropout_rate = dropout_rate
+        self.classifier = ClassificationHead(
+            num_classes, dropout_rate=dropout_rate, initializer=clone_initializer(self.initializer),
+            name="classifier", dtype=self.dtype_policy)
+        self.classifier.build((None, encoder.hidden_size))
+        self.built = True  # every head is built above
+
+    def call(self, inputs, training=None):
+        pooled = self.encode(inputs, training=training)[features.POOLED_OUTPUT]
+        return {LOGITS: self.classifier(pooled, training=training)}
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(num_classes=self.num_classes, dropout_rate=self.dropout_rate)
+        return config

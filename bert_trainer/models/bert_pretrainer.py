@@ -1,0 +1,75 @@
+"""BERT's pretraining model: masked LM (tied to the word embeddings) + next sentence."""
+
+import keras
+
+from bert_trainer import features
+from bert_trainer.heads import ClassificationHead
+from bert_trainer.layers import MaskedLM
+from bert_trainer.layers.initializers import clone_initializer
+from bert_trainer.models.encoder_model import EncoderModel
+from bert_trainer.models.output_names import MLM_LOGITS, NEXT_SENTENCE_LOGITS
+
+
+@keras.saving.register_keras_serializable(package="bert_trainer")
+class BertPretrainer(EncoderModel):
+    """encoder -> MaskedLM at the masked positions, and next-sentence logits on pooled.
+
+    Public sublayers: `encoder`, `masked_lm` (`MaskedLM`, its projection tied to
+    `encoder.get_embedding_table()`), `next_sentence` (`ClassificationHead` with 2 logits,
+    no dropout as in google-research/bert; `None` when `num_next_sentence_labels=0`).
+
+    Args:
+      encoder: the encoder to pretrain.
+      mlm_activation: activation of the MLM transform ("gelu" in BERT).
+      num_next_sentence_labels: 2 for BERT's next-sentence task, 0 for MLM only.
+      initializer: heads' initializer (default: the encoder's).
+
+    Call args:
+      inputs: dict with the encoder inputs and `masked_lm_positions` int `[batch, P]`.
+      training: enables dropout.
+
+    Returns:
+      dict `mlm_logits` float32 `[batch, P, vocab]` and, unless MLM only,
+      `next_sentence_logits` float32 `[batch, num_next_sentence_labels]`.
+    """
+
+    def __init__(self, encoder, mlm_activation="gelu", num_next_sentence_labels=2,
+                 initializer=None, **kwargs):
+        super().__init__(encoder, initializer=initializer, **kwargs)
+        if not isinstance(num_next_sentence_labels, int) or num_next_sentence_labels < 0:
+            raise ValueError(f"BertPretrainer: num_next_sentence_labels must be an int >= 0, got "
+                             f"{num_next_sentence_labels!r}")
+        self.mlm_activation = keras.activations.get(mlm_activation)
+        self.num_next_sentence_labels = num_next_sentence_labels
+        hidden = encoder.hidden_size
+        self.masked_lm = MaskedLM(
+            embedding_table=encoder.get_embedding_table(), activation=self.mlm_activation,
+            initializer=clone_initializer(self.initializer), name="masked_lm",
+            dtype=self.dtype_policy)
+        self.masked_lm.build((None, None, hidden))
+        self.next_sentence = None
+        if num_next_sentence_labels:
+            self.next_sentence = ClassificationHead(
+                num_next_sentence_labels, dropout_rate=0.0,
+                initializer=clone_initializer(self.initializer), name="next_sentence",
+                dtype=self.dtype_policy)
+            self.next_sentence.build((None, hidden))
+        self.built = True  # every head is built above
+
+    def call(self, inputs, training=None):
+        if features.MASKED_LM_POSITIONS not in inputs:
+            raise ValueError(f"{self.name}: the features lack {features.MASKED_LM_POSITIONS!r}")
+        encoded = self.encode(inputs, training=training)
+        outputs = {MLM_LOGITS: self.masked_lm(
+            encoded[features.SEQUENCE_OUTPUT],
+            masked_positions=inputs[features.MASKED_LM_POSITIONS])}
+        if self.next_sentence is not None:
+            outputs[NEXT_SENTENCE_LOGITS] = self.next_sentence(
+                encoded[features.POOLED_OUTPUT], training=training)
+        return outputs
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(mlm_activation=keras.activations.serialize(self.mlm_activation),
+                      num_next_sentence_labels=self.num_next_sentence_labels)
+        return config

@@ -1,0 +1,140 @@
+"""The task models: outputs, tying, serialization, checkpoints, mixed precision."""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bert_trainer import features
+from bert_trainer.encoders import AlbertEncoder, BertEncoder
+from bert_trainer.heads.span_labeling import PADDING_LOGIT
+from bert_trainer.models import (
+    END_LOGITS,
+    LOGITS,
+    MLM_LOGITS,
+    NEXT_SENTENCE_LOGITS,
+    START_LOGITS,
+    BertClassifier,
+    BertPretrainer,
+    BertSpanLabeler,
+    BertTokenClassifier,
+)
+
+TINY = dict(vocab_size=40, hidden_size=16, num_layers=1, num_attention_heads=2, inner_dim=32,
+            max_sequence_length=12, type_vocab_size=2)
+MASK = np.array([[1] * 8, [1] * 5 + [0] * 3], "int32")
+WORD_IDS = np.random.default_rng(0).integers(1, 40, (2, 8)).astype("int32") * MASK
+FEATURES = {
+    features.INPUT_WORD_IDS: WORD_IDS,
+    features.INPUT_MASK: MASK,
+    features.INPUT_TYPE_IDS: np.zeros((2, 8), "int32"),
+    features.MASKED_LM_POSITIONS: np.array([[1, 2, 6], [3, 0, 0]], "int32"),
+}
+
+# (model class, extra kwargs, expected {output: shape})
+CASES = [
+    (BertPretrainer, {}, {MLM_LOGITS: (2, 3, 40), NEXT_SENTENCE_LOGITS: (2, 2)}),
+    (BertPretrainer, dict(num_next_sentence_labels=0), {MLM_LOGITS: (2, 3, 40)}),
+    (BertClassifier, dict(num_classes=3), {LOGITS: (2, 3)}),
+    (BertSpanLabeler, {}, {START_LOGITS: (2, 8), END_LOGITS: (2, 8)}),
+    (BertTokenClassifier, dict(num_classes=5), {LOGITS: (2, 8, 5)}),
+]
+IDS = [f"{cls.__name__}-{len(kwargs)}" for cls, kwargs, _ in CASES]
+
+
+def _assert_same_outputs(a, b, atol=0.0):
+    assert a.keys() == b.keys()
+    for key in a:
+        np.testing.assert_allclose(np.asarray(a[key]), np.asarray(b[key]), atol=atol)
+
+
+@pytest.mark.parametrize("cls, kwargs, shapes", CASES, ids=IDS)
+def test_outputs_are_float32_dicts_of_the_documented_shapes(cls, kwargs, shapes):
+    outputs = cls(BertEncoder(**TINY), **kwargs)(FEATURES)
+    assert {key: tuple(value.shape) for key, value in outputs.items()} == shapes
+    assert {value.dtype for value in outputs.values()} == {tf.float32}
+
+
+@pytest.mark.parametrize("cls, kwargs, shapes", CASES, ids=IDS)
+def test_keras_save_load_and_config_round_trip(tmp_path, cls, kwargs, shapes):
+    model = cls(BertEncoder(**TINY), **kwargs)
+    config = json.loads(json.dumps(model.get_config()))
+    revived = cls.from_config(config)
+    assert (json.dumps(revived.get_config(), sort_keys=True)
+            == json.dumps(model.get_config(), sort_keys=True))
+    assert len(revived.trainable_weights) == len(model.trainable_weights)
+    model.save(tmp_path / "model.keras")
+    loaded = keras.saving.load_model(tmp_path / "model.keras")
+    _assert_same_outputs(loaded(FEATURES), model(FEATURES))
+
+
+@pytest.mark.parametrize("cls, kwargs, shapes", CASES, ids=IDS)
+def test_checkpoint_restores_into_a_fresh_model_before_any_call(tmp_path, cls, kwargs, shapes):
+    model = cls(BertEncoder(**TINY), **kwargs)
+    path = tf.train.Checkpoint(model=model).save(str(tmp_path / "ckpt"))
+    fresh = cls(BertEncoder(**TINY), **kwargs)
+    tf.train.Checkpoint(model=fresh).restore(path).assert_consumed()
+    _assert_same_outputs(fresh(FEATURES), model(FEATURES))
+
+
+def test_pretrainer_ties_the_mlm_projection_to_the_word_embeddings():
+    model = BertPretrainer(BertEncoder(**TINY, embedding_width=8))
+    table = model.encoder.get_embedding_table()
+    assert model.masked_lm.embedding_table is table and table.shape == (40, 8)
+    revived = BertPretrainer.from_config(model.get_config())
+    assert revived.masked_lm.embedding_table is revived.encoder.get_embedding_table()
+    # Shared once, counted once: encoder + MLM transform/LN/bias + NSP head.
+    mlm_own = 16 * 8 + 8 + 2 * 8 + 40
+    assert model.count_params() == model.encoder.count_params() + mlm_own + 16 * 2 + 2
+
+
+def test_pretraining_steps_reduce_the_loss():
+    model = BertPretrainer(BertEncoder(**TINY, output_dropout=0.0, attention_dropout=0.0))
+    labels = np.array([[5, 6, 7], [8, 9, 9]], "int32")
+    optimizer = keras.optimizers.Adam(1e-2)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    losses = []
+    for _ in range(5):
+        with tf.GradientTape() as tape:
+            outputs = model(FEATURES, training=True)
+            loss = (loss_fn(labels, outputs[MLM_LOGITS])
+                    + loss_fn(np.array([0, 1]), outputs[NEXT_SENTENCE_LOGITS]))
+        grads = tape.gradient(loss, model.trainable_variables)
+        assert all(g is not None for g in grads)
+        optimizer.apply(grads, model.trainable_variables)
+        losses.append(float(loss))
+    assert losses[-1] < losses[0] - 0.5, losses
+
+
+def test_span_labeler_masks_padding():
+    outputs = BertSpanLabeler(BertEncoder(**TINY))(FEATURES)
+    for key in (START_LOGITS, END_LOGITS):
+        assert (outputs[key].numpy()[1, 5:] == PADDING_LOGIT).all()
+        assert (outputs[key].numpy()[0] > PADDING_LOGIT).all()
+
+
+def test_albert_pretrainer_and_classifier():
+    encoder = AlbertEncoder(**dict(TINY, embedding_width=8, num_layers=3))
+    outputs = BertPretrainer(encoder)(FEATURES)
+    assert outputs[MLM_LOGITS].shape == (2, 3, 40)
+    assert BertClassifier(encoder, num_classes=2)(FEATURES)[LOGITS].shape == (2, 2)
+
+
+def test_mixed_bfloat16_models_give_float32_logits():
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")  # conftest restores float32
+    encoder = BertEncoder(**TINY)
+    for model in (BertPretrainer(encoder), BertClassifier(encoder, num_classes=2),
+                  BertSpanLabeler(encoder), BertTokenClassifier(encoder, num_classes=3)):
+        outputs = model(FEATURES)
+        assert {value.dtype for value in outputs.values()} == {tf.float32}, model.name
+    assert encoder(FEATURES)[features.SEQUENCE_OUTPUT].dtype == tf.bfloat16
+
+
+def test_missing_features_are_named():
+    model = BertPretrainer(BertEncoder(**TINY))
+    with pytest.raises(ValueError, match="lack 'masked_lm_positions'"):
+        model({key: FEATURES[key] for key in features.ENCODER_INPUTS})
+    with pytest.raises(ValueError, match=r"lack \['input_mask', 'input_type_ids'\]"):
+        BertClassifier(BertEncoder(**TINY), num_classes=2)({features.INPUT_WORD_IDS: WORD_IDS})

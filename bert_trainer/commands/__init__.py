@@ -28,6 +28,8 @@ def run_command(module, argv) -> int:
     if any(a in ("--help", "-h", "--helpshort", "--helpfull") for a in argv[1:]):
         print(_help(module, prog))
         return 0
+    # Start from the defaults: a second in-process call (tests) must not see the first's values.
+    flags.FLAGS.unparse_flags()
     try:
         rest = flags.FLAGS(argv, known_only=False)
     except flags.Error as e:

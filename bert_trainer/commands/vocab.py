@@ -1,8 +1,42 @@
-"""`bert-train vocab`: not built yet (see the open issues)."""
+"""`bert-train vocab`: learn a WordPiece vocabulary (vocab.txt) from text files.
 
+Uses tensorflow-text's BERT vocabulary learner; [PAD] [UNK] [CLS] [SEP] [MASK] come first
+([PAD] is id 0). Example:
+
+  bert-train vocab --input='corpus/*.txt' --vocab_size=30522 --output=vocab.txt
+"""
+
+from absl import flags
+
+from bert_trainer.data import text_corpus
 from bert_trainer.errors import UserError
+
+# Names shared with other subcommands are defined with allow_override: only one command runs
+# per process, but tests import several command modules into one.
+flags.DEFINE_string("input", None, "Text files: comma-separated list and/or globs.",
+                    allow_override=True)
+flags.DEFINE_string("output", None, "Path of the vocab.txt to write.", allow_override=True)
+flags.DEFINE_integer("vocab_size", 30522, "Most tokens in the vocabulary (specials included).",
+                     allow_override=True)
+flags.DEFINE_boolean("lower_case", True, "Lower-case and strip accents (uncased model).",
+                     allow_override=True)
+flags.DEFINE_enum("encoding_errors", "strict", text_corpus.ENCODING_ERRORS,
+                  "Lines that are not UTF-8: fail, replace bad bytes, or skip the line.",
+                  allow_override=True)
+flags.DEFINE_integer("min_token_count", 10,
+                     "Lowest count the learner's threshold search tries (tensorflow-text's "
+                     "lower_thresh); lower it for a small corpus that gives too few tokens.")
+
+FLAGS = flags.FLAGS
 
 
 def main(argv):
     del argv
-    raise UserError("'vocab' is not implemented yet in this version of bert-train")
+    from bert_trainer.data.vocab import learn_vocab  # noqa: PLC0415 (imports TensorFlow)
+
+    for name in ("input", "output"):
+        if not FLAGS[name].value:
+            raise UserError(f"--{name} is required (see 'bert-train vocab --help')")
+    learn_vocab(FLAGS.input, FLAGS.vocab_size, FLAGS.output, lower_case=FLAGS.lower_case,
+                encoding_errors=FLAGS.encoding_errors, lower_thresh=FLAGS.min_token_count)
+    return 0

@@ -1,0 +1,410 @@
+"""Sentence-pair pretraining TFRecords from text, streaming (google-research/bert's algorithm).
+
+For each document, sentences are packed into chunks of about `max_seq_length - 3` tokens (a
+shorter random target with probability `short_seq_prob`); each chunk is split at a random
+sentence boundary into A and B, and half of the time B is replaced by sentences from another
+document (`next_sentence_labels` = 1, google-research/bert's `is_random_next`; 0 = the actual
+next sentences). The pair is truncated from a random end of the longer side. This is done
+`dupe_factor` times with different random splits.
+
+Streaming: documents are read, tokenized and turned into examples `chunk_documents` at a time,
+and the examples of a chunk are shuffled and dealt round-robin to the shards, so memory is
+bounded by one chunk whatever the corpus size. The "random next" document is drawn from a
+bounded pool: the current chunk plus a reservoir sample of up to `reservoir_documents`
+documents from earlier chunks (google-research/bert draws from the whole corpus in memory).
+The output is deterministic for a seed, the inputs and `chunk_documents`.
+
+Default output is unmasked (our feature names, for dynamic masking in the input pipeline);
+`static_masking=True` writes google-research/bert's feature names with fixed masks.
+"""
+
+import collections
+import dataclasses
+import glob
+import itertools
+import json
+import os
+import random
+import sys
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from bert_trainer import features
+from bert_trainer.data import masking, text_corpus
+from bert_trainer.data.tokenizer import Tokenizer
+from bert_trainer.errors import UserError
+
+Instance = collections.namedtuple("Instance", "tokens_a tokens_b is_random_next truncated")
+_TOKENIZE_BATCH = 4096  # Sentences per in-graph tokenizer call.
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainingDataConfig:
+    """How examples are made. Field names follow google-research/bert's flags."""
+
+    max_seq_length: int = 128
+    short_seq_prob: float = 0.1
+    dupe_factor: int = 1  # Dynamic masking already varies the masks; google's default is 10.
+    seed: int = 12345
+    static_masking: bool = False
+    max_predictions_per_seq: int = 20
+    masked_lm_prob: float = 0.15
+    whole_word_masking: bool = False
+    chunk_documents: int = 1000
+    reservoir_documents: int = 1000
+
+    def validate(self):
+        if self.max_seq_length < 5:
+            raise UserError(f"--max_seq_length={self.max_seq_length} is too short for "
+                            "[CLS] A [SEP] B [SEP]; use at least 5 (BERT uses 128 or 512)")
+        if not 0.0 <= self.short_seq_prob <= 1.0:
+            raise UserError(f"--short_seq_prob={self.short_seq_prob} must be in [0, 1]")
+        if self.dupe_factor < 1:
+            raise UserError(f"--dupe_factor={self.dupe_factor} must be >= 1")
+        if self.static_masking and not 0.0 < self.masked_lm_prob < 1.0:
+            raise UserError(f"--masked_lm_prob={self.masked_lm_prob} must be in (0, 1)")
+        if self.static_masking and self.max_predictions_per_seq < 1:
+            raise UserError(f"--max_predictions_per_seq={self.max_predictions_per_seq} "
+                            "must be >= 1")
+        if self.chunk_documents < 2:
+            raise UserError(f"chunk_documents={self.chunk_documents} must be >= 2")
+
+
+def truncate_seq_pair(tokens_a: list, tokens_b: list, max_num_tokens: int,
+                      rng: random.Random) -> bool:
+    """Trims the longer list (ties: B) one token at a time from a random end, in place.
+
+    Same random draws as google-research/bert's loop, but it moves span bounds and slices
+    once instead of deleting from the front of a list token by token.
+
+    Returns:
+      True if anything was removed.
+    """
+    spans = [[0, len(tokens_a)], [0, len(tokens_b)]]  # [start, end) kept of A and of B.
+    length = [len(tokens_a), len(tokens_b)]
+    if sum(length) <= max_num_tokens:
+        return False
+    while length[0] + length[1] > max_num_tokens:
+        side = 0 if length[0] > length[1] else 1
+        # Removing from the front or the back at random adds noise, as google-research/bert.
+        if rng.random() < 0.5:
+            spans[side][0] += 1  # Drop the first kept token.
+        else:
+            spans[side][1] -= 1  # Drop the last kept token.
+        length[side] -= 1
+    tokens_a[:] = tokens_a[spans[0][0]:spans[0][1]]
+    tokens_b[:] = tokens_b[spans[1][0]:spans[1][1]]
+    return True
+
+
+def _random_document(pool: list, current: int, rng: random.Random) -> list:
+    """A document of `pool` other than `pool[current]` (10 tries, as google-research/bert)."""
+    for _ in range(10):
+        index = rng.randint(0, len(pool) - 1)
+        if index != current:
+            break
+    return pool[index]
+
+
+def create_instances_from_document(pool: list, doc_index: int, config: PretrainingDataConfig,
+                                   rng: random.Random) -> list[Instance]:
+    """google-research/bert's `create_instances_from_document` over token-id arrays.
+
+    Args:
+      pool: documents, each a list of int32 arrays (one per sentence); random-next sentences
+        come from here.
+      doc_index: index in `pool` of the document to cut into examples.
+      config: lengths and probabilities.
+      rng: the writer's random generator.
+
+    Returns:
+      Instances whose token lists are plain Python lists of ids (no [CLS]/[SEP]).
+    """
+    document = pool[doc_index]
+    max_num_tokens = config.max_seq_length - 3  # [CLS], [SEP], [SEP].
+    target_seq_length = max_num_tokens
+    if rng.random() < config.short_seq_prob:
+        target_seq_length = rng.randint(2, max_num_tokens)
+    instances, chunk, chunk_length, i = [], [], 0, 0
+    while i < len(document):
+        chunk.append(document[i])
+        chunk_length += len(document[i])
+        if i == len(document) - 1 or chunk_length >= target_seq_length:
+            is_random_next = rng.random() < 0.5
+            if len(chunk) == 1 and not is_random_next:
+                # google-research/bert forces a random B for a one-sentence chunk, which skews
+                # labels to ~60 % random on long-sentence text; take the true next sentence.
+                if i == len(document) - 1:
+                    is_random_next = True  # No next sentence in this document.
+                else:
+                    i += 1
+                    chunk.append(document[i])
+            a_end = rng.randint(1, len(chunk) - 1) if len(chunk) >= 2 else 1
+            tokens_a = np.concatenate(chunk[:a_end]).tolist()
+            if is_random_next:
+                tokens_b = []
+                other = _random_document(pool, doc_index, rng)
+                for sentence in other[rng.randint(0, len(other) - 1):]:
+                    tokens_b.extend(sentence.tolist())
+                    if len(tokens_b) >= target_seq_length - len(tokens_a):
+                        break
+                i -= len(chunk) - a_end  # Put the unused sentences back.
+            else:
+                tokens_b = np.concatenate(chunk[a_end:]).tolist()
+            truncated = truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
+            if tokens_a and tokens_b:
+                instances.append(Instance(tokens_a, tokens_b, is_random_next, truncated))
+            chunk, chunk_length = [], 0
+        i += 1
+    return instances
+
+
+def _int_feature(values) -> tf.train.Feature:
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+
+
+def _pad(values, length: int, value: int = 0) -> list:
+    return list(values) + [value] * (length - len(values))
+
+
+def instance_to_example(instance: Instance, tokenizer: Tokenizer, config: PretrainingDataConfig,
+                        rng: random.Random, vocab: masking.MaskingVocab) -> tf.train.Example:
+    """Packs `[CLS] A [SEP] B [SEP]`, pads to `max_seq_length`, optionally masks statically."""
+    ids = [tokenizer.cls_id] + instance.tokens_a + [tokenizer.sep_id]
+    type_ids = [0] * len(ids) + [1] * (len(instance.tokens_b) + 1)
+    ids += instance.tokens_b + [tokenizer.sep_id]
+    length, pad = config.max_seq_length, tokenizer.pad_id
+    feats = {features.INPUT_WORD_IDS: _int_feature(_pad(ids, length, pad)),
+             features.INPUT_MASK: _int_feature(_pad([1] * len(ids), length)),
+             features.INPUT_TYPE_IDS: _int_feature(_pad(type_ids, length)),
+             features.NEXT_SENTENCE_LABELS: _int_feature([int(instance.is_random_next)])}
+    if config.static_masking:
+        p = config.max_predictions_per_seq
+        masked, positions, labels = masking.static_mask(
+            np.array(ids), rng, vocab=vocab, max_predictions_per_seq=p,
+            masked_lm_prob=config.masked_lm_prob, whole_word=config.whole_word_masking)
+        feats[features.INPUT_WORD_IDS] = _int_feature(_pad(masked.tolist(), length, pad))
+        feats[features.MASKED_LM_POSITIONS] = _int_feature(_pad(positions.tolist(), p))
+        feats[features.MASKED_LM_IDS] = _int_feature(_pad(labels.tolist(), p))
+        feats[features.MASKED_LM_WEIGHTS] = tf.train.Feature(float_list=tf.train.FloatList(
+            value=_pad([1.0] * len(positions), p, 0.0)))
+        feats = {google: feats[ours] for google, ours in features.GOOGLE_BERT_NAMES.items()}
+    return tf.train.Example(features=tf.train.Features(feature=feats))
+
+
+def tokenize_documents(documents: list[list[str]], tokenizer: Tokenizer) -> list[list]:
+    """Tokenizes every sentence of a chunk of documents in a few in-graph calls.
+
+    Returns:
+      Documents as lists of int32 numpy arrays (views into one buffer); sentences with no
+      tokens and documents with no sentences are dropped.
+    """
+    flat = [s for doc in documents for s in doc]
+    pieces = []
+    for start in range(0, len(flat), _TOKENIZE_BATCH):
+        ids = tokenizer.tokenize(flat[start:start + _TOKENIZE_BATCH])
+        values, splits = ids.flat_values.numpy(), ids.row_splits.numpy()
+        pieces.extend(values[splits[i]:splits[i + 1]] for i in range(len(splits) - 1))
+    out, k = [], 0
+    for doc in documents:
+        sentences = [p for p in pieces[k:k + len(doc)] if len(p)]
+        k += len(doc)
+        if sentences:
+            out.append(sentences)
+    return out
+
+
+class ShardWriter:
+    """Deals examples round-robin over `num_shards` files, or fills `examples_per_shard` each.
+
+    Files are written as `<name>.incomplete` and renamed to `...-SSSSS-of-NNNNN...` by
+    `close()`, so a crashed run never leaves files that match the output pattern.
+    """
+
+    def __init__(self, pattern: str, num_shards: int | None, examples_per_shard: int | None):
+        self.pattern, self.num_shards = pattern, num_shards
+        self.examples_per_shard = examples_per_shard
+        self._paths, self._writers, self._count = [], [], 0
+        if num_shards:
+            for _ in range(num_shards):
+                self._open()
+
+    def _open(self):
+        path = self.pattern.replace("*", f"{len(self._paths):05d}") + ".incomplete"
+        self._paths.append(path)
+        self._writers.append(tf.io.TFRecordWriter(path))
+
+    def write(self, example: tf.train.Example):
+        if self.num_shards:
+            writer = self._writers[self._count % self.num_shards]
+        else:
+            if self._count % self.examples_per_shard == 0:
+                if self._writers:
+                    self._writers[-1].close()
+                self._open()
+            writer = self._writers[-1]
+        writer.write(example.SerializeToString())
+        self._count += 1
+
+    def close(self) -> list[str]:
+        """Closes and renames the shards; returns their final paths."""
+        for writer in self._writers:
+            writer.close()
+        final = []
+        for i, path in enumerate(self._paths):
+            name = self.pattern.replace("*", f"{i:05d}-of-{len(self._paths):05d}")
+            os.replace(path, name)
+            final.append(name)
+        return final
+
+
+def _check_output(output: str, overwrite: bool) -> str:
+    """Validates the output pattern, creates its directory, clears or refuses old shards."""
+    if output.count("*") != 1 or "*" in os.path.dirname(output):
+        raise UserError(f"--output={output} must hold exactly one '*' in the file name, "
+                        "e.g. DIR/train-*.tfrecord")
+    directory = os.path.dirname(output) or "."
+    os.makedirs(directory, exist_ok=True)
+    old = glob.glob(output)
+    if old and not overwrite:
+        raise UserError(f"--output={output} already matches {len(old)} file(s); remove them, "
+                        "pick another --output or pass --overwrite")
+    for path in old:
+        os.remove(path)
+    return os.path.splitext(output.replace("*", "summary"))[0] + ".json"
+
+
+class _Progress:
+    """Prints a line to stderr at most every `every` seconds (and once more at the end)."""
+
+    def __init__(self, stream=sys.stderr, every: float = 5.0):
+        self.stream, self.every = stream, every
+        self.start = self._last = time.time()
+        self._printed = -1
+
+    def __call__(self, stats, force: bool = False):
+        now = time.time()
+        if self.stream is None or stats["examples"] == self._printed or (
+                now - self._last < self.every and not force):
+            return
+        self._last, self._printed = now, stats["examples"]
+        rate = stats["examples"] / max(now - self.start, 1e-9)
+        print(f"create_pretraining_data: {stats['documents']:,} documents, "
+              f"{stats['examples']:,} examples ({rate:,.0f}/s)", file=self.stream, flush=True)
+
+
+def _reservoir_add(reservoir: list, docs: list, seen: int, capacity: int,
+                   rng: random.Random) -> int:
+    """Reservoir sampling (Algorithm R) of documents from earlier chunks; returns `seen`.
+
+    Kept documents are copied: their sentences are views into a whole tokenizer batch,
+    which would otherwise stay alive with them.
+    """
+    for doc in docs:
+        seen += 1
+        j = len(reservoir) if len(reservoir) < capacity else rng.randint(0, seen - 1)
+        if j < capacity:
+            kept = [sentence.copy() for sentence in doc]
+            if j == len(reservoir):
+                reservoir.append(kept)
+            else:
+                reservoir[j] = kept
+    return seen
+
+
+def _process_chunk(docs, reservoir, config, rng, tokenizer, vocab, writer, stats):
+    pool = docs + reservoir  # Random-next candidates: this chunk and the reservoir.
+    instances = []
+    for _ in range(config.dupe_factor):
+        for index in range(len(docs)):
+            instances.extend(create_instances_from_document(pool, index, config, rng))
+    rng.shuffle(instances)
+    for instance in instances:
+        writer.write(instance_to_example(instance, tokenizer, config, rng, vocab))
+        stats["tokens"] += len(instance.tokens_a) + len(instance.tokens_b) + 3
+        stats["truncated"] += int(instance.truncated)
+        stats["random_next"] += int(instance.is_random_next)
+    stats["examples"] += len(instances)
+
+
+def create_pretraining_data(inputs, vocab_file: str, output: str,
+                            config: PretrainingDataConfig = PretrainingDataConfig(), *,
+                            lower_case: bool = True, input_format: str = "auto",
+                            encoding_errors: str = "strict", num_shards: int | None = None,
+                            examples_per_shard: int | None = None, overwrite: bool = False,
+                            progress=sys.stderr) -> dict:
+    """Writes pretraining TFRecords and a JSON summary next to them.
+
+    Args:
+      inputs: text files: comma list / globs (see `text_corpus.expand_inputs`).
+      vocab_file: the WordPiece `vocab.txt`.
+      output: shard pattern with one `*`, e.g. `DIR/train-*.tfrecord`; `*` becomes
+        `SSSSS-of-NNNNN` and the summary goes to `DIR/train-summary.json`.
+      config: see `PretrainingDataConfig`.
+      lower_case: uncased tokenization.
+      input_format, encoding_errors: see `text_corpus.read_documents`.
+      num_shards / examples_per_shard: at most one; default 100,000 examples per shard.
+      overwrite: delete files already matching `output` instead of refusing.
+      progress: stream for progress lines, or None.
+
+    Returns:
+      The summary dict (also written as JSON).
+    """
+    config.validate()
+    if num_shards is not None and examples_per_shard is not None:
+        raise UserError("pass --num_shards or --examples_per_shard, not both")
+    if (num_shards is not None and num_shards < 1) or (
+            examples_per_shard is not None and examples_per_shard < 1):
+        raise UserError("--num_shards and --examples_per_shard must be >= 1")
+    if num_shards is None and examples_per_shard is None:
+        examples_per_shard = 100_000
+    files = text_corpus.expand_inputs(inputs)
+    tokenizer = Tokenizer(vocab_file, lower_case=lower_case)
+    summary_path = _check_output(output, overwrite)
+    vocab = masking.MaskingVocab.from_tokenizer(tokenizer)
+    rng = random.Random(config.seed)
+    stats, tick = collections.Counter(), _Progress(progress)
+    documents = text_corpus.read_documents(files, input_format, encoding_errors=encoding_errors,
+                                           stats=stats)
+    writer = ShardWriter(output, num_shards, examples_per_shard)
+    reservoir, seen = [], 0
+    chunks = iter(lambda: list(itertools.islice(documents, config.chunk_documents)), [])
+    for chunk in chunks:
+        docs = tokenize_documents(chunk, tokenizer)
+        stats["documents"] += len(docs)
+        stats["sentences"] += sum(len(d) for d in docs)
+        stats["corpus_tokens"] += sum(len(s) for d in docs for s in d)
+        _process_chunk(docs, reservoir, config, rng, tokenizer, vocab, writer, stats)
+        seen = _reservoir_add(reservoir, docs, seen, config.reservoir_documents, rng)
+        tick(stats)
+    shards = writer.close()
+    if not stats["examples"]:
+        for path in shards:
+            os.remove(path)
+        raise UserError(f"--input={inputs} produced no examples ({stats['documents']} "
+                        "documents); it needs text with at least two sentences")
+    tick(stats, force=True)
+    return _write_summary(summary_path, stats, shards, files, config, vocab_file, lower_case,
+                          time.time() - tick.start)
+
+
+def _write_summary(path, stats, shards, files, config, vocab_file, lower_case, seconds):
+    summary = {
+        "documents": stats["documents"], "sentences": stats["sentences"],
+        "corpus_tokens": stats["corpus_tokens"], "examples": stats["examples"],
+        "tokens": stats["tokens"], "shards": [os.path.basename(s) for s in shards],
+        "fraction_truncated": stats["truncated"] / stats["examples"],
+        "fraction_random_next": stats["random_next"] / stats["examples"],
+        "bad_utf8_lines": stats["bad_utf8_lines"], "seconds": round(seconds, 3),
+        "examples_per_second": round(stats["examples"] / max(seconds, 1e-9), 1),
+        "input_files": len(files), "vocab_file": os.path.abspath(vocab_file),
+        "lower_case": lower_case,
+        "feature_names": "google-research/bert" if config.static_masking else "bert_trainer",
+        "config": dataclasses.asdict(config),
+    }
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(summary, f, indent=2)
+        f.write("\n")
+    return summary

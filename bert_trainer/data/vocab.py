@@ -1,0 +1,85 @@
+"""Learning a WordPiece vocabulary with tensorflow-text's BERT vocabulary learner.
+
+Text is streamed from the files (Project Gutenberg headers skipped) through
+`tensorflow_text.tools.wordpiece_vocab.bert_vocab_from_dataset`, which splits words the way
+BERT's basic tokenizer does, counts them and searches for a count threshold giving at most
+`vocab_size` tokens. The special tokens come first, so `[PAD]` is id 0.
+"""
+
+import os
+import sys
+import time
+
+import tensorflow as tf
+from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset as bert_vocab
+
+from bert_trainer import features
+from bert_trainer.data import text_corpus
+from bert_trainer.errors import UserError
+
+_LINES_PER_ELEMENT = 1024  # Lines per dataset element: fewer, larger tokenizer calls.
+
+
+def _line_dataset(files, encoding_errors: str, progress) -> tf.data.Dataset:
+    def lines():
+        for i, path in enumerate(files, 1):
+            if progress is not None:
+                print(f"vocab: reading {path} ({i}/{len(files)})", file=progress, flush=True)
+            batch = []
+            for line in text_corpus.content_lines(path, encoding_errors):
+                if line.strip():
+                    batch.append(line)
+                if len(batch) == _LINES_PER_ELEMENT:
+                    yield batch
+                    batch = []
+            if batch:
+                yield batch
+
+    return tf.data.Dataset.from_generator(
+        lines, output_signature=tf.TensorSpec([None], tf.string))
+
+
+def learn_vocab(inputs, vocab_size: int, output: str, *, lower_case: bool = True,
+                encoding_errors: str = "strict", progress=sys.stderr, **learn_params) -> dict:
+    """Learns a WordPiece vocabulary and writes it as `vocab.txt`.
+
+    Args:
+      inputs: text files: comma list / globs (see `text_corpus.expand_inputs`).
+      vocab_size: the most tokens in the vocabulary, special tokens included. The learner
+        stops within 5 % below it; a small corpus may give fewer.
+      output: path of the vocabulary file to write.
+      lower_case: lower-case and strip accents first (uncased BERT); use the same value for
+        the tokenizer.
+      encoding_errors: see `text_corpus.read_documents`.
+      progress: stream for progress lines, or None.
+      **learn_params: passed to tensorflow-text's `learn` (e.g. `lower_thresh`,
+        `num_iterations`, `max_unique_chars`).
+
+    Returns:
+      dict with vocab_size (actual), requested, files, seconds, output.
+    """
+    if vocab_size <= len(features.SPECIAL_TOKENS):
+        raise UserError(f"--vocab_size={vocab_size} must exceed the "
+                        f"{len(features.SPECIAL_TOKENS)} special tokens (BERT uses 30522)")
+    files = text_corpus.expand_inputs(inputs)
+    if encoding_errors not in text_corpus.ENCODING_ERRORS:
+        raise UserError(f"encoding_errors='{encoding_errors}' is unknown; "
+                        f"use one of {text_corpus.ENCODING_ERRORS}")
+    start = time.time()
+    dataset = _line_dataset(files, encoding_errors, progress)
+    try:
+        vocab = bert_vocab.bert_vocab_from_dataset(
+            dataset, vocab_size=vocab_size, reserved_tokens=list(features.SPECIAL_TOKENS),
+            bert_tokenizer_params={"lower_case": lower_case}, learn_params=learn_params)
+    except StopIteration:  # The learner peeks at the first word of an empty count.
+        raise UserError(f"--input={inputs} holds no text; pass non-empty files") from None
+    if os.path.dirname(output):
+        os.makedirs(os.path.dirname(output), exist_ok=True)
+    with open(output, "w", encoding="utf-8") as f:
+        f.writelines(token + "\n" for token in vocab)
+    seconds = time.time() - start
+    if progress is not None:
+        print(f"vocab: wrote {len(vocab):,} tokens to {output} in {seconds:.1f}s",
+              file=progress, flush=True)
+    return {"vocab_size": len(vocab), "requested": vocab_size, "files": len(files),
+            "seconds": round(seconds, 3), "output": output}

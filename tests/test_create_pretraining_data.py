@@ -1,0 +1,207 @@
+"""create_pretraining_data: example layout, NSP labels, determinism, static masks, summary."""
+
+import json
+import pathlib
+import random
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from absl import flags
+
+from bert_trainer import cli, features
+from bert_trainer.data import create_pretraining_data as cpd
+from bert_trainer.errors import UserError
+
+UNMASKED = {features.INPUT_WORD_IDS, features.INPUT_MASK, features.INPUT_TYPE_IDS,
+            features.NEXT_SENTENCE_LABELS}
+GOOGLE = {"input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
+          "masked_lm_weights", "next_sentence_labels"}
+
+
+@pytest.fixture
+def vocab_file(minilm_dir):
+    return str(minilm_dir / "vocab.txt")
+
+
+@pytest.fixture
+def corpus(shared_dir):
+    """Eight inaugural addresses (prose, 1801-1829): ~120 KB of real text."""
+    return str(shared_dir / "data" / "corpus" / "inaugural" / "18[0-2]*.txt")
+
+
+@pytest.fixture
+def numbered(tmp_path):
+    """40 documents x 30 sentences "D S ." in lines format: every sentence knows its place."""
+    path = tmp_path / "numbered.txt"
+    path.write_text("\n\n".join("\n".join(f"{d} {s} ." for s in range(30)) for d in range(40)),
+                    encoding="utf-8")
+    return str(path)
+
+
+def read_records(pattern):
+    out = []
+    for path in sorted(tf.io.gfile.glob(pattern)):
+        for raw in tf.data.TFRecordDataset(path):
+            example = tf.train.Example.FromString(raw.numpy())
+            out.append({k: list(getattr(v, v.WhichOneof("kind")).value)
+                        for k, v in example.features.feature.items()})
+    return out
+
+
+def test_unmasked_examples_layout_and_summary(corpus, vocab_file, tmp_path):
+    summary = cpd.create_pretraining_data(
+        corpus, vocab_file, str(tmp_path / "out" / "train-*.tfrecord"),
+        cpd.PretrainingDataConfig(max_seq_length=64, seed=3), num_shards=3, progress=None)
+    records = read_records(str(tmp_path / "out" / "train-*.tfrecord"))
+    assert summary["shards"] == [f"train-0000{i}-of-00003.tfrecord" for i in range(3)]
+    assert summary["examples"] == len(records) > 150
+    for r in records:
+        assert set(r) == UNMASKED
+        ids, mask, types = (np.array(r[k]) for k in features.ENCODER_INPUTS)
+        assert len(ids) == len(mask) == len(types) == 64
+        n = int(mask.sum())
+        assert (mask[:n] == 1).all() and (ids[n:] == 0).all() and (types[n:] == 0).all()
+        seps = np.flatnonzero(ids == 102)
+        assert ids[0] == 101 and len(seps) == 2 and seps[1] == n - 1 and seps[0] >= 2
+        assert (types[:seps[0] + 1] == 0).all() and (types[seps[0] + 1:n] == 1).all()
+    labels = np.array([r[features.NEXT_SENTENCE_LABELS][0] for r in records])
+    # google-research/bert's algorithm, with one-sentence chunks completed by the true next
+    # sentence, gives ~50 % random; only document-final one-sentence chunks force a random B.
+    assert 0.45 <= labels.mean() <= 0.58
+    on_disk = json.loads((tmp_path / "out" / "train-summary.json").read_text())
+    assert on_disk["examples"] == len(records) and on_disk["documents"] >= 8
+    assert on_disk["tokens"] == sum(sum(r[features.INPUT_MASK]) for r in records)
+    assert on_disk["fraction_random_next"] == pytest.approx(labels.mean())
+    assert 0.0 < on_disk["fraction_truncated"] < 1.0 and on_disk["seconds"] > 0
+    assert on_disk["config"]["max_seq_length"] == 64 and on_disk["input_files"] == 8
+
+
+def _segments(record, tokenizer):
+    """(doc, sentence) pairs of the complete "D S ." triples in A and in B."""
+    ids = np.array(record[features.INPUT_WORD_IDS])
+    seps = np.flatnonzero(ids == tokenizer.sep_id)
+    out = []
+    for piece in (ids[1:seps[0]], ids[seps[0] + 1:seps[1]]):
+        words = tokenizer.convert_ids_to_tokens(tf.constant(piece)).numpy().tolist()
+        out.append([(int(words[i]), int(words[i + 1])) for i in range(len(words) - 2)
+                    if words[i + 2] == b"." and words[i].isdigit() and words[i + 1].isdigit()])
+    return out
+
+
+def test_next_sentence_labels_are_true(numbered, vocab_file, tmp_path):
+    from bert_trainer.data.tokenizer import Tokenizer
+
+    tok = Tokenizer(vocab_file)
+    config = cpd.PretrainingDataConfig(max_seq_length=32, seed=5, chunk_documents=10,
+                                       reservoir_documents=4)
+    cpd.create_pretraining_data(numbered, vocab_file, str(tmp_path / "t-*.rec"), config,
+                                num_shards=1, progress=None)
+    checked = {0: 0, 1: 0}
+    for r in read_records(str(tmp_path / "t-*.rec")):
+        a, b = _segments(r, tok)
+        if not a or not b:
+            continue  # Truncation cut every complete triple out of one side.
+        label = r[features.NEXT_SENTENCE_LABELS][0]
+        (doc_a, sent_a), (doc_b, sent_b) = a[-1], b[0]
+        if label == 0:  # The actual continuation: same document, later sentence.
+            assert doc_b == doc_a and sent_b > sent_a
+        else:  # Random: another document, from this chunk of 10 or an earlier one.
+            assert doc_b != doc_a and doc_b < (doc_a // 10 + 1) * 10
+        checked[label] += 1
+    assert min(checked.values()) > 80
+
+
+def test_same_seed_same_bytes_other_seed_differs(corpus, vocab_file, tmp_path):
+    def run(name, seed):
+        cpd.create_pretraining_data(corpus, vocab_file, str(tmp_path / name / "d-*.tfrecord"),
+                                    cpd.PretrainingDataConfig(max_seq_length=64, seed=seed),
+                                    num_shards=2, progress=None)
+        return [p.read_bytes() for p in sorted((tmp_path / name).glob("d-*.tfrecord"))]
+
+    first, again, other = run("a", 1), run("b", 1), run("c", 2)
+    assert first == again
+    assert first != other
+
+
+def test_static_masking_writes_google_names(corpus, vocab_file, tmp_path):
+    config = cpd.PretrainingDataConfig(max_seq_length=64, static_masking=True,
+                                       max_predictions_per_seq=10, whole_word_masking=True)
+    cpd.create_pretraining_data(corpus, vocab_file, str(tmp_path / "s-*.tfrecord"), config,
+                                examples_per_shard=200, progress=None)
+    records = read_records(str(tmp_path / "s-*.tfrecord"))
+    assert len(list(tmp_path.glob("s-*-of-*.tfrecord"))) == -(-len(records) // 200)
+    predicted = as_mask = 0
+    for r in records:
+        assert set(r) == GOOGLE
+        assert len(r["masked_lm_positions"]) == len(r["masked_lm_weights"]) == 10
+        n = int(sum(r["masked_lm_weights"]))
+        positions, ids = r["masked_lm_positions"][:n], np.array(r["input_ids"])
+        assert 1 <= n <= 10 and all(0 < p < sum(r["input_mask"]) - 1 for p in positions)
+        assert not np.isin(np.array(r["masked_lm_ids"][:n]), [0, 101, 102]).any()
+        predicted += n
+        as_mask += int((ids[positions] == 103).sum())
+    assert predicted > 1000 and abs(as_mask / predicted - 0.8) < 0.04
+
+
+def test_bad_arguments_are_user_errors(corpus, vocab_file, tmp_path):
+    out = str(tmp_path / "x-*.tfrecord")
+    with pytest.raises(UserError, match=r"--output=.*train.tfrecord must hold exactly one '\*'"):
+        cpd.create_pretraining_data(corpus, vocab_file, str(tmp_path / "train.tfrecord"))
+    with pytest.raises(UserError, match="--num_shards or --examples_per_shard, not both"):
+        cpd.create_pretraining_data(corpus, vocab_file, out, num_shards=2, examples_per_shard=5)
+    with pytest.raises(UserError, match="--max_seq_length=4 is too short"):
+        cpd.create_pretraining_data(corpus, vocab_file, out,
+                                    cpd.PretrainingDataConfig(max_seq_length=4))
+    (tmp_path / "x-00000-of-00001.tfrecord").write_bytes(b"old")
+    with pytest.raises(UserError, match=r"already matches 1 file\(s\).*--overwrite"):
+        cpd.create_pretraining_data(corpus, vocab_file, out, progress=None)
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n   \n", encoding="utf-8")
+    with pytest.raises(UserError, match="produced no examples"):
+        cpd.create_pretraining_data(str(empty), vocab_file, out, overwrite=True, progress=None)
+    assert not list(tmp_path.glob("x-*"))  # Neither the old shard nor an empty new one.
+
+
+def _google_truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng):
+    """google-research/bert's create_pretraining_data.truncate_seq_pair, as published."""
+    while len(tokens_a) + len(tokens_b) > max_num_tokens:
+        trunc_tokens = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
+        if rng.random() < 0.5:
+            del trunc_tokens[0]
+        else:
+            trunc_tokens.pop()
+
+
+def test_truncate_seq_pair_matches_google_research_bert():
+    draw = random.Random(0)
+    for _ in range(500):
+        a = list(range(draw.randint(0, 60)))
+        b = list(range(100, 100 + draw.randint(0, 60)))
+        limit, seed = draw.randint(1, 70), draw.randint(0, 10**6)
+        want_a, want_b, before = list(a), list(b), len(a) + len(b)
+        _google_truncate_seq_pair(want_a, want_b, limit, random.Random(seed))
+        truncated = cpd.truncate_seq_pair(a, b, limit, random.Random(seed))
+        assert (a, b) == (want_a, want_b)
+        assert truncated == (before > limit)
+    a, b = list(range(10)), [100, 101, 102]
+    assert cpd.truncate_seq_pair(a, b, 8, random.Random(0)) and len(a) == 5 and len(b) == 3
+
+
+def test_command_line(corpus, vocab_file, tmp_path, capsys):
+    flags.FLAGS.unparse_flags()
+    rc = cli.main(["bert-train", "create_pretraining_data", f"--input={corpus}",
+                   f"--vocab={vocab_file}", f"--output={tmp_path}/c-*.tfrecord",
+                   "--max_seq_length=48", "--num_shards=2", "--static_masking",
+                   "--max_predictions_per_seq=8"])
+    assert rc == 0
+    summary = json.loads((tmp_path / "c-summary.json").read_text())
+    assert summary["feature_names"] == "google-research/bert"
+    assert len(read_records(f"{tmp_path}/c-*.tfrecord")) == summary["examples"]
+    flags.FLAGS.unparse_flags()
+    rc = cli.main(["bert-train", "create_pretraining_data", f"--input={corpus}",
+                   f"--vocab={pathlib.Path(vocab_file).parent}/none.txt",
+                   f"--output={tmp_path}/d-*.tfrecord"])
+    assert rc == 2
+    assert "none.txt does not exist" in capsys.readouterr().err
+    flags.FLAGS.unparse_flags()

@@ -5,9 +5,11 @@ time and a `main(argv)`. Only the chosen module is imported, so each subcommand 
 its own flags and `--help` is fast.
 """
 
+import contextlib
 import importlib
 import os
 import sys
+import tempfile
 
 SUBCOMMANDS = {
     "pretrain": "Pretrain a BERT encoder (masked LM + next sentence) from a gin config.",
@@ -23,8 +25,8 @@ SUBCOMMANDS = {
 
 def _usage() -> str:
     width = max(map(len, SUBCOMMANDS))
-    lines = ["usage: bert-train SUBCOMMAND [--flags]   (bert-train SUBCOMMAND --help for its flags)", "",
-             "subcommands:"]
+    lines = ["usage: bert-train SUBCOMMAND [--flags]",
+             "       (bert-train SUBCOMMAND --help lists its flags)", "", "subcommands:"]
     lines += [f"  {name:<{width}}  {text}" for name, text in SUBCOMMANDS.items()]
     return "\n".join(lines)
 
@@ -43,8 +45,42 @@ def main(argv=None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from bert_trainer.commands import run_command  # noqa: PLC0415 (keeps --help free of TF)
 
-    module = importlib.import_module(f"bert_trainer.commands.{name}")
+    verbose = any(a in ("--verbose", "--verbose=true") for a in argv[2:])
+    with _native_stderr_silenced(enabled=not verbose):
+        import tensorflow  # noqa: F401, PLC0415  (every command needs it; load it quietly)
+        import tensorflow_text  # noqa: F401, PLC0415  (registers its ops; loads its own .so)
+
+        module = importlib.import_module(f"bert_trainer.commands.{name}")
     return run_command(module, [f"bert-train {name}"] + argv[2:])
+
+
+@contextlib.contextmanager
+def _native_stderr_silenced(enabled: bool = True):
+    """Holds back what native code writes to fd 2 while TensorFlow loads.
+
+    TensorFlow's C++ start-up lines ("oneDNN custom operations are on", "Could not find cuda
+    drivers") are written by absl before its logging is initialised, so TF_CPP_MIN_LOG_LEVEL
+    cannot silence them and they would bury bert-train's one-line messages. If the import
+    fails, what was held back is written out after all.
+    """
+    if not enabled:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        ok = False
+        try:
+            yield
+            ok = True
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            if not ok:
+                held.seek(0)
+                sys.stderr.write(held.read().decode(errors="replace"))
 
 
 if __name__ == "__main__":

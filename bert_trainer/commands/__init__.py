@@ -9,7 +9,7 @@ import os
 import sys
 import traceback
 
-from absl import app, flags
+from absl import flags
 
 from bert_trainer.errors import EXIT_USER_ERROR, UserError
 

@@ -1,0 +1,245 @@
+"""The compiled optimizer step and the loop that runs `steps_per_loop` of them.
+
+One optimizer step (`TrainStep._step`, cross-replica context, inside the loop's tf.function):
+    1. per replica: forward + backward on a micro-batch; losses are divided by the GLOBAL batch
+       (x accumulation_steps), so summing over replicas and micro-batches gives the mean. With
+       accumulation_steps k > 1 this runs k times into non-trainable accumulators.
+    2. per replica: all-reduce (sum) gradients and losses once; the global gradient norm.
+    3. across replicas: if the loss or the norm is NaN/Inf the update is NOT applied, the step
+       is recorded in `nonfinite_step` and the loop stops. (float16 loss-scale overflows are the
+       LossScaleOptimizer's business: it skips them and lowers the scale.) Otherwise: clip by
+       the global norm, apply, global_step += 1.
+No value leaves the device inside the loop.
+"""
+
+import keras
+import tensorflow as tf
+from absl import logging
+
+from bert_trainer import features as F
+from bert_trainer.tasks.base import Task
+from bert_trainer.training import optimization
+
+
+def checked_losses(task: Task, losses: dict) -> dict:
+    """`losses` from `task.build_losses` as float32, after checking the declared names."""
+    if set(losses) != set(task.loss_names):
+        raise ValueError(f"task {task.name!r}: build_losses returned {sorted(losses)} but "
+                         f"loss_names declares {sorted(task.loss_names)}")
+    return {n: tf.cast(v, tf.float32) for n, v in losses.items()}
+
+
+class TrainStep:
+    """The training step of one run: its state, its metrics and its compiled loop.
+
+    Build it under `strategy.scope()`: it creates the step counters, the training metrics and
+    the gradient accumulators there.
+
+    Args:
+        task: the task (losses, metrics, model inputs).
+        model: the task's model.
+        optimizer: from `optimization.build_optimizer` (applies gradients as given).
+        strategy: the run's strategy.
+        accumulation_steps: micro-batches per optimizer step.
+        clip_norm: clip to this global gradient norm (None: no clipping).
+        jit_compile: compile the forward/backward pass with XLA.
+
+    Attributes:
+        global_step: int64 variable, optimizer steps applied (checkpointed).
+        nonfinite_step: int64 variable, the step refused for NaN/Inf, -1 while all is well.
+        loss_means: {loss name: Mean} over the steps since the last `reset_metrics`.
+        metrics: the task's training metrics.
+    """
+
+    def __init__(self, task: Task, model: keras.Model, optimizer, strategy, *,
+                 accumulation_steps: int = 1, clip_norm: float | None = None,
+                 jit_compile: bool = False):
+        self.task = task
+        self.model = model
+        self.optimizer = optimizer
+        self.strategy = strategy
+        self.accumulation_steps = accumulation_steps
+        self.clip_norm = clip_norm
+        self.jit_compile = jit_compile
+        first_replica = tf.VariableAggregation.ONLY_FIRST_REPLICA
+        self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step",
+                                       aggregation=first_replica)
+        self.nonfinite_step = tf.Variable(-1, dtype=tf.int64, trainable=False,
+                                          name="nonfinite_step", aggregation=first_replica)
+        self.metrics = list(task.build_metrics(training=True))
+        self.loss_means = {n: keras.metrics.Mean(name=n) for n in task.loss_names}
+        self._grad_norm = keras.metrics.Mean(name="grad_norm")
+        self._examples = keras.metrics.Sum(name="examples")
+        self._tokens = keras.metrics.Sum(name="tokens")
+        if accumulation_steps > 1:
+            self._build_accumulators()
+        self._loss_scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+        self._grad_indices = None  # trainable variables that get a gradient (set when traced)
+        self._counts_tokens = False  # whether batches have an input mask (set when traced)
+        self._forward = (tf.function(self._forward_backward, jit_compile=True)
+                         if jit_compile else self._forward_backward)
+        self._loop = tf.function(self._loop_body)
+
+    def _build_accumulators(self) -> None:
+        # ON_READ: each replica accumulates its own partial gradient; they are summed by the
+        # explicit all-reduce of the step, never implicitly.
+        def local(value, name):
+            return tf.Variable(value, trainable=False, name=name,
+                               synchronization=tf.VariableSynchronization.ON_READ,
+                               aggregation=tf.VariableAggregation.SUM)
+
+        self._grad_accumulators = [local(tf.zeros(v.shape, v.dtype), "grad_accumulator")
+                                   for v in self.model.trainable_variables]
+        self._loss_accumulators = {n: local(0.0, f"{n}_accumulator") for n in self.task.loss_names}
+
+    # ---------------------------------------------------------------- host-side interface
+
+    def run(self, iterator, num_steps: int) -> int:
+        """Runs up to `num_steps` steps in one compiled call.
+
+        Returns:
+            The step refused for a NaN/Inf loss or gradient norm, or -1 (the loop stops there).
+        """
+        self._loop(iterator, tf.constant(num_steps, tf.int32))
+        return int(self.nonfinite_step.numpy())
+
+    def results(self) -> dict[str, float]:
+        """Mean losses, task metrics and mean gradient norm since the last reset."""
+        values = {n: float(m.result()) for n, m in self.loss_means.items()}
+        values.update(metric_results(self.metrics))
+        values["grad_norm"] = float(self._grad_norm.result())
+        return values
+
+    def counts(self) -> tuple[float, float | None]:
+        """(examples, non-padding tokens or None without an input mask) since the last reset."""
+        tokens = float(self._tokens.result()) if self._counts_tokens else None
+        return float(self._examples.result()), tokens
+
+    def reset_metrics(self) -> None:
+        for metric in [*self.loss_means.values(), *self.metrics, self._grad_norm,
+                       self._examples, self._tokens]:
+            metric.reset_state()
+
+    # ---------------------------------------------------------- per replica (replica context)
+
+    def _forward_backward(self, features):
+        """Gradients and losses of one replica's micro-batch, scaled to the global batch."""
+        batch = self.task.global_batch_size(True) * self.accumulation_steps
+        with tf.GradientTape() as tape:
+            outputs = self.model(self.task.model_inputs(features), training=True)
+            per_example = checked_losses(self.task, self.task.build_losses(features, outputs))
+            losses = {n: tf.nn.compute_average_loss(v, global_batch_size=batch)
+                      for n, v in per_example.items()}
+            objective = losses["loss"]
+            if self.model.losses:  # layer regularizers, counted once over all replicas
+                objective += tf.nn.scale_regularization_loss(
+                    tf.add_n(self.model.losses)) / self.accumulation_steps
+            if self._loss_scaled:
+                objective = self.optimizer.scale_loss(objective)
+        grads = tape.gradient(objective, self.model.trainable_variables)
+        self.task.update_metrics(self.metrics, features, outputs)
+        self._count_batch(features)
+        return self._dense_gradients(grads), losses
+
+    def _dense_gradients(self, grads) -> list:
+        # Runs at trace time: which variables get a gradient is a property of the graph.
+        if self._grad_indices is None:
+            self._grad_indices = [i for i, g in enumerate(grads) if g is not None]
+            unused = [v.path for v, g in zip(self.model.trainable_variables, grads, strict=True)
+                      if g is None]
+            if unused:
+                logging.warning("No gradient reaches %d variable(s), left untrained: %s",
+                                len(unused), ", ".join(unused))
+        # Embedding gradients come as IndexedSlices; dense tensors all-reduce and accumulate
+        # uniformly.
+        return [tf.convert_to_tensor(grads[i]) for i in self._grad_indices]
+
+    def _count_batch(self, features) -> None:
+        first = features[sorted(features)[0]]
+        self._examples.update_state(tf.cast(tf.shape(first)[0], tf.float32))
+        if F.INPUT_MASK in features:
+            self._counts_tokens = True  # set at trace time
+            mask = tf.cast(features[F.INPUT_MASK] != 0, tf.float32)
+            self._tokens.update_state(tf.reduce_sum(mask))
+
+    def _accumulate(self, features) -> None:
+        grads, losses = self._forward(features)
+        for i, g in zip(self._grad_indices, grads, strict=True):
+            self._grad_accumulators[i].assign_add(g)
+        for n, value in losses.items():
+            self._loss_accumulators[n].assign_add(value)
+
+    def _take_accumulated(self):
+        grads = [self._grad_accumulators[i].read_value() for i in self._grad_indices]
+        losses = {n: a.read_value() for n, a in self._loss_accumulators.items()}
+        # Automatic control dependencies order these resets after the reads above.
+        for a in [*self._grad_accumulators, *self._loss_accumulators.values()]:
+            a.assign(tf.zeros_like(a))
+        return grads, losses
+
+    def _all_reduce(self, grads, losses):
+        """Sums gradients and losses over replicas; returns them with the global norm."""
+        ctx = tf.distribute.get_replica_context()
+        grads, losses = ctx.all_reduce(tf.distribute.ReduceOp.SUM, (grads, losses))
+        unscaled = grads
+        if self._loss_scaled:
+            unscaled = [g / self.optimizer.dynamic_scale for g in grads]
+        norm = optimization.global_norm(unscaled)
+        # Every replica adds the same global values: the means' ratios are unaffected.
+        for n, value in losses.items():
+            self.loss_means[n].update_state(value)
+        finite = tf.math.is_finite(norm)
+        self._grad_norm.update_state(tf.where(finite, norm, 0.0), tf.cast(finite, tf.float32))
+        return grads, norm, losses["loss"]
+
+    def _apply(self, grads, norm) -> None:
+        grads = optimization.clip_by_global_norm(grads, norm, self.clip_norm)
+        variables = [self.model.trainable_variables[i] for i in self._grad_indices]
+        self.optimizer.apply(grads, variables)
+
+    # ------------------------------------------------------ one step (cross-replica context)
+
+    def _step(self, iterator):
+        """One optimizer step. Returns False when it was refused (NaN/Inf)."""
+        run = self.strategy.run
+        if self.accumulation_steps == 1:
+            grads, losses = run(self._forward, args=(next(iterator),))
+        else:
+            for _ in tf.range(self.accumulation_steps):
+                run(self._accumulate, args=(next(iterator),))
+            grads, losses = run(self._take_accumulated)
+        grads, norm, loss = run(self._all_reduce, args=(grads, losses))
+        # All replicas hold the same reduced values; any one decides for all.
+        norm = self.strategy.experimental_local_results(norm)[0]
+        loss = self.strategy.experimental_local_results(loss)[0]
+        ok = tf.math.is_finite(loss)
+        if not self._loss_scaled:  # float16 overflows are skipped by the LossScaleOptimizer
+            ok = tf.logical_and(ok, tf.math.is_finite(norm))
+        # The cond is taken in cross-replica context: optimizer updates synchronise replicas,
+        # which tf.distribute does not allow inside a replica-context cond.
+        if ok:
+            run(self._apply, args=(grads, norm))
+            self.global_step.assign_add(1)
+        else:
+            self.nonfinite_step.assign(self.global_step + 1)
+        return ok
+
+    def _loop_body(self, iterator, num_steps):
+        for _ in tf.range(num_steps):
+            if not self._step(iterator):
+                break
+
+
+def metric_results(metrics) -> dict[str, float]:
+    """Scalar results of Keras metrics; a metric returning a dict contributes each entry."""
+    out = {}
+    for metric in metrics:
+        result = metric.result()
+        items = result.items() if isinstance(result, dict) else [(metric.name, result)]
+        for name, value in items:
+            value = keras.ops.convert_to_numpy(value)
+            if value.size != 1:
+                raise ValueError(f"metric {name!r} is not a scalar (shape {value.shape}); "
+                                 "return per-class values from aggregate_eval instead")
+            out[name] = float(value.reshape(()))
+    return out

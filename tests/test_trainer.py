@@ -1,0 +1,223 @@
+"""The training loop on a tiny toy task: learning, exact resume, NaN stop, summaries, precision."""
+
+import json
+import os
+
+import gin
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from toy_task import ToyConfig, ToyTask
+
+from bert_trainer.errors import UserError
+from bert_trainer.training import optimization
+from bert_trainer.training.optimization import OptimizerConfig
+from bert_trainer.training.trainer import NonFiniteError, Trainer, TrainerConfig
+
+TOY = ToyConfig()
+ADAMW = OptimizerConfig(learning_rate=1e-2, warmup_steps=3, decay_steps=40)
+
+
+def weights(trainer):
+    return [v.numpy() for v in trainer.model.trainable_variables]
+
+
+def max_difference(a, b):
+    return max(float(np.max(np.abs(x - y))) for x, y in zip(a, b, strict=True))
+
+
+def make(model_dir, task_config=TOY, optimizer=ADAMW, **config):
+    config.setdefault("steps_per_loop", 5)
+    config.setdefault("eval_steps", None if "eval_interval" in config else 0)  # evals cost time
+    return Trainer(ToyTask(task_config), str(model_dir), config=TrainerConfig(**config),
+                   optimizer=optimizer)
+
+
+def read_scalars(directory):
+    """{tag: {step: value}} from the event files in `directory`."""
+    scalars = {}
+    for name in tf.io.gfile.listdir(directory):
+        for event in tf.compat.v1.train.summary_iterator(os.path.join(directory, name)):
+            for value in event.summary.value:
+                if value.metadata.plugin_data.plugin_name == "scalars":
+                    scalars.setdefault(value.tag, {})[event.step] = float(
+                        tf.make_ndarray(value.tensor))
+    return scalars
+
+
+def test_training_lowers_the_loss_and_evaluates_every_example(tmp_path):
+    trainer = make(tmp_path, train_steps=40, summary_interval=10, eval_interval=20)
+    before = trainer.evaluate()
+    result = trainer.train_and_evaluate()
+    assert result.step == 40 and int(trainer.optimizer.iterations.numpy()) == 40
+    assert result.eval["loss"] < 0.7 * before["loss"]
+    assert result.eval["accuracy"] >= 0.85
+    # 40 eval examples in batches of 16: the final partial batch of 8 is evaluated too, and the
+    # host-side metric over the gathered predictions agrees with the streaming one.
+    assert result.eval["num_examples"] == 40
+    assert result.eval["host_accuracy"] == pytest.approx(result.eval["accuracy"], abs=1e-6)
+    assert result.eval["ce_loss"] == pytest.approx(result.eval["loss"])
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-40")
+
+
+@pytest.mark.parametrize("accumulation_steps", [1, 2])
+def test_killed_and_resumed_run_ends_with_the_same_weights(tmp_path, accumulation_steps):
+    # Dropout on: the resumed run must also draw the same dropout masks.
+    task = ToyConfig(dropout=0.2)
+    common = dict(checkpoint_interval=10, accumulation_steps=accumulation_steps)
+    straight = make(tmp_path / "straight", task, train_steps=20, **common)
+    straight.train_and_evaluate()
+
+    make(tmp_path / "resumed", task, train_steps=10, **common).train_and_evaluate()
+    resumed = make(tmp_path / "resumed", task, train_steps=20, **common)
+    assert int(resumed.global_step.numpy()) == 10  # picked up automatically
+    assert int(resumed.optimizer.iterations.numpy()) == 10  # with the optimizer state
+    resumed.train_and_evaluate()
+    assert max_difference(weights(straight), weights(resumed)) <= 1e-6
+
+
+def test_resume_does_not_replay_consumed_batches(tmp_path):
+    # Control for the test above: without the data position, resuming gives other weights.
+    task = ToyConfig()
+    straight = make(tmp_path / "a", task, train_steps=20)
+    straight.train_and_evaluate()
+    make(tmp_path / "b", task, train_steps=10).train_and_evaluate()
+    resumed = make(tmp_path / "b", task, train_steps=20)
+    resumed._train_dataset = lambda step: Trainer._train_dataset(resumed, 0)  # forget position
+    resumed.train_and_evaluate()
+    assert max_difference(weights(straight), weights(resumed)) > 1e-4
+
+
+def test_nan_stops_the_run_at_its_step_and_keeps_the_last_checkpoint(tmp_path):
+    # Batch index 7 holds NaN, so step 8 is the first bad one.
+    trainer = make(tmp_path, ToyConfig(poison_batch=7), train_steps=20, checkpoint_interval=5)
+    with pytest.raises(NonFiniteError, match=r"NaN/Inf at step 8\b") as caught:
+        trainer.train_and_evaluate()
+    assert caught.value.step == 8
+    assert caught.value.checkpoint.endswith("ckpt-5")
+    assert not issubclass(NonFiniteError, UserError)
+    # The bad update was refused: 7 steps applied, weights finite.
+    assert int(trainer.global_step.numpy()) == 7
+    assert int(trainer.optimizer.iterations.numpy()) == 7
+    assert all(np.isfinite(w).all() for w in weights(trainer))
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-5")
+    restarted = make(tmp_path, ToyConfig(), train_steps=20, checkpoint_interval=5)
+    assert int(restarted.global_step.numpy()) == 5
+
+
+@gin.configurable
+def _toy_setting(value=1):
+    return value
+
+
+def test_event_files_hold_the_training_and_eval_scalars(tmp_path):
+    gin.parse_config("_toy_setting.value = 7")
+    assert _toy_setting() == 7
+    trainer = make(tmp_path, train_steps=10, summary_interval=5, eval_interval=10)
+    trainer.train_and_evaluate()
+    train = read_scalars(tmp_path / "train")
+    expected = {"loss", "ce_loss", "accuracy", "grad_norm", "learning_rate",
+                "steps_per_second", "examples_per_second", "tokens_per_second"}
+    assert expected <= set(train)
+    assert set(train["loss"]) == {5, 10}
+    schedule = optimization.build_schedule(ADAMW, 10)
+    # The rate logged at step s is the one step s used (optimizer iteration s - 1).
+    assert train["learning_rate"][5] == pytest.approx(float(schedule(4)), rel=1e-6)
+    assert train["learning_rate"][10] == pytest.approx(float(schedule(9)), rel=1e-6)
+    assert all(v > 0 for v in train["tokens_per_second"].values())
+    assert train["tokens_per_second"][10] > train["examples_per_second"][10]
+    evals = read_scalars(tmp_path / "eval")
+    assert {"loss", "accuracy", "host_accuracy"} <= set(evals) and set(evals["loss"]) == {10}
+    operative = (tmp_path / "operative_config.gin").read_text()
+    assert "_toy_setting.value = 7" in operative
+    assert json.loads((tmp_path / "toy_config.json").read_text())["hidden_size"] == 16
+
+
+def test_accumulating_two_batches_equals_one_double_batch_step(tmp_path):
+    sgd = OptimizerConfig(name="sgd", learning_rate=0.5, end_learning_rate=0.5,
+                          weight_decay=0.0, clip_norm=None)
+    small = make(tmp_path / "k2", ToyConfig(train_batch_size=8), sgd, train_steps=3,
+                 accumulation_steps=2)
+    small.train_and_evaluate()
+    large = make(tmp_path / "k1", ToyConfig(train_batch_size=16), sgd, train_steps=3)
+    large.train_and_evaluate()
+    assert max_difference(weights(small), weights(large)) < 1e-6
+    assert int(small.optimizer.iterations.numpy()) == 3
+
+
+def test_clipping_bounds_the_applied_update(tmp_path):
+    sgd = OptimizerConfig(name="sgd", learning_rate=1.0, end_learning_rate=1.0,
+                          weight_decay=0.0, clip_norm=1e-3)
+    trainer = make(tmp_path, optimizer=sgd, train_steps=1)
+    before = weights(trainer)
+    trainer.train_and_evaluate()
+    after = weights(trainer)
+    update = np.sqrt(sum(np.sum((a - b) ** 2) for a, b in zip(after, before, strict=True)))
+    assert update == pytest.approx(1e-3, rel=1e-3)
+
+
+def test_mixed_bfloat16_trains_and_restores_the_global_policy(tmp_path):
+    trainer = make(tmp_path, train_steps=10, mixed_precision="bfloat16", eval_steps=None)
+    result = trainer.train_and_evaluate()
+    assert np.isfinite(result.train["loss"]) and result.eval["loss"] < 0.69
+    dense = trainer.model.get_layer("hidden")
+    assert dense.compute_dtype == "bfloat16" and dense.kernel.dtype == "float32"
+    assert keras.config.dtype_policy().name == "float32"
+
+
+def test_float16_uses_dynamic_loss_scaling(tmp_path):
+    trainer = make(tmp_path, train_steps=10, mixed_precision="float16")
+    assert isinstance(trainer.optimizer, keras.optimizers.LossScaleOptimizer)
+    result = trainer.train_and_evaluate()
+    # Overflowing steps (the initial scale 2**15 is too high) are skipped and the scale halved;
+    # they are not NaN failures: the run goes on to the end.
+    applied = int(trainer.optimizer.inner_optimizer.iterations.numpy())
+    assert result.step == 10 and 0 < applied < 10
+    assert result.train["loss_scale"] == 2.0**15 / 2 ** (10 - applied)
+    assert np.isfinite(result.train["loss"]) and np.isfinite(result.train["grad_norm"])
+    assert keras.config.dtype_policy().name == "float32"
+
+
+def test_jit_compile_gives_the_same_weights(tmp_path):
+    eager = make(tmp_path / "a", train_steps=5)
+    eager.train_and_evaluate()
+    compiled = make(tmp_path / "b", train_steps=5, jit_compile=True)
+    compiled.train_and_evaluate()
+    assert max_difference(weights(eager), weights(compiled)) < 1e-5
+
+
+def test_init_checkpoint_warm_starts_fresh_runs_only(tmp_path):
+    make(tmp_path / "pre", train_steps=5).train_and_evaluate()
+    pretrained = weights(make(tmp_path / "pre", train_steps=5))
+    warm = make(tmp_path / "warm", train_steps=10, init_checkpoint=str(tmp_path / "pre"))
+    assert int(warm.global_step.numpy()) == 0
+    assert max_difference(weights(warm), pretrained) == 0
+    warm.train_and_evaluate()
+    # Restarting the warm run resumes its own checkpoint; init_checkpoint is ignored.
+    again = make(tmp_path / "warm", train_steps=10, init_checkpoint=str(tmp_path / "pre"))
+    assert int(again.global_step.numpy()) == 10
+    assert max_difference(weights(again), weights(warm)) == 0
+
+
+def test_bad_settings_are_user_errors(tmp_path):
+    with pytest.raises(UserError, match="train_steps=0 must be a positive integer"):
+        TrainerConfig(train_steps=0)
+    with pytest.raises(UserError, match="accumulation_steps=-2"):
+        TrainerConfig(train_steps=5, accumulation_steps=-2)
+    with pytest.raises(UserError, match="eval_interval=5 needs evaluation but eval_steps=0"):
+        TrainerConfig(train_steps=5, eval_interval=5, eval_steps=0)
+    with pytest.raises(UserError, match="mixed_precision='fp8'"):
+        TrainerConfig(train_steps=5, mixed_precision="fp8")
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    with pytest.raises(UserError, match=f"--model_dir={a_file} is a file"):
+        make(a_file, train_steps=5)
+    with pytest.raises(UserError, match="--init_checkpoint=.*no checkpoint there"):
+        make(tmp_path / "run", train_steps=5, init_checkpoint=str(tmp_path / "missing"))
+
+
+def test_unknown_best_metric_names_the_choices(tmp_path):
+    trainer = make(tmp_path, train_steps=5, best_metric="f1", eval_steps=1)
+    with pytest.raises(UserError, match="best_metric='f1' is not an eval metric.*accuracy"):
+        trainer.train_and_evaluate()

@@ -1,0 +1,166 @@
+"""Token tagging (NER) input pipeline: word labels on first sub-tokens, and back to words.
+
+Tag scheme: IOB1 (CoNLL-2003's original files: `I-X` opens an entity unless it follows an
+entity of the same type; `B-X` only splits two adjacent ones) and IOB2 (every entity opens
+with `B-X`) are both read and converted to IOB2, the one scheme used inside bert-train and in
+its output. The conversion turns an `I-X` that does not continue an `X` entity into `B-X`; it
+leaves IOB2 unchanged, so it is applied to every source without detecting the scheme.
+
+Alignment: each word is tokenized on its own; its first sub-token carries the word's label and
+the other sub-tokens carry `features.IGNORE_LABEL` (-1), which the loss ignores. The same mask
+maps per-token predictions back to one tag per word (`word_predictions`). Words past
+`seq_length - 2` pieces are cut; `word_predictions` tags them "O" when told the word count.
+"""
+
+import numpy as np
+import tensorflow as tf
+
+from bert_trainer import features
+from bert_trainer.data import input_utils
+
+OUTSIDE = "O"
+
+
+def to_iob2(tags: list[str]) -> list[str]:
+    """IOB1 or IOB2 tags of one sentence in IOB2.
+
+    Args:
+      tags: e.g. ["I-PER", "I-PER", "O", "I-LOC", "B-LOC"] (IOB1).
+
+    Returns:
+      e.g. ["B-PER", "I-PER", "O", "B-LOC", "B-LOC"].
+    """
+    out, prev_type = [], None
+    for tag in tags:
+        kind, _, etype = tag.partition("-")
+        if kind == "I" and etype and etype != prev_type:
+            tag = f"B-{etype}"
+        out.append(tag)
+        prev_type = etype if kind in ("B", "I") and etype else None
+    return out
+
+
+def sorted_tags(tags) -> list[str]:
+    """A tag set in a stable order: "O", then per entity type (sorted) its B- and I- tags."""
+    rest = sorted(set(tags) - {OUTSIDE}, key=lambda t: (t.partition("-")[2], t))
+    return [OUTSIDE] + rest
+
+
+def iob2_ids(tag_ids: tf.Tensor, label_names) -> tf.Tensor:
+    """`to_iob2` on tag ids inside a graph (for TFDS's integer tags).
+
+    Args:
+      tag_ids: int [words] ids into `label_names` of one sentence.
+      label_names: tags in id order, e.g. CoNLL-2003's.
+
+    Returns:
+      int64 [words] ids of the IOB2 tags.
+    """
+    names = list(label_names)
+    types = sorted({n.partition("-")[2] for n in names if n != OUTSIDE})
+    type_of = [types.index(n.partition("-")[2]) + 1 if n != OUTSIDE else 0 for n in names]
+    inside = [n.startswith("I-") for n in names]
+    begin = [names.index(f"B-{n[2:]}") if n.startswith("I-") and f"B-{n[2:]}" in names else i
+             for i, n in enumerate(names)]
+    tag_ids = tf.cast(tag_ids, tf.int64)
+    prev = tf.concat([tf.fill([1], tf.constant(names.index(OUTSIDE), tf.int64)), tag_ids[:-1]], 0)
+    opens = tf.logical_and(tf.gather(inside, tag_ids),
+                           tf.not_equal(tf.gather(type_of, prev), tf.gather(type_of, tag_ids)))
+    return tf.where(opens, tf.gather(tf.constant(begin, tf.int64), tag_ids), tag_ids)
+
+
+def _pieces_per_word(tokenizer, words: tf.RaggedTensor) -> tf.RaggedTensor:
+    """int32 [total_words, (pieces)]; a word with no piece (control chars only) becomes [UNK]."""
+    pieces = tokenizer.tokenize(words.flat_values)
+    empty = tf.equal(pieces.row_lengths(), 0)
+    filler = tf.RaggedTensor.from_row_lengths(
+        tf.fill([tf.reduce_sum(tf.cast(empty, tf.int32))], tf.constant(tokenizer.unk_id, tf.int32)),
+        tf.cast(empty, tf.int64))
+    return tf.concat([pieces, filler], axis=1)
+
+
+def tag_features(tokenizer, words: tf.RaggedTensor, tags: tf.RaggedTensor | None,
+                 seq_length: int) -> dict:
+    """Encoder inputs and per-token labels of a batch of tagged sentences.
+
+    Args:
+      tokenizer: a `bert_trainer.data.tokenizer.Tokenizer`.
+      words: string RaggedTensor [batch, (words)].
+      tags: int RaggedTensor [batch, (words)] of tag ids, or None when predicting (then word
+        starts are labelled 0 so that `word_predictions` still finds them).
+      seq_length: packed length; a sentence keeps at most `seq_length - 2` pieces.
+
+    Returns:
+      features.ENCODER_INPUTS int32 [batch, seq_length] and features.LABEL_IDS int32
+      [batch, seq_length]: the word's tag on its first piece, IGNORE_LABEL elsewhere.
+    """
+    pieces = _pieces_per_word(tokenizer, words)  # (total_words, (pieces))
+    row_ids = pieces.value_rowids()
+    is_first = tf.equal(tf.range(tf.size(pieces.flat_values, out_type=tf.int64)),
+                        tf.gather(pieces.row_starts(), row_ids))
+    word_tags = (tf.zeros_like(words.flat_values, tf.int32) if tags is None
+                 else tf.cast(tags.flat_values, tf.int32))
+    piece_labels = tf.where(is_first, tf.gather(word_tags, row_ids), features.IGNORE_LABEL)
+
+    splits = pieces.row_splits
+    ids = tf.RaggedTensor.from_row_splits(pieces.flat_values, tf.gather(splits, words.row_splits))
+    labels = tf.RaggedTensor.from_row_splits(piece_labels, ids.row_splits)
+    keep = seq_length - 2  # Room for [CLS] and [SEP]; cut here so pack() never trims again.
+    ids, labels = ids[:, :keep], labels[:, :keep]
+    inputs = tokenizer.pack([ids], seq_length)
+    ignore_cls = tf.fill([labels.nrows(), 1], tf.constant(features.IGNORE_LABEL, tf.int32))
+    labels = tf.concat([tf.RaggedTensor.from_tensor(ignore_cls), labels], axis=1)
+    inputs[features.LABEL_IDS] = labels.to_tensor(features.IGNORE_LABEL, shape=[None, seq_length])
+    return inputs
+
+
+def tagging_dataset(raw: tf.data.Dataset, tokenizer, *, seq_length: int, batch_size: int,
+                    is_training: bool, input_context=None,
+                    shuffle_buffer: int = input_utils.DEFAULT_SHUFFLE_BUFFER,
+                    seed: int | None = None, deterministic: bool = False) -> tf.data.Dataset:
+    """Batches of a tagging task from raw examples {"tokens", "tags"} (`TaskData.load`).
+
+    Args:
+      raw: unbatched raw examples; "tags" may be absent (prediction).
+      tokenizer: a `Tokenizer`.
+      seq_length: packed sequence length.
+      batch_size: per-replica batch size.
+      is_training, input_context, shuffle_buffer, seed, deterministic: see
+        `input_utils.batch_pipeline`.
+
+    Returns:
+      Dataset of dicts: ENCODER_INPUTS and LABEL_IDS, int32 [batch, seq_length].
+    """
+    def featurize(batch):
+        return tag_features(tokenizer, batch["tokens"], batch.get("tags"), seq_length)
+
+    return input_utils.batch_pipeline(
+        raw, featurize, batch_size=batch_size, is_training=is_training,
+        input_context=input_context, ragged=True, shuffle_buffer=shuffle_buffer, seed=seed,
+        deterministic=deterministic)
+
+
+def word_predictions(predicted_ids, label_ids, label_names, num_words=None) -> list[list[str]]:
+    """Per-token predictions back to one tag per word.
+
+    Args:
+      predicted_ids: int [batch, seq_length] predicted tag ids (argmax of the logits).
+      label_ids: int [batch, seq_length] the batch's `features.LABEL_IDS`; its non-ignored
+        positions are the first pieces of the words, in word order.
+      label_names: tags in id order.
+      num_words: optional [batch] word counts; words cut by truncation are tagged "O".
+
+    Returns:
+      One list of tag strings per sentence.
+    """
+    predicted_ids, label_ids = np.asarray(predicted_ids), np.asarray(label_ids)
+    if predicted_ids.shape != label_ids.shape:
+        raise ValueError(f"predicted_ids {predicted_ids.shape} and label_ids {label_ids.shape} "
+                         "must have the same shape")
+    out = []
+    for i, (pred, labels) in enumerate(zip(predicted_ids, label_ids, strict=True)):
+        tags = [label_names[p] for p in pred[labels != features.IGNORE_LABEL]]
+        if num_words is not None:
+            tags += [OUTSIDE] * (int(num_words[i]) - len(tags))
+        out.append(tags)
+    return out

@@ -1,0 +1,144 @@
+"""TFDS paths: the offline one-line error, and every TFDS task through `tfds.testing.mock_data`."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from bert_trainer import features
+from bert_trainer.data import squad_data, tagging_data, task_data
+from bert_trainer.data.classification_data import classification_dataset
+from bert_trainer.data.tfds_sources import load_tfds
+from bert_trainer.data.tokenizer import Tokenizer
+from bert_trainer.errors import UserError
+
+_TOKENIZERS = {}
+CONTEXT = "The Broncos beat the Panthers in Santa Clara, California, in February 2016."
+
+
+@pytest.fixture
+def tokenizer(minilm_dir):
+    path = str(minilm_dir / "vocab.txt")
+    if path not in _TOKENIZERS:  # Built once per session: it is immutable.
+        _TOKENIZERS[path] = Tokenizer(path)
+    return _TOKENIZERS[path]
+
+
+def _examples(name: str, n: int) -> list[dict]:
+    """Consistent fake examples in each dataset's TFDS layout (random mock data is not)."""
+    if name == "imdb_reviews":
+        return [{"text": f"review {i} was {'great' if i % 2 else 'bad'}", "label": i % 2}
+                for i in range(n)]
+    if name == "glue":
+        return [{"sentence1": f"first {i}", "sentence2": f"second sentence {i}",
+                 "label": i % 2, "idx": i} for i in range(n)]
+    if name == "squad":
+        answers = ["Broncos", "Santa Clara, California", "February 2016"]
+        return [{"id": f"q{i}", "title": "t", "context": CONTEXT, "question": f"What {i}?",
+                 "answers": {"text": [answers[i % 3]],
+                             "answer_start": [CONTEXT.index(answers[i % 3])]}}
+                for i in range(n)]
+    assert name == "conll2003", name
+    # IOB1 ids in TFDS's CoNLL order: I-PER=2, I-LOC=6, B-LOC=5.
+    return [{"tokens": ["John", "Smith", "visited", "Paris", "London"][: 3 + i % 3],
+             "pos": [0] * (3 + i % 3), "chunks": [0] * (3 + i % 3),
+             "ner": [2, 2, 0, 6, 5][: 3 + i % 3]} for i in range(n)]
+
+
+_STRING, _INT = tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int64)
+_SIGNATURES = {
+    "imdb_reviews": {"text": _STRING, "label": _INT},
+    "glue": {"sentence1": _STRING, "sentence2": _STRING, "label": _INT,
+             "idx": tf.TensorSpec([], tf.int32)},
+    "squad": {"id": _STRING, "title": _STRING, "context": _STRING, "question": _STRING,
+              "answers": {"text": tf.TensorSpec([None], tf.string),
+                          "answer_start": tf.TensorSpec([None], tf.int32)}},
+    "conll2003": {"tokens": tf.TensorSpec([None], tf.string),
+                  **{k: tf.TensorSpec([None], tf.int64) for k in ("pos", "chunks", "ner")}},
+}
+
+
+def _as_dataset(self, split, decoders=None, read_config=None, shuffle_files=False):
+    del split, decoders, read_config, shuffle_files
+    rows = _examples(self.name, 10)
+    return tf.data.Dataset.from_generator(lambda: iter(rows),
+                                          output_signature=_SIGNATURES[self.name])
+
+
+@pytest.fixture
+def mock_tfds():
+    with tfds.testing.mock_data(as_dataset_fn=_as_dataset):
+        yield
+
+
+def test_not_prepared_offline_is_one_line(tmp_path):
+    with pytest.raises(UserError) as info:
+        task_data.get_task_data("mrpc").load("train", data_dir=str(tmp_path))
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"TFDS dataset 'glue/mrpc' is not prepared in {tmp_path} ")
+    assert "--data_dir=DIR" in message and "--train_file/--eval_file" in message
+
+
+def test_download_failure_is_one_line(tmp_path, monkeypatch):
+    def offline(self, *args, **kwargs):
+        raise OSError("[Errno 101] Network is unreachable\nlong traceback text")
+
+    monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare", offline)
+    with pytest.raises(UserError, match=r"^TFDS dataset 'imdb_reviews' is not in .* and "
+                                        r"downloading it failed \(\[Errno 101\] Network is "
+                                        r"unreachable\): pass --data_dir=DIR.*--train_file"):
+        load_tfds("imdb_reviews", "train", str(tmp_path), download=True)
+
+
+def test_unknown_dataset():
+    with pytest.raises(UserError, match="TFDS has no dataset 'no_such_set'"):
+        load_tfds("no_such_set", "train")
+
+
+def test_imdb_mock(mock_tfds, tokenizer):
+    raw = task_data.get_task_data("imdb").load("train")
+    ds = classification_dataset(raw, tokenizer, seq_length=16, batch_size=4, is_training=False)
+    batches = list(ds)
+    assert [b[features.LABEL_IDS].shape[0] for b in batches] == [4, 4, 2]
+    assert np.concatenate([b[features.LABEL_IDS] for b in batches]).tolist() == [0, 1] * 5
+    ids = batches[0][features.INPUT_WORD_IDS].numpy()[1]
+    expected = tokenizer.tokenize(["review 1 was great"]).flat_values.numpy().tolist()
+    assert ids[:len(expected) + 2].tolist() == [tokenizer.cls_id, *expected, tokenizer.sep_id]
+
+
+def test_glue_mrpc_mock_pairs(mock_tfds, tokenizer):
+    raw = task_data.get_task_data("mrpc").load("eval")
+    assert set(raw.element_spec) == {"text", "text_b", "label"}
+    batch = next(iter(classification_dataset(raw, tokenizer, seq_length=12, batch_size=10,
+                                             is_training=False)))
+    assert batch[features.INPUT_WORD_IDS].shape == (10, 12)
+    # "first 0" / "second sentence 0": [CLS] a b [SEP] c d e [SEP].
+    assert batch[features.INPUT_TYPE_IDS].numpy()[0].tolist() == [0] * 4 + [1] * 4 + [0] * 4
+    assert batch[features.LABEL_IDS].dtype == tf.int32
+
+
+def test_squad_mock_recovers_answers(mock_tfds, tokenizer):
+    raw = task_data.get_task_data("squad").load("eval")
+    data = squad_data.squad_eval_data(raw, tokenizer, seq_length=32, doc_stride=8,
+                                      max_query_length=8, batch_size=4)
+    assert all(not ex.is_impossible for ex in data.examples)  # v1.1 lacks the field.
+    n = len(data.features)
+    start, end = np.full((n, 32), -9.0), np.full((n, 32), -9.0)
+    for i, w in enumerate(data.features):
+        start[i, w.start_position], end[i, w.end_position] = 9.0, 9.0
+    predictions = squad_data.postprocess_squad(data.examples, data.features, start, end)
+    assert predictions == {ex.id: ex.answer_texts[0] for ex in data.examples}
+    assert len(predictions) == 10
+
+
+def test_conll2003_mock_iob2(mock_tfds, tokenizer):
+    task = task_data.get_task_data("conll2003")
+    rows = list(task.load("train").as_numpy_iterator())
+    assert [task.label_names[t] for t in rows[2]["tags"]] == [
+        "B-PER", "I-PER", "O", "B-LOC", "B-LOC"]
+    ds = tagging_data.tagging_dataset(task.load("train"), tokenizer, seq_length=16,
+                                      batch_size=5, is_training=True, shuffle_buffer=4, seed=0)
+    batch = next(iter(ds))
+    assert batch[features.LABEL_IDS].shape == (5, 16)
+    assert set(batch[features.LABEL_IDS].numpy().ravel()) <= {-1, 0, 1, 2, 5}

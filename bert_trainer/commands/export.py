@@ -1,8 +1,37 @@
-"""`bert-train export`: not built yet (see the open issues)."""
+"""`bert-train export`: a text-in TensorFlow SavedModel from a model directory.
 
-from bert_trainer.errors import UserError
+  bert-train export --model_dir=runs/sst2 --output=exports/sst2
+  bert-train export --model_dir=runs/squad --output=exports/squad --checkpoint=latest
+
+The SavedModel holds the tokenizer (vocab.txt as an asset) and the post-processing, so it
+answers raw strings and needs only tensorflow + tensorflow-text to run. Signatures:
+serving_default (text in: classification/regression `text[, text_b]`, QA `question, context`,
+tagging `text`), serving_ids and encode (token ids in). A pretraining model directory exports
+`encode` only. See bert_trainer/export/__init__.py for every input and output.
+"""
+
+from absl import flags
+
+from bert_trainer.export import export_saved_model
+
+flags.DEFINE_string("model_dir", None, "Model directory written by finetune (or pretrain).")
+flags.DEFINE_string("output", None, "Export directory to write (must be new or empty, see "
+                    "--overwrite).")
+flags.DEFINE_string("checkpoint", None, "best, latest or a checkpoint prefix; default: best "
+                    "when model_dir/best/ holds one, else latest.")
+flags.DEFINE_integer("seq_length", None, "Packed sequence length of the text signatures; "
+                     "default: the task's seq_length.", lower_bound=3)
+flags.DEFINE_boolean("overwrite", False, "Replace an existing --output directory.")
+flags.mark_flags_as_required(["model_dir", "output"])
+FLAGS = flags.FLAGS
 
 
 def main(argv):
     del argv
-    raise UserError("'export' is not implemented yet in this version of bert-train")
+    result = export_saved_model(FLAGS.model_dir, FLAGS.output, checkpoint=FLAGS.checkpoint,
+                                seq_length=FLAGS.seq_length, overwrite=FLAGS.overwrite)
+    print(f"exported {result['family']} model (seq_length {result['seq_length']}) to "
+          f"{result['output']}")
+    for name, sig in result["signatures"].items():
+        print(f"  {name}({', '.join(sig['inputs'])}) -> {', '.join(sig['outputs'])}")
+    return 0

@@ -1,8 +1,45 @@
-"""`bert-train predict`: not built yet (see the open issues)."""
+"""`bert-train predict`: answers for every line of a file, one JSON object per input.
 
-from bert_trainer.errors import UserError
+  bert-train predict --saved_model=exports/sst2 --input=reviews.txt --output=-
+  bert-train predict --model_dir=runs/squad --input=questions.jsonl --output=answers.jsonl
+
+--input is read as text (one input a line), TSV (columns in the model's input order, or any
+order under a header naming them) or JSONL (objects keyed by the input names), from the
+extension unless --format says. A progress line goes to stderr. A line that cannot be read is
+reported with its number and skipped (--on_error=skip), or stops the run with exit code 2
+(--on_error=stop). With --model_dir the model is wrapped in-process exactly as an export.
+"""
+
+import sys
+
+from absl import flags
+
+from bert_trainer import predict
+
+flags.DEFINE_string("model_dir", None, "Model directory written by finetune.")
+flags.DEFINE_string("saved_model", None, "Directory written by 'bert-train export'.")
+flags.DEFINE_string("input", None, "Input file, or - for stdin.")
+flags.DEFINE_string("output", "-", "Output JSON lines file, or - for stdout.")
+flags.DEFINE_enum("format", None, list(predict.FORMATS), "Input format; default: from the "
+                  "extension (.tsv, .jsonl/.json, else text).")
+flags.DEFINE_integer("batch_size", 32, "Inputs per model call.", lower_bound=1)
+flags.DEFINE_enum("on_error", "skip", list(predict.ON_ERROR), "What an unreadable line does: "
+                  "skip (report, count, go on) or stop (exit 2).")
+flags.DEFINE_string("checkpoint", None, "With --model_dir: best, latest or a prefix.")
+flags.DEFINE_integer("seq_length", None, "With --model_dir: packed sequence length.",
+                     lower_bound=3)
+flags.mark_flags_as_required(["input"])
+flags.mark_flags_as_mutual_exclusive(["model_dir", "saved_model"], required=True)
+FLAGS = flags.FLAGS
 
 
 def main(argv):
     del argv
-    raise UserError("'predict' is not implemented yet in this version of bert-train")
+    predictor = predict.load_predictor(model_dir=FLAGS.model_dir, saved_model=FLAGS.saved_model,
+                                       checkpoint=FLAGS.checkpoint, seq_length=FLAGS.seq_length)
+    summary = predict.run_predict(predictor, FLAGS.input, FLAGS.output, fmt=FLAGS.format,
+                                  batch_size=FLAGS.batch_size, on_error=FLAGS.on_error)
+    skipped = f", skipped {summary.skipped} unreadable lines" if summary.skipped else ""
+    print(f"predict: answered {summary.answered} inputs in {summary.seconds:.1f}s{skipped}",
+          file=sys.stderr)
+    return 0

@@ -1,0 +1,32 @@
+"""Text-in SavedModels: the tokenizer, the model and the post-processing in one TF graph.
+
+An export answers raw strings in any process that has `tensorflow` and `tensorflow-text`
+(bert_trainer is not needed to load or run it). Its signatures, by task family:
+
+    classification  serving_default(text[, text_b])  -> probabilities [b, C] float32,
+                                                        label_index [b] int32, label_name [b] string
+    regression      serving_default(text[, text_b])  -> score [b] float32
+    squad           serving_default(question, context) -> answer [b] string, score [b] float32,
+                                                        start, end [b] int32 (characters)
+    tagging         serving_default(text)            -> entity_type, entity_text [b, E] string,
+                                                        entity_start, entity_end [b, E] int32,
+                                                        num_entities [b] int32 (padded, see
+                                                        `tagging_serving`)
+    every family    serving_ids(input_word_ids, input_mask, input_type_ids) -> the task model's
+                                                        raw outputs (logits, ...)
+                    encode(input_word_ids, input_mask, input_type_ids) -> sequence_output
+                                                        [b, s, h], pooled_output [b, h]
+
+A pretraining model directory exports `encode` only (there is no task to answer). Character
+offsets count Unicode code points of the original string (Python's `str` indices), not bytes.
+
+Modules:
+  serving.py          `ServingModule` base, `EncoderServing`, `ClassifierServing`
+  tagging_serving.py  `TaggerServing`: word-level entities with character spans
+  squad_serving.py    `SquadServing`: in-graph doc-stride windows and span selection
+  exporter.py         model_dir -> serving module -> SavedModel (`export_saved_model`)
+"""
+
+from bert_trainer.export.exporter import build_serving_module, export_saved_model
+
+__all__ = ["build_serving_module", "export_saved_model"]

@@ -1,0 +1,211 @@
+"""A bert-train model directory -> a serving module -> a text-in SavedModel.
+
+The model directory's `bert_train.json` says what to rebuild: the encoder config, the
+vocabulary and the task (`FinetuningTask.task_info()`: family, label_names, seq_length,
+text_keys, and for SQuAD version_2 and the `squad` decoding options). The task model is rebuilt
+by family, restored from a checkpoint with every variable required, and wrapped in the
+family's serving module. A pretraining directory (task family "pretraining", or no task)
+exports the encoder's `encode` signature only: there is no task to answer.
+
+The encoder is rebuilt in float32 whatever policy it trained under: a SavedModel must run on
+any device (mixed float16 is slow or unsupported on CPUs), and the variables are float32 anyway.
+"""
+
+import dataclasses
+import os
+import shutil
+import tempfile
+
+import tensorflow as tf
+from absl import logging
+
+from bert_trainer import model_dir as model_dir_lib
+from bert_trainer.errors import UserError
+from bert_trainer.export.serving import ClassifierServing, EncoderServing, ServingModule
+from bert_trainer.export.squad_serving import SquadServing
+from bert_trainer.export.tagging_serving import TaggerServing
+from bert_trainer.models import BertClassifier, BertSpanLabeler, BertTokenClassifier
+from bert_trainer.training.checkpointing import BEST_DIR
+
+ENCODER_FAMILIES = (None, "pretraining")
+TASK_FAMILIES = ("classification", "regression", "squad", "tagging")
+
+
+def resolve_checkpoint(model_dir: str, checkpoint: str | None = None) -> str:
+    """The checkpoint prefix to export.
+
+    Args:
+      model_dir: a bert-train model directory.
+      checkpoint: "best" (model_dir/best/, kept by the trainer's best-metric tracking),
+        "latest" (the newest ckpt-N), a checkpoint prefix or directory; None: "best" when
+        the directory has one, else "latest".
+
+    Returns:
+      A checkpoint prefix.
+    """
+    best_dir = os.path.join(model_dir, BEST_DIR)
+    if checkpoint is None:
+        has_best = tf.io.gfile.glob(os.path.join(best_dir, "ckpt-*.index"))
+        checkpoint = "best" if has_best else "latest"
+    if checkpoint == "best":
+        if not tf.io.gfile.glob(os.path.join(best_dir, "ckpt-*.index")):
+            raise UserError(f"--checkpoint=best: {best_dir} holds no checkpoint (it is written "
+                            "when fine-tuning evaluates); use --checkpoint=latest")
+        return model_dir_lib.latest_checkpoint(best_dir)
+    if checkpoint == "latest":
+        return model_dir_lib.latest_checkpoint(model_dir)
+    return model_dir_lib.latest_checkpoint(checkpoint)
+
+
+def _num_classes(task: dict, where: str) -> int:
+    if task.get("num_classes"):
+        return int(task["num_classes"])
+    if task.get("label_names"):
+        return len(task["label_names"])
+    raise UserError(f"{where}: task.label_names is missing; a {task['family']} export needs "
+                    "the class names (re-run finetune, or add them to bert_train.json)")
+
+
+def _task_model(family: str, encoder, task: dict, where: str):
+    """The (unrestored) task model of a family."""
+    if family == "regression":
+        return BertClassifier(encoder, num_classes=1)
+    if family == "classification":
+        return BertClassifier(encoder, num_classes=_num_classes(task, where))
+    if family == "squad":
+        return BertSpanLabeler(encoder, name="bert_span_labeler")
+    return BertTokenClassifier(encoder, num_classes=_num_classes(task, where))
+
+
+def _restore_task_model(model, prefix: str) -> None:
+    """Restores every variable of `model` from `prefix`; UserError if any is missing."""
+    try:
+        status = tf.train.Checkpoint(model=model).read(prefix)
+        status.assert_existing_objects_matched()
+    except (AssertionError, ValueError, tf.errors.OpError) as e:
+        first = str(e).strip().splitlines()[0][:300]
+        raise UserError(f"checkpoint {prefix} does not fit the task model described in "
+                        f"{model_dir_lib.MODEL_INFO_FILE} ({first})") from None
+    status.expect_partial()  # The optimizer's slots and the step are not exported.
+
+
+def _serving_options(family: str, task: dict) -> dict:
+    """Family-specific serving module arguments from the stored task description."""
+    if family == "squad":
+        squad = dict(task.get("squad") or {})
+        return dict(version_2=bool(task.get("version_2", False)),
+                    **{k: squad[k] for k in ("doc_stride", "max_query_length",
+                                             "max_answer_length", "n_best", "null_threshold")
+                       if k in squad})
+    if family == "tagging":
+        return dict(label_names=task["label_names"])
+    options = dict(pair="text_b" in (task.get("text_keys") or ()))
+    if family == "regression":
+        return dict(options, regression=True)
+    names = task.get("label_names")
+    if not names:
+        names = [str(i) for i in range(_num_classes(task, "bert_train.json"))]
+        logging.warning("task.label_names is missing; labels are named by index: %s", names)
+    return dict(options, label_names=names)
+
+
+def build_serving_module(model_dir: str, *, checkpoint: str | None = None,
+                         seq_length: int | None = None) -> ServingModule:
+    """Rebuilds a model directory's model, restores it and wraps it for serving.
+
+    Args:
+      model_dir: a bert-train model directory (fine-tuned or pretrained).
+      checkpoint: see `resolve_checkpoint`.
+      seq_length: packed length of the text signatures; default: the task's `seq_length`,
+        else the encoder's `max_sequence_length`.
+
+    Returns:
+      A `ClassifierServing`, `SquadServing`, `TaggerServing` or (pretraining) `EncoderServing`.
+    """
+    info = model_dir_lib.read_model_info(model_dir)
+    where = os.path.join(model_dir, model_dir_lib.MODEL_INFO_FILE)
+    task = info.task or {}
+    family = task.get("family")
+    if family not in ENCODER_FAMILIES + TASK_FAMILIES:
+        raise UserError(f"{where}: task family {family!r} cannot be exported; known families: "
+                        f"{', '.join(TASK_FAMILIES)} (and pretraining)")
+    if info.vocab_file is None:
+        raise UserError(f"{where} names no vocab_file; an export needs the vocabulary "
+                        "(re-run convert/finetune with --vocab_file)")
+    prefix = resolve_checkpoint(model_dir, checkpoint)
+    float32_info = dataclasses.replace(info, encoder_config={**info.encoder_config,
+                                                             "dtype": "float32"})
+    encoder = model_dir_lib.build_encoder(float32_info)
+    seq_length = int(seq_length or task.get("seq_length") or encoder.max_sequence_length)
+    common = dict(vocab_file=info.vocab_file, lower_case=info.lower_case, seq_length=seq_length)
+    logging.info("Exporting %s (%s) from %s", task.get("name", "encoder"), family, prefix)
+    if family in ENCODER_FAMILIES:
+        model_dir_lib.restore_pretrained(prefix, encoder=encoder)
+        return EncoderServing(encoder, **common)
+    model = _task_model(family, encoder, task, where)
+    _restore_task_model(model, prefix)
+    options = _serving_options(family, task)
+    if family == "squad":
+        return SquadServing(model, **common, **options)
+    if family == "tagging":
+        return TaggerServing(model, **common, **options)
+    return ClassifierServing(model, **common, **options)
+
+
+def check_output_dir(output: str, overwrite: bool = False) -> str:
+    """The absolute export path; UserError if it is a file, or a non-empty dir to keep."""
+    output = os.path.abspath(output)
+    if os.path.exists(output) and not os.path.isdir(output):
+        raise UserError(f"--output={output} is a file; give a directory path")
+    if os.path.isdir(output) and os.listdir(output) and not overwrite:
+        raise UserError(f"--output={output} exists and is not empty; choose a new directory "
+                        "or pass --overwrite")
+    return output
+
+
+def save(module: ServingModule, output: str, *, overwrite: bool = False) -> str:
+    """Writes `module` as a SavedModel at `output`, all at once (temp dir, then rename).
+
+    Args:
+      module: a serving module.
+      output: the export directory; must not exist or be empty unless `overwrite`.
+      overwrite: replace an existing export directory.
+
+    Returns:
+      `output`.
+    """
+    output = check_output_dir(output, overwrite)
+    parent = os.path.dirname(output)
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".export-", dir=parent)
+    try:
+        tf.saved_model.save(module, staging, signatures=module.signatures())
+        if os.path.isdir(output):
+            shutil.rmtree(output)
+        os.replace(staging, output)
+    finally:
+        if os.path.isdir(staging):
+            shutil.rmtree(staging)
+    return output
+
+
+def export_saved_model(model_dir: str, output: str, *, checkpoint: str | None = None,
+                       seq_length: int | None = None, overwrite: bool = False) -> dict:
+    """`bert-train export`: a model directory to a text-in SavedModel.
+
+    Args:
+      model_dir, checkpoint, seq_length: see `build_serving_module`.
+      output, overwrite: see `save`.
+
+    Returns:
+      {"output", "family", "signatures": {name: {"inputs": [...], "outputs": [...]}}}.
+    """
+    check_output_dir(output, overwrite)  # Before the slow part.
+    module = build_serving_module(model_dir, checkpoint=checkpoint, seq_length=seq_length)
+    signatures = module.signatures()
+    path = save(module, output, overwrite=overwrite)
+    described = {name: {"inputs": [spec.name for spec in fn.structured_input_signature[0]],
+                        "outputs": sorted(fn.structured_outputs)}
+                 for name, fn in signatures.items()}
+    return {"output": path, "family": module.family, "seq_length": module.seq_length,
+            "signatures": described}

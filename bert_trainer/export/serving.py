@@ -1,0 +1,209 @@
+"""Serving modules: a model, its in-graph tokenizer and post-processing as `tf.function`s.
+
+A `ServingModule` is a `tf.Module` (model, tokenizer, vocabulary asset) with one
+`tf.function` per signature (`function(name)`, `signatures()`); the same functions serve
+in-process, so `bert-train predict --model_dir` and a loaded export run one code path.
+Tokenization and packing reuse the training pipeline's code (`Tokenizer`,
+`classification_data.text_features`), so a served text is encoded exactly as in fine-tuning.
+
+The tokenizer is tensorflow-text's `FastBertTokenizer` built from the model directory's
+`vocab.txt`; the same file is stored as the asset `assets/vocab.txt`, so an export carries
+the vocabulary its graph was built from.
+"""
+
+import tensorflow as tf
+
+from bert_trainer import features
+from bert_trainer.data.classification_data import text_features
+from bert_trainer.data.tokenizer import Tokenizer
+from bert_trainer.errors import UserError
+from bert_trainer.models.output_names import LOGITS
+
+# Signature names.
+SERVING_DEFAULT = "serving_default"  # raw text in, answers out
+SERVING_IDS = "serving_ids"          # encoder inputs in, the task model's raw outputs out
+ENCODE = "encode"                    # encoder inputs in, encoder outputs out
+
+# Text signature inputs and outputs.
+TEXT, TEXT_B = "text", "text_b"
+PROBABILITIES, LABEL_INDEX, LABEL_NAME = "probabilities", "label_index", "label_name"
+SCORE = "score"
+
+
+def byte_to_char(text: tf.Tensor, byte_offsets: tf.RaggedTensor) -> tf.RaggedTensor:
+    """Converts UTF-8 byte offsets into code point (Python `str`) offsets.
+
+    Args:
+      text: string [batch].
+      byte_offsets: int64 RaggedTensor [batch, (n)] of offsets on character boundaries of the
+        matching text (a token's start, or its exclusive end).
+
+    Returns:
+      int64 RaggedTensor [batch, (n)]: the number of characters before each offset.
+    """
+    _, char_starts = tf.strings.unicode_decode_with_offsets(text, "UTF-8")  # (batch, (chars))
+    # The characters starting before an offset are the characters before it; padding with
+    # int64 max keeps padding out of the count. The extra columns keep both inner sizes
+    # non-zero, which searchsorted needs (an empty batch, or texts without characters).
+    never = tf.int64.max
+    starts = tf.pad(char_starts.to_tensor(default_value=never), [[0, 0], [0, 1]],
+                    constant_values=never)  # (batch, max_chars + 1)
+    offsets = tf.pad(byte_offsets.to_tensor(default_value=0), [[0, 0], [0, 1]])  # (b, n + 1)
+    chars = tf.searchsorted(starts, offsets, side="left", out_type=tf.int64)
+    return tf.RaggedTensor.from_tensor(chars, lengths=byte_offsets.row_lengths())
+
+
+class _Functions:
+    """A plain holder of a module's tf.functions (see `ServingModule.__init__`)."""
+
+    def __init__(self):
+        self.cache = {}
+
+
+def _text_spec(name: str) -> tf.TensorSpec:
+    return tf.TensorSpec([None], tf.string, name=name)
+
+
+def _ids_spec():
+    return [tf.TensorSpec([None, None], tf.int32, name=name) for name in features.ENCODER_INPUTS]
+
+
+class ServingModule(tf.Module):
+    """A model with its tokenizer; subclasses add the text signature `serving_default`.
+
+    Args:
+      model: a task model (it has `encoder`) or an encoder.
+      vocab_file: the model's `vocab.txt`; stored as the asset `assets/vocab.txt`.
+      lower_case: lower-case and strip accents before WordPiece (as in training).
+      seq_length: packed length of the text signatures; at most the encoder's
+        `max_sequence_length`.
+
+    Attributes:
+      model, encoder, seq_length, lower_case: as given (`encoder` is `model.encoder`).
+      vocab_file: `tf.saved_model.Asset` of the vocabulary.
+      tokenizer: the `Tokenizer` (`FastBertTokenizer`) built from it.
+
+    `function(name)` is the tf.function of a signature, e.g. `function("encode")`:
+    (input_word_ids, input_mask, input_type_ids int32 [b, s]) -> {sequence_output float32
+    [b, s, h], pooled_output float32 [b, h]}.
+    """
+
+    family = "encoder"
+
+    def __init__(self, model, *, vocab_file: str, lower_case: bool, seq_length: int,
+                 name: str | None = None):
+        super().__init__(name=name)
+        self.model = model
+        self.encoder = getattr(model, "encoder", model)
+        limit = self.encoder.max_sequence_length
+        if not 2 < int(seq_length) <= limit:
+            raise UserError(f"seq_length={seq_length} must be in [3, {limit}] (the encoder's "
+                            "max_sequence_length); pass a smaller --seq_length")
+        self.seq_length = int(seq_length)
+        self.lower_case = bool(lower_case)
+        self.vocab_file = tf.saved_model.Asset(vocab_file)
+        self.tokenizer = Tokenizer(vocab_file, lower_case=lower_case)
+        # The tf.functions live in a plain object, not in attributes: SavedModel saves every
+        # tf.function attribute besides the signatures and retraces each in its save context,
+        # which doubles the export time for functions that only the signatures need.
+        self._functions = _Functions()
+
+    def _specs(self) -> dict:
+        """{signature name: (Python function, input signature)}."""
+        return {ENCODE: (self._encode, _ids_spec())}
+
+    def function(self, name: str):
+        """The tf.function of signature `name` (traced once, then cached)."""
+        cache = self._functions.cache
+        if name not in cache:
+            fn, spec = self._specs()[name]
+            cache[name] = tf.function(fn, input_signature=spec)
+        return cache[name]
+
+    def _encode(self, input_word_ids, input_mask, input_type_ids):
+        outputs = self.encoder({features.INPUT_WORD_IDS: input_word_ids,
+                                features.INPUT_MASK: input_mask,
+                                features.INPUT_TYPE_IDS: input_type_ids}, training=False)
+        return {name: tf.cast(outputs[name], tf.float32)
+                for name in (features.SEQUENCE_OUTPUT, features.POOLED_OUTPUT)}
+
+    def _task_outputs(self, input_word_ids, input_mask, input_type_ids) -> dict:
+        """The task model's raw outputs as float32 (`serving_ids`)."""
+        outputs = self.model({features.INPUT_WORD_IDS: input_word_ids,
+                              features.INPUT_MASK: input_mask,
+                              features.INPUT_TYPE_IDS: input_type_ids}, training=False)
+        return {name: tf.cast(value, tf.float32) for name, value in outputs.items()}
+
+    def _run_model(self, inputs: dict) -> dict:
+        return self._task_outputs(*(inputs[name] for name in features.ENCODER_INPUTS))
+
+    def signatures(self) -> dict:
+        """{signature name: concrete function} to pass to `tf.saved_model.save`."""
+        return {name: self.function(name).get_concrete_function() for name in self._specs()}
+
+
+class EncoderServing(ServingModule):
+    """A bare encoder (a pretraining model directory): the `encode` signature only."""
+
+
+class TaskServing(ServingModule):
+    """A task model: `serving_ids` (raw outputs) besides `encode`; subclasses add text."""
+
+    def _text_spec(self) -> tuple:
+        """(Python function, input signature) of `serving_default`."""
+        raise NotImplementedError
+
+    def _specs(self) -> dict:
+        return {SERVING_DEFAULT: self._text_spec(),
+                SERVING_IDS: (self._task_outputs, _ids_spec()), **super()._specs()}
+
+    def text_function(self):
+        """The raw-text tf.function (`serving_default`), e.g. `text_function()(text=...)`."""
+        return self.function(SERVING_DEFAULT)
+
+
+class ClassifierServing(TaskServing):
+    """Sentence (pair) classification or regression on raw text.
+
+    Args:
+      model: a `BertClassifier`.
+      label_names: class names in id order (classification); None for regression.
+      pair: the task reads two texts (`text`, `text_b`).
+      regression: the model predicts one score.
+      **kwargs: `ServingModule` arguments.
+
+    `serving_default(text [b] string[, text_b [b] string])` returns, for classification,
+    probabilities float32 [b, C], label_index int32 [b] and label_name string [b]; for
+    regression, score float32 [b].
+    """
+
+    def __init__(self, model, *, label_names=None, pair: bool = False, regression: bool = False,
+                 **kwargs):
+        super().__init__(model, **kwargs)
+        self.pair = bool(pair)
+        self.regression = bool(regression)
+        self.family = "regression" if regression else "classification"
+        self.label_names = None if regression else tuple(str(n) for n in label_names or ())
+        if not regression and len(self.label_names) != model.num_classes:
+            raise UserError(f"{len(self.label_names)} label_names for a classifier of "
+                            f"{model.num_classes} classes; fix task.label_names in bert_train.json")
+    def _text_spec(self):
+        if self.pair:
+            return self._classify_pair, [_text_spec(TEXT), _text_spec(TEXT_B)]
+        return self._classify_one, [_text_spec(TEXT)]
+
+    def _classify_one(self, text):
+        return self._classify({TEXT: text})
+
+    def _classify_pair(self, text, text_b):
+        return self._classify({TEXT: text, TEXT_B: text_b})
+
+    def _classify(self, batch: dict) -> dict:
+        """Tokenizes and packs as in training (`text_features`), then runs the model."""
+        logits = self._run_model(text_features(self.tokenizer, batch, self.seq_length))[LOGITS]
+        if self.regression:
+            return {SCORE: logits[:, 0]}  # (batch,)
+        probabilities = tf.nn.softmax(logits, axis=-1)  # (batch, classes)
+        index = tf.argmax(logits, axis=-1, output_type=tf.int32)  # (batch,)
+        return {PROBABILITIES: probabilities, LABEL_INDEX: index,
+                LABEL_NAME: tf.gather(tf.constant(self.label_names), index)}

@@ -1,0 +1,161 @@
+"""Token tagging (NER) on raw text: word-level entities with character spans, in graph.
+
+Words are BERT's basic-tokenizer words: the text is split at whitespace and around every
+punctuation character (and CJK character), which is what `FastBertTokenizer` does before
+WordPiece; a piece without the `##` prefix starts a word (`tokenizer.group_words`'s rule).
+Fine-tuning tokenizes each CoNLL word on its own and labels its first piece, so a word here is
+encoded exactly as a training word of the same spelling; one difference remains: a training
+word such as "U.S." is one word, here it is four ("u", ".", "s", ".") and each gets a tag.
+
+Entities are read from the IOB2 word tags as conlleval does (`metrics.tagging.get_entities`):
+B-X starts an entity, I-X continues one of type X and starts one after O or another type.
+A text longer than `seq_length - 2` pieces is tagged up to there; later words get no tag.
+
+Ragged outputs cannot cross a signature, so each output is padded to the batch's largest
+entity count E (strings with "", offsets with -1) and `num_entities` [b] says how many are real.
+"""
+
+import tensorflow as tf
+
+from bert_trainer.errors import UserError
+from bert_trainer.export.serving import TEXT, TaskServing, byte_to_char
+from bert_trainer.models.output_names import LOGITS
+
+OUTSIDE = "O"
+ENTITY_TYPE, ENTITY_TEXT = "entity_type", "entity_text"
+ENTITY_START, ENTITY_END, NUM_ENTITIES = "entity_start", "entity_end", "num_entities"
+
+
+def tag_scheme(label_names) -> tuple[tuple[str, ...], tuple[int, ...], tuple[bool, ...]]:
+    """Entity types of IOB2 tags, and per tag its type number and whether it is a B- tag.
+
+    Args:
+      label_names: tags in id order, e.g. ("O", "B-PER", "I-PER").
+
+    Returns:
+      (types sorted, e.g. ("PER",); type number of each tag, 0 for "O" and 1 + the index in
+      `types` otherwise; True for each B- tag).
+
+    Raises:
+      UserError: a tag that is neither "O" nor B-TYPE / I-TYPE.
+    """
+    bad = [t for t in label_names
+           if t != OUTSIDE and not (t[:2] in ("B-", "I-") and len(t) > 2)]
+    if bad:
+        raise UserError(f"tag {bad[0]!r} in task.label_names is not IOB2 (O, B-TYPE, I-TYPE); "
+                        "the export reads entities from IOB2 tags")
+    types = tuple(sorted({t[2:] for t in label_names if t != OUTSIDE}))
+    type_of = [0 if t == OUTSIDE else 1 + types.index(t[2:]) for t in label_names]
+    return types, tuple(type_of), tuple(t.startswith("B-") for t in label_names)
+
+
+def word_pieces(ids: tf.RaggedTensor, is_continuation: tf.Tensor):
+    """Where each word's pieces start and end, in flat piece positions.
+
+    Args:
+      ids: int RaggedTensor [batch, (pieces)].
+      is_continuation: bool [vocab_size], True for `##` pieces.
+
+    Returns:
+      (first, last, row): int64 [total_words]: each word's first and last piece (indices into
+      `ids.flat_values`) and its row. A row's first piece always starts a word.
+    """
+    total = tf.size(ids.flat_values, out_type=tf.int64)
+    row_ids = ids.value_rowids()
+    first_in_row = tf.equal(tf.range(total), tf.gather(ids.row_starts(), row_ids))
+    starts = tf.logical_or(tf.logical_not(tf.gather(is_continuation, ids.flat_values)),
+                           first_in_row)
+    first = tf.where(starts)[:, 0]  # (words,)
+    # A word ends where the next one starts; rows never share a word (first_in_row above).
+    last = tf.concat([first[1:], [total]], axis=0) - 1
+    return first, last, tf.gather(row_ids, first)
+
+
+def find_entities(tags: tf.Tensor, rows: tf.Tensor, type_of, is_begin):
+    """Entities of word tags, read as conlleval reads IOB2.
+
+    Args:
+      tags: int [total_words] tag ids of the words of all rows, in order.
+      rows: int64 [total_words] row of each word (non-decreasing).
+      type_of, is_begin: from `tag_scheme`.
+
+    Returns:
+      (first, last, entity_type): [entities] indices into `tags` of each entity's first and
+      last word (int64) and its type number (int32, >= 1), in order.
+    """
+    kind = tf.gather(tf.constant(type_of, tf.int32), tags)  # (words,), 0 for O
+    begin = tf.gather(tf.constant(is_begin, tf.bool), tags)
+    prev_kind = tf.concat([[0], kind[:-1]], axis=0)
+    new_row = tf.not_equal(rows, tf.concat([tf.constant([-1], rows.dtype), rows[:-1]], axis=0))
+    starts = (kind > 0) & (begin | new_row | tf.not_equal(kind, prev_kind))
+    inside = kind > 0
+    # Every non-O word belongs to the entity most recently started (same type, same row).
+    entity = tf.cumsum(tf.cast(starts, tf.int64)) - 1
+    first = tf.where(starts)[:, 0]
+    words = tf.range(tf.size(tags, out_type=tf.int64))
+    last = tf.math.unsorted_segment_max(tf.boolean_mask(words, inside),
+                                        tf.boolean_mask(entity, inside), tf.size(first))
+    return first, last, tf.gather(kind, first)
+
+
+class TaggerServing(TaskServing):
+    """Named entities of raw text (see the module docstring).
+
+    Args:
+      model: a `BertTokenClassifier`.
+      label_names: IOB2 tags in id order.
+      **kwargs: `ServingModule` arguments.
+
+    `serving_default(text [b] string)` returns entity_type, entity_text string [b, E],
+    entity_start, entity_end int32 [b, E] (characters of `text`, end exclusive) and
+    num_entities int32 [b].
+    """
+
+    family = "tagging"
+
+    def __init__(self, model, *, label_names, **kwargs):
+        super().__init__(model, **kwargs)
+        self.label_names = tuple(str(n) for n in label_names)
+        if len(self.label_names) != model.num_classes:
+            raise UserError(f"{len(self.label_names)} label_names for a tagger of "
+                            f"{model.num_classes} tags; fix task.label_names in bert_train.json")
+        self.entity_types, self._type_of, self._is_begin = tag_scheme(self.label_names)
+
+    def _text_spec(self):
+        return self._tag, [tf.TensorSpec([None], tf.string, name=TEXT)]
+
+    def _word_tags(self, text):
+        """(ids [b, (pieces)], byte starts, byte ends, predicted tag [b, (pieces)])."""
+        ids, starts, ends = self.tokenizer.tokenize_with_offsets(text)
+        keep = self.seq_length - 2  # Room for [CLS] and [SEP], as in `tag_features`.
+        ids, starts, ends = ids[:, :keep], starts[:, :keep], ends[:, :keep]
+        logits = self._run_model(self.tokenizer.pack([ids], self.seq_length))[LOGITS]
+        predicted = tf.argmax(logits[:, 1:keep + 1], axis=-1, output_type=tf.int32)  # (b, keep)
+        predicted = tf.RaggedTensor.from_tensor(predicted, lengths=ids.row_lengths())
+        return ids, starts, ends, predicted
+
+    def _tag(self, text):
+        ids, starts, ends, predicted = self._word_tags(text)
+        first_piece, last_piece, word_row = word_pieces(ids, self.tokenizer.is_continuation)
+        tags = tf.gather(predicted.flat_values, first_piece)  # (words,) tag of the first piece
+        first, last, kind = find_entities(tags, word_row, self._type_of, self._is_begin)
+        byte_start = tf.gather(starts.flat_values, tf.gather(first_piece, first))  # (entities,)
+        byte_end = tf.gather(ends.flat_values, tf.gather(last_piece, last))
+        row = tf.gather(word_row, first)
+        nrows = tf.shape(text, out_type=tf.int64)[0]
+
+        def by_row(values):
+            return tf.RaggedTensor.from_value_rowids(values, row, nrows=nrows)
+
+        char_start = byte_to_char(text, by_row(byte_start))  # (b, (entities))
+        char_end = byte_to_char(text, by_row(byte_end))
+        surface = tf.strings.substr(tf.gather(text, row), byte_start, byte_end - byte_start)
+        names = tf.gather(tf.constant(("",) + self.entity_types), kind)
+        return {
+            ENTITY_TYPE: by_row(names).to_tensor(default_value=""),  # (b, E)
+            ENTITY_TEXT: by_row(surface).to_tensor(default_value=""),
+            ENTITY_START: tf.cast(char_start.to_tensor(default_value=-1), tf.int32),
+            ENTITY_END: tf.cast(char_end.to_tensor(default_value=-1), tf.int32),
+            NUM_ENTITIES: tf.cast(by_row(kind).row_lengths(), tf.int32),
+        }
+

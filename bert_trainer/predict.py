@@ -1,0 +1,376 @@
+"""`bert-train predict`: stream text through a model, one JSON object per input.
+
+Inputs (`--format`, default from the file's extension: .tsv, .jsonl/.json, else text):
+  text   one input per line (models with one text input only);
+  tsv    tab-separated columns in the model's input order (`text[, text_b]` or
+         `question, context`), or in any order under a header row naming them;
+  jsonl  one JSON object per line with the input names as keys (extra keys are ignored).
+Blank lines are skipped. A line that cannot be read (not UTF-8, bad JSON, missing field, wrong
+column count) is reported on stderr with its line number; `on_error="skip"` counts it and goes
+on, `"stop"` raises a `UserError` naming file:line after writing what came before it.
+
+Outputs, one JSON line per input, in input order: {"line": N, <the inputs>, <the answer>}
+with the answer by family:
+  classification {"label", "label_index", "probabilities": [per class, in label order]}
+  regression     {"score"}
+  squad          {"answer", "score", "start", "end"} (characters; score null if no span)
+  tagging        {"entities": [{"type", "text", "start", "end"}, ...]} (characters)
+
+A predictor is the export's `serving_default` signature: loaded from a SavedModel, or the
+same function built in-process from a model directory (`export.build_serving_module`), so
+both give the same answers.
+"""
+
+import dataclasses
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+
+import numpy as np
+
+from bert_trainer.errors import UserError
+
+FORMATS = ("text", "tsv", "jsonl")
+ON_ERROR = ("skip", "stop")
+# Input orders of the text signatures (a loaded signature lists its inputs sorted by name).
+_INPUT_ORDERS = (("question", "context"), ("text", "text_b"), ("text",))
+
+
+@dataclasses.dataclass
+class Predictor:
+    """A batch function over raw strings.
+
+    Attributes:
+      input_names: the text inputs, in TSV column order, e.g. ("text", "text_b").
+      fn: {name: string tensor [b]} -> {output name: tensor [b, ...]}.
+      family: "classification", "regression", "squad" or "tagging" (from the outputs).
+    """
+
+    input_names: tuple[str, ...]
+    fn: Callable
+    family: str
+
+    def __call__(self, batch: dict[str, list[str]]) -> dict[str, np.ndarray]:
+        import tensorflow as tf  # Lazy: parsing inputs needs no TensorFlow.
+
+        outputs = self.fn(**{k: tf.constant(v, tf.string) for k, v in batch.items()})
+        return {k: v.numpy() for k, v in outputs.items()}
+
+
+def _family(output_names) -> str:
+    names = set(output_names)
+    for family, marker in (("squad", "answer"), ("tagging", "entity_type"),
+                           ("classification", "probabilities"), ("regression", "score")):
+        if marker in names:
+            return family
+    raise UserError(f"the serving_default signature returns {sorted(names)}, not the outputs "
+                    "of a bert-train text export; re-export with 'bert-train export'")
+
+
+def _ordered(names) -> tuple[str, ...]:
+    for order in _INPUT_ORDERS:
+        if set(order) == set(names):
+            return order
+    return tuple(sorted(names))
+
+
+def load_predictor(*, model_dir: str | None = None, saved_model: str | None = None,
+                   checkpoint: str | None = None, seq_length: int | None = None) -> Predictor:
+    """The text predictor of a SavedModel or of a model directory (exactly one of them).
+
+    Args:
+      model_dir: a bert-train model directory; its model is wrapped in-process.
+      saved_model: a directory written by `bert-train export`.
+      checkpoint, seq_length: model directory only (see `export.build_serving_module`).
+
+    Returns:
+      A `Predictor`.
+    """
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401 (registers the tokenizer ops an export uses)
+
+    if (model_dir is None) == (saved_model is None):
+        raise UserError("pass exactly one of --model_dir and --saved_model")
+    if model_dir is not None:
+        from bert_trainer.export import build_serving_module
+
+        module = build_serving_module(model_dir, checkpoint=checkpoint, seq_length=seq_length)
+        if not hasattr(module, "text_function"):
+            raise UserError(f"{model_dir} is a pretraining model directory: it has no task to "
+                            "predict; fine-tune it first (bert-train finetune)")
+        fn = module.text_function()
+        names = [spec.name for spec in fn.input_signature]
+        outputs = fn.get_concrete_function().structured_outputs
+        return Predictor(_ordered(names), fn, _family(outputs))
+    if not os.path.isfile(os.path.join(saved_model, "saved_model.pb")):
+        raise UserError(f"--saved_model={saved_model} holds no saved_model.pb; pass a directory "
+                        "written by 'bert-train export'")
+    loaded = tf.saved_model.load(saved_model)
+    if "serving_default" not in loaded.signatures:
+        raise UserError(f"--saved_model={saved_model} has no serving_default signature (only "
+                        f"{', '.join(loaded.signatures)}): it encodes token ids, it does not "
+                        "answer text; export a fine-tuned model directory")
+    fn = loaded.signatures["serving_default"]
+    names = list(fn.structured_input_signature[1])
+    return Predictor(_ordered(names), fn, _family(fn.structured_outputs))
+
+
+def detect_format(path: str, fmt: str | None) -> str:
+    """`fmt`, or the format implied by the file extension (text for '-' and others)."""
+    if fmt is not None:
+        if fmt not in FORMATS:
+            raise UserError(f"--format={fmt} is unknown; use one of {', '.join(FORMATS)}")
+        return fmt
+    ext = os.path.splitext(path)[1].lower()
+    return {".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}.get(ext, "text")
+
+
+class BadLine(ValueError):
+    """A line that cannot be read; the message says why."""
+
+
+def _tsv_header(fields: list[str], names) -> dict[str, int] | None:
+    """{input name: column} when `fields` is a header naming every input, else None."""
+    if set(names) <= set(fields):
+        return {name: fields.index(name) for name in names}
+    return None
+
+
+def parse_line(text: str, fmt: str, names, header: dict | None) -> dict[str, str]:
+    """The inputs of one decoded line; BadLine says what is wrong."""
+    if fmt == "text":
+        return {names[0]: text}
+    if fmt == "tsv":
+        fields = text.split("\t")
+        if header is not None:
+            if len(fields) <= max(header.values()):
+                raise BadLine(f"has {len(fields)} columns, the header has "
+                              f"{max(header.values()) + 1}")
+            return {name: fields[col] for name, col in header.items()}
+        if len(fields) != len(names):
+            raise BadLine(f"has {len(fields)} tab-separated columns, expected {len(names)} "
+                          f"({', '.join(names)})")
+        return dict(zip(names, fields, strict=True))
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise BadLine(f"is not valid JSON ({e.msg} at column {e.colno})") from None
+    if not isinstance(obj, dict):
+        raise BadLine(f"is a JSON {type(obj).__name__}, expected an object with "
+                      f"{', '.join(names)}")
+    missing = [n for n in names if not isinstance(obj.get(n), str)]
+    if missing:
+        raise BadLine(f"lacks the string field(s) {', '.join(missing)}")
+    return {n: obj[n] for n in names}
+
+
+def read_inputs(lines: Iterable[bytes], fmt: str, names) -> Iterator[tuple[int, dict | str]]:
+    """Parses raw lines.
+
+    Args:
+      lines: raw lines (bytes, with or without line endings), line 1 first.
+      fmt: "text", "tsv" or "jsonl".
+      names: the predictor's input names in column order.
+
+    Yields:
+      (line number, inputs dict) for each input, or (line number, reason str) for a bad line.
+    """
+    if fmt == "text" and len(names) != 1:
+        raise UserError(f"--format=text gives one text a line, but the model reads "
+                        f"{', '.join(names)}; use --format=tsv or --format=jsonl")
+    header, first = None, True
+    for number, raw in enumerate(lines, start=1):
+        try:
+            text = raw.decode("utf-8").rstrip("\r\n")
+        except UnicodeDecodeError as e:
+            yield number, f"is not UTF-8 (byte {e.start}: {raw[e.start:e.start + 1]!r})"
+            continue
+        if not text.strip():
+            continue
+        if fmt == "tsv" and first:
+            first = False
+            header = _tsv_header(text.split("\t"), names)
+            if header is not None:
+                continue
+        try:
+            yield number, parse_line(text, fmt, names, header)
+        except BadLine as e:
+            yield number, str(e)
+
+
+def _finite(value) -> float | None:
+    """A JSON-safe score: rounded to 6 decimals (float32 has ~7 digits); None if not finite."""
+    value = float(value)
+    return round(value, 6) if math.isfinite(value) else None
+
+
+def _decode(value) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def format_answer(family: str, outputs: dict, i: int) -> dict:
+    """The JSON answer of row `i` of a batch's outputs (see the module docstring)."""
+    if family == "classification":
+        return {"label": _decode(outputs["label_name"][i]),
+                "label_index": int(outputs["label_index"][i]),
+                "probabilities": [round(float(p), 6) for p in outputs["probabilities"][i]]}
+    if family == "regression":
+        return {"score": _finite(outputs["score"][i])}
+    if family == "squad":
+        return {"answer": _decode(outputs["answer"][i]), "score": _finite(outputs["score"][i]),
+                "start": int(outputs["start"][i]), "end": int(outputs["end"][i])}
+    count = int(outputs["num_entities"][i])
+    return {"entities": [{"type": _decode(outputs["entity_type"][i, j]),
+                          "text": _decode(outputs["entity_text"][i, j]),
+                          "start": int(outputs["entity_start"][i, j]),
+                          "end": int(outputs["entity_end"][i, j])} for j in range(count)]}
+
+
+class Progress:
+    """A progress line on stderr: lines read (of the total when known), inputs answered, rate.
+
+    On a terminal it is redrawn in place after every batch; in a log it prints a line every
+    `log_interval` seconds, so a long run shows it is alive without flooding the log.
+    """
+
+    def __init__(self, stream, total_lines: int | None = None, log_interval: float = 10.0):
+        self.stream, self.total_lines = stream, total_lines
+        self.tty = hasattr(stream, "isatty") and stream.isatty()
+        self.log_interval = log_interval
+        self._start = self._last = time.perf_counter()
+
+    def update(self, lines: int, answered: int, final: bool = False) -> None:
+        now = time.perf_counter()
+        if not (self.tty or final or now - self._last >= self.log_interval):
+            return
+        self._last = now
+        rate = answered / max(now - self._start, 1e-9)
+        if self.total_lines:
+            filled = int(20 * lines / self.total_lines)
+            where = f"[{'#' * filled}{'.' * (20 - filled)}] line {lines}/{self.total_lines}"
+        else:
+            where = f"line {lines}"
+        text = f"predict: {where} | {answered} answered | {rate:.1f}/s"
+        end = "\n" if final or not self.tty else ""
+        print(("\r\x1b[K" if self.tty else "") + text, end=end, file=self.stream, flush=True)
+
+    def message(self, text: str) -> None:
+        """Prints a line without mangling the progress line."""
+        print(("\r\x1b[K" if self.tty else "") + text, file=self.stream, flush=True)
+
+
+@dataclasses.dataclass
+class PredictSummary:
+    """What a run did: inputs answered, bad lines skipped, and the wall time."""
+
+    answered: int = 0
+    skipped: int = 0
+    seconds: float = 0.0
+
+
+def _answer_batch(predictor: Predictor, pending: list, write) -> int:
+    """Runs one batch of (line, inputs) and writes its JSON lines; returns the count."""
+    batch = {name: [inputs[name] for _, inputs in pending] for name in predictor.input_names}
+    outputs = predictor(batch)
+    for i, (line, inputs) in enumerate(pending):
+        record = {"line": line, **inputs, **format_answer(predictor.family, outputs, i)}
+        write(json.dumps(record, ensure_ascii=False) + "\n")
+    return len(pending)
+
+
+def predict_lines(predictor: Predictor, lines: Iterable[bytes], write: Callable[[str], None], *,
+                  fmt: str, batch_size: int = 32, on_error: str = "skip",
+                  source: str = "<input>", progress: Progress | None = None) -> PredictSummary:
+    """Answers every input of `lines`, in order, in batches; writes one JSON line each.
+
+    Args:
+      predictor: from `load_predictor`.
+      lines: raw input lines (bytes).
+      write: receives each output line (JSON + newline).
+      fmt: "text", "tsv" or "jsonl".
+      batch_size: inputs per model call.
+      on_error: "skip" (report and count bad lines) or "stop" (UserError at the first).
+      source: the input's name in messages.
+      progress: where progress and skipped lines are reported (None: nowhere).
+
+    Returns:
+      A `PredictSummary`.
+    """
+    if batch_size < 1:
+        raise UserError(f"--batch_size={batch_size} must be >= 1")
+    if on_error not in ON_ERROR:
+        raise UserError(f"--on_error={on_error} is unknown; use skip or stop")
+    summary, pending, number = PredictSummary(), [], 0
+    start = time.perf_counter()
+
+    def flush():
+        summary.answered += _answer_batch(predictor, pending, write)
+        pending.clear()
+        if progress is not None:
+            progress.update(number, summary.answered)
+
+    for number, item in read_inputs(lines, fmt, predictor.input_names):
+        if isinstance(item, str):
+            if on_error == "stop":
+                if pending:
+                    flush()
+                raise UserError(f"{source}:{number}: the line {item}; fix it or pass "
+                                "--on_error=skip")
+            summary.skipped += 1
+            if progress is not None:
+                progress.message(f"{source}:{number}: skipped: the line {item}")
+            continue
+        pending.append((number, item))
+        if len(pending) == batch_size:
+            flush()
+    if pending:
+        flush()
+    summary.seconds = time.perf_counter() - start
+    if progress is not None:
+        progress.update(number, summary.answered, final=True)
+    return summary
+
+
+def _count_lines(path: str) -> int:
+    with open(path, "rb") as f:
+        return sum(1 for _ in f)
+
+
+def run_predict(predictor: Predictor, input_path: str, output_path: str, *,
+                fmt: str | None = None, batch_size: int = 32, on_error: str = "skip",
+                stderr=None) -> PredictSummary:
+    """`bert-train predict` on files ('-' is stdin / stdout).
+
+    Args:
+      predictor: from `load_predictor`.
+      input_path, output_path: files, or "-".
+      fmt: see `detect_format`.
+      batch_size, on_error: see `predict_lines`.
+      stderr: progress and messages (default sys.stderr).
+
+    Returns:
+      A `PredictSummary`.
+    """
+    stderr = stderr or sys.stderr
+    fmt = detect_format(input_path, fmt)
+    if input_path != "-" and not os.path.isfile(input_path):
+        raise UserError(f"--input={input_path} does not exist; pass a file or - for stdin")
+    total = None if input_path == "-" else _count_lines(input_path)
+    progress = Progress(stderr, total)
+    source = "<stdin>" if input_path == "-" else input_path
+    reader = sys.stdin.buffer if input_path == "-" else open(input_path, "rb")
+    if output_path != "-":
+        os.makedirs(os.path.dirname(os.path.abspath(output_path)), exist_ok=True)
+    writer = sys.stdout if output_path == "-" else open(output_path, "w", encoding="utf-8")
+    try:
+        return predict_lines(predictor, reader, writer.write, fmt=fmt, batch_size=batch_size,
+                             on_error=on_error, source=source, progress=progress)
+    finally:
+        writer.flush()
+        if reader is not sys.stdin.buffer:
+            reader.close()
+        if writer is not sys.stdout:
+            writer.close()

@@ -1,8 +1,85 @@
-"""`bert-train pretrain`: not built yet (see the open issues)."""
+"""`bert-train pretrain`: pretrain a BERT encoder (masked LM + next sentence) from gin configs.
 
+The gin files set the encoder (`build_encoder.*`), the data and masking
+(`PretrainingConfig.*`), the optimizer (`OptimizerConfig.*`) and the loop (`TrainerConfig.*`);
+the data flags below override the files. A run in a model_dir that holds checkpoints resumes
+from the latest one. Example:
+
+  bert-train pretrain --gin_file=configs/mini.gin --model_dir=runs/mini \\
+      --train_data='data/train-*.tfrecord' --eval_data='data/eval-*.tfrecord' \\
+      --vocab_file=vocab.txt
+"""
+
+from absl import flags, logging
+
+from bert_trainer.commands import common
 from bert_trainer.errors import UserError
+
+flags.adopt_module_key_flags(common)
+flags.DEFINE_string("train_data", None, "Training TFRecords (glob, comma list allowed); "
+                    "overrides PretrainingConfig.train_data.")
+flags.DEFINE_string("eval_data", None, "Held-out TFRecords; overrides "
+                    "PretrainingConfig.eval_data. Without any, training runs with no evaluation.")
+flags.DEFINE_string("vocab_file", None, "The WordPiece vocab.txt (default: the one of "
+                    "--init_checkpoint's model directory); overrides PretrainingConfig.vocab_file.")
+flags.DEFINE_string("init_checkpoint", None, "Warm start from a bert-train model directory or "
+                    "checkpoint prefix (fresh runs only); its bert_train.json fixes the encoder.")
+
+FLAGS = flags.FLAGS
+
+
+def _flag_bindings() -> list[str]:
+    """The data flags as gin bindings, so that operative_config.gin records them."""
+    pairs = [("PretrainingConfig.train_data", FLAGS.train_data),
+             ("PretrainingConfig.eval_data", FLAGS.eval_data),
+             ("PretrainingConfig.vocab_file", FLAGS.vocab_file),
+             ("TrainerConfig.init_checkpoint", FLAGS.init_checkpoint)]
+    return [common.gin_binding(name, value) for name, value in pairs if value is not None]
 
 
 def main(argv):
     del argv
-    raise UserError("'pretrain' is not implemented yet in this version of bert-train")
+    common.setup_logging()
+    model_dir = common.check_model_dir(FLAGS.model_dir)
+    if not FLAGS.gin_file:
+        raise UserError("--gin_file is required, e.g. --gin_file=configs/tiny.gin")
+    common.parse_gin(FLAGS.gin_file, FLAGS.gin_param, _flag_bindings())
+    with common.one_line_errors():
+        trainer = _build_trainer(model_dir)
+        return common.train_and_report(trainer, "pretrain")
+
+
+def _build_trainer(model_dir: str):
+    """Builds the task, the configs and the Trainer from the parsed gin config."""
+    import gin  # noqa: PLC0415 (TensorFlow-heavy imports stay out of --help)
+
+    from bert_trainer import configurables  # noqa: PLC0415
+    from bert_trainer.tasks.pretraining import PretrainingTask  # noqa: PLC0415
+    from bert_trainer.training.trainer import Trainer  # noqa: PLC0415
+
+    config = common.build_configured(configurables.TrainerConfig, "TrainerConfig")
+    encoder_fn, info = common.encoder_source(config.init_checkpoint)
+    if info is not None and info.vocab_file and not _is_bound(gin, "PretrainingConfig.vocab_file"):
+        gin.bind_parameter("PretrainingConfig.vocab_file", info.vocab_file)
+    task_config = common.build_configured(configurables.PretrainingConfig, "PretrainingConfig")
+    if task_config.eval_data is None and config.eval_steps != 0:
+        if config.best_metric:
+            raise UserError(f"TrainerConfig.best_metric={config.best_metric!r} needs eval data; "
+                            "pass --eval_data=GLOB")
+        # Recorded as bindings so that the operative config says what the run did.
+        gin.bind_parameter("TrainerConfig.eval_steps", 0)
+        gin.bind_parameter("TrainerConfig.eval_interval", None)
+        config = common.build_configured(configurables.TrainerConfig, "TrainerConfig")
+        logging.warning("No eval data (--eval_data or PretrainingConfig.eval_data): "
+                        "training without evaluation")
+    optimizer = common.build_configured(configurables.OptimizerConfig, "OptimizerConfig")
+    return Trainer(PretrainingTask(task_config, encoder_fn), model_dir, config=config,
+                   optimizer=optimizer, strategy=common.get_strategy())
+
+
+def _is_bound(gin, name: str) -> bool:
+    try:
+        gin.query_parameter(name)
+    except ValueError:
+        return False
+    return True

@@ -1,0 +1,293 @@
+"""Helpers shared by the training commands (`pretrain`, `finetune`, `evaluate`).
+
+The shared flags (`--gin_file`, `--gin_param`, `--model_dir`, `--strategy`, `--tpu`) are
+defined here; a command module shows them in its `--help` with
+`flags.adopt_module_key_flags(common)`. The helpers turn every bad input into a one-line
+`UserError`: gin errors name the file and line ("configs/tiny.gin:7: ..."), a model_dir that
+is a file or not writable names the flag.
+
+TensorFlow is imported inside the functions, so `bert-train pretrain --help` stays fast.
+"""
+
+import contextlib
+import os
+import pathlib
+import re
+import sys
+import tokenize
+
+from absl import flags, logging
+
+from bert_trainer.errors import EXIT_NONFINITE, EXIT_PREEMPTED, UserError
+
+# Kept in sync with `training.strategies.STRATEGY_NAMES` (a test checks); not imported from
+# there because that module imports TensorFlow.
+STRATEGY_NAMES = ("default", "one_device", "mirrored", "multi_worker_mirrored", "tpu")
+
+flags.DEFINE_multi_string("gin_file", [], "A .gin config file; repeat to layer several. "
+                          "Looked up as given, then under the repository root and configs/.")
+flags.DEFINE_multi_string("gin_param", [], "A gin binding applied after the files, e.g. "
+                          "--gin_param='TrainerConfig.train_steps = 100'; repeatable.")
+flags.DEFINE_string("model_dir", None, "Directory for checkpoints, summaries and the "
+                    "operative config; a run in an existing one resumes from its checkpoint.")
+flags.DEFINE_enum("strategy", "default", STRATEGY_NAMES, "tf.distribute strategy.")
+flags.DEFINE_string("tpu", None, "TPU name or grpc:// address (with --strategy=tpu).")
+
+FLAGS = flags.FLAGS
+
+_REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+_GIN_LOCATION = re.compile(r'In file "(?P<file>[^"]+)", line (?P<line>\d+)')
+_GIN_BINDING_LINE = re.compile(r"In bindings string line (?P<line>\d+)")
+_added_search_paths: set[str] = set()
+
+
+def setup_logging() -> None:
+    """Shows INFO logs (progress lines, eval results) unless `--verbosity` was given."""
+    if not FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.INFO)
+
+
+def check_model_dir(path: str | None, flag: str = "--model_dir") -> str:
+    """Validates a model directory before anything is built.
+
+    Args:
+        path: the flag's value (may not exist yet).
+        flag: the flag named in error messages.
+
+    Returns:
+        The path, made absolute (remote paths such as gs://... are returned as given).
+
+    Raises:
+        UserError: the flag is missing, the path is a file, or it cannot be written.
+    """
+    if not path:
+        raise UserError(f"{flag} is required: the directory for checkpoints, summaries and "
+                        "the operative config")
+    if "://" in path:
+        return path  # Remote file systems are checked by the first write.
+    path = os.path.abspath(os.path.expanduser(path))
+    existing = path
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise UserError(f"{flag}={path}: {existing} is a file; give a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"{flag}={path}: {existing} is not writable; choose another directory")
+    return path
+
+
+def resolve_gin_file(path: str) -> str:
+    """Finds a --gin_file: as given, then under the repository root, then under configs/."""
+    candidates = [pathlib.Path(path), _REPO_ROOT / path, _REPO_ROOT / "configs" / path]
+    for candidate in candidates:
+        if candidate.is_file():
+            return str(candidate.resolve())
+    shipped = sorted(str(p.relative_to(_REPO_ROOT)) for p in (_REPO_ROOT / "configs").glob("*.gin"))
+    raise UserError(f"--gin_file={path} does not exist; give a .gin file, e.g. one of: "
+                    f"{', '.join(shipped) or '(none shipped)'}")
+
+
+def parse_gin(gin_files, gin_params=(), extra_bindings=()) -> None:
+    """Parses gin files, then `--gin_param` bindings, then bindings made from other flags.
+
+    Registers bert-train's configurables first. `include` statements resolve against the
+    repository root and each file's own directory.
+
+    Args:
+        gin_files: paths (see `resolve_gin_file`).
+        gin_params: binding strings from --gin_param.
+        extra_bindings: binding strings derived from command flags (e.g. --train_data),
+            applied last so they win and appear in the operative config.
+
+    Raises:
+        UserError: a missing file or a gin error, as "FILE:LINE: message".
+    """
+    paths = [resolve_gin_file(f) for f in gin_files]  # fails fast, before TensorFlow loads
+    import gin  # noqa: PLC0415 (keeps --help free of TensorFlow)
+
+    from bert_trainer import configurables  # noqa: PLC0415
+
+    configurables.add_config_search_path()
+    with _quiet_gin_path_search():
+        for path in paths:
+            _add_search_path(gin, os.path.dirname(path))
+            with gin_errors(path):
+                gin.parse_config_file(path)
+        for source, bindings in [("--gin_param", gin_params), ("flag", extra_bindings)]:
+            for binding in bindings:
+                with gin_errors(f"{source} {binding!r}"):
+                    gin.parse_config(binding)
+
+
+@contextlib.contextmanager
+def _quiet_gin_path_search():
+    """Hides gin's "Path not found" log lines while it tries each search path for an include.
+
+    gin logs an ERROR for every search-path prefix that does not hold an included file (e.g.
+    the working directory, when run outside the repository) even when a later one does. A
+    file found nowhere still fails, with gin's own exception naming the file.
+    """
+    import logging as std_logging  # noqa: PLC0415
+
+    def keep(record):
+        return not record.getMessage().startswith("Path not found:")
+
+    root = std_logging.getLogger()
+    root.addFilter(keep)
+    try:
+        yield
+    finally:
+        root.removeFilter(keep)
+
+
+def _add_search_path(gin, directory: str) -> None:
+    if directory not in _added_search_paths:
+        gin.add_config_file_search_path(directory)
+        _added_search_paths.add(directory)
+
+
+def gin_binding(name: str, value) -> str:
+    """A gin binding string for a Python literal, e.g. "PretrainingConfig.seq_length = 128"."""
+    return f"{name} = {value!r}"
+
+
+@contextlib.contextmanager
+def gin_errors(source: str):
+    """Re-raises gin parse errors as one-line UserErrors that start with "FILE:LINE:".
+
+    Args:
+        source: the file being parsed (or a description of a binding string), used when the
+            error itself carries no location.
+    """
+    try:
+        yield
+    except UserError as e:
+        raise UserError(first_line(e)) from None
+    except SyntaxError as e:  # gin's own parser: carries the file and line
+        raise UserError(f"{e.filename or source}:{e.lineno}: {e.msg}") from None
+    except tokenize.TokenError as e:  # e.g. an unclosed bracket, found at the end of the file
+        raise UserError(f"{source}:{e.args[1][0]}: {e.args[0]} (an unclosed bracket?)") from None
+    except (ValueError, TypeError, LookupError, ImportError, OSError) as e:
+        text = str(e)
+        found = _GIN_LOCATION.search(text)  # the innermost (first) location: the failing line
+        if found:
+            message = first_line(text)
+            if isinstance(e, TypeError) and "NoneType" in message:
+                # gin's package-path lookup of a missing include crashes when the include's
+                # first directory is importable as a namespace package (e.g. configs/ in cwd).
+                included = re.search(r"include\s+['\"]([^'\"]+)", text[found.end():])
+                message = (f"Unable to open file: '{included.group(1)}' is in no search path"
+                           if included else message)
+            raise UserError(f"{found['file']}:{found['line']}: {message}") from None
+        found = _GIN_BINDING_LINE.search(text)
+        where = f"{source} (line {found['line']})" if found else source
+        raise UserError(f"{where}: {first_line(text)}") from None
+
+
+def first_line(error) -> str:
+    """The first line of an error message (gin appends "In call to configurable ..." lines)."""
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
+def build_configured(configurable, what: str):
+    """Calls a gin configurable with no arguments and reports bad or missing bindings.
+
+    Args:
+        configurable: e.g. `configurables.TrainerConfig`.
+        what: its name as written in .gin files, e.g. "TrainerConfig".
+
+    Returns:
+        The built object.
+
+    Raises:
+        UserError: a required parameter is not bound, or the object rejected a value.
+    """
+    try:
+        return configurable()
+    except UserError as e:
+        raise UserError(f"{what}: {first_line(e)}") from None
+    except TypeError as e:
+        missing = re.search(r"arguments: \[([^\]]*)\]", str(e))
+        if missing:
+            name = missing.group(1).split(",")[0].strip(" '\"")
+            raise UserError(f"{what}.{name} is not set; bind it in a .gin file or with "
+                            f"--gin_param='{what}.{name} = ...'") from None
+        raise UserError(f"{what}: {first_line(e)}") from None
+
+
+@contextlib.contextmanager
+def one_line_errors():
+    """Strips the lines gin appends to a UserError raised inside a configurable call."""
+    try:
+        yield
+    except UserError as e:
+        if len(str(e).strip().splitlines()) > 1:
+            raise UserError(first_line(e)) from None
+        raise
+
+
+def get_strategy():
+    """The strategy of --strategy/--tpu (see `training.strategies.get_strategy`)."""
+    from bert_trainer.training import strategies  # noqa: PLC0415
+
+    return strategies.get_strategy(FLAGS.strategy, tpu_address=FLAGS.tpu)
+
+
+def encoder_source(init_checkpoint: str | None):
+    """Where the encoder's architecture comes from: the init checkpoint's model info or gin.
+
+    A bert-train model directory (or a checkpoint prefix inside one) holds bert_train.json,
+    which fixes the architecture the weights fit; otherwise the gin-configured
+    `build_encoder()` is used.
+
+    Args:
+        init_checkpoint: --init_checkpoint, a model directory or a checkpoint prefix, or None.
+
+    Returns:
+        (encoder_fn, info): a no-argument callable building the encoder, and the
+        `model_dir.ModelInfo` it was read from (None when the encoder comes from gin).
+    """
+    from bert_trainer import configurables, model_dir  # noqa: PLC0415
+
+    if init_checkpoint:
+        directory = (init_checkpoint if os.path.isdir(init_checkpoint)
+                     else os.path.dirname(init_checkpoint))
+        if os.path.isfile(os.path.join(directory, model_dir.MODEL_INFO_FILE)):
+            info = model_dir.read_model_info(directory)
+            logging.info("Encoder architecture from %s (build_encoder bindings are ignored)",
+                         os.path.join(directory, model_dir.MODEL_INFO_FILE))
+            return (lambda: model_dir.build_encoder(info)), info
+    return configurables.build_encoder, None
+
+
+def train_and_report(trainer, command: str) -> int:
+    """Runs `trainer.train_and_evaluate()`, prints a one-line summary, returns the exit code.
+
+    Args:
+        trainer: a built `training.trainer.Trainer`.
+        command: the command's name for the summary line, e.g. "pretrain".
+
+    Returns:
+        0; `errors.EXIT_NONFINITE` when the loss or gradient norm became NaN/Inf (the
+        message names the step and the last good checkpoint); `errors.EXIT_PREEMPTED` when a
+        stop signal ended the run after a checkpoint (running it again resumes).
+    """
+    from bert_trainer.training.trainer import NonFiniteError, Preempted  # noqa: PLC0415
+
+    try:
+        result = trainer.train_and_evaluate()
+    except NonFiniteError as e:
+        print(f"bert-train {command}: error: {e}", file=sys.stderr)
+        return EXIT_NONFINITE
+    except Preempted as e:
+        print(f"bert-train {command}: {e}", file=sys.stderr)
+        return EXIT_PREEMPTED
+    parts = [f"bert-train {command}: step {result.step}"]
+    if "loss" in result.train:  # absent when a finished run is started again
+        parts.append(f"train loss {result.train['loss']:.4f}")
+    if result.eval:
+        parts.append("eval " + ", ".join(f"{k} {v:.4f}" for k, v in sorted(result.eval.items())))
+    parts.append(f"model_dir {trainer.model_dir}")
+    print(" | ".join(parts), flush=True)
+    return 0

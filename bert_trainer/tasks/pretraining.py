@@ -1,0 +1,232 @@
+"""BERT pretraining: masked LM plus (optionally) next-sentence prediction.
+
+The data are the TFRecords of `bert-train create_pretraining_data` (masked on the fly,
+"dynamic") or static-masked records with google-research/bert's feature names; the pipeline
+(`data.pretraining_pipeline`) detects which. The model is `models.BertPretrainer` around any
+encoder, built by `encoder_fn` (gin's `build_encoder`, or an init checkpoint's model info).
+"""
+
+import dataclasses
+from collections.abc import Callable
+
+import keras
+from absl import logging
+from keras import ops
+
+from bert_trainer import features as F
+from bert_trainer import model_dir as model_dir_lib
+from bert_trainer.data import pretraining_pipeline
+from bert_trainer.data.masking import MaskingVocab
+from bert_trainer.data.tokenizer import Tokenizer, load_vocab
+from bert_trainer.errors import UserError
+from bert_trainer.models import MLM_LOGITS, NEXT_SENTENCE_LOGITS, BertPretrainer
+from bert_trainer.tasks.base import Task
+
+TASK_NAME = "pretraining"
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainingConfig:
+    """What to pretrain on, and how the examples are batched and masked.
+
+    Attributes:
+        train_data: TFRecord glob(s) of training examples (comma-separated allowed).
+        eval_data: TFRecord glob(s) of held-out examples; None: no evaluation.
+        vocab_file: the WordPiece vocab.txt; needed for dynamic masking and copied to the model
+            directory. May be None only with `masking="static"`.
+        lower_case: whether the vocabulary is uncased (recorded in the model directory).
+        seq_length: tokens per example; must equal the records' length.
+        max_predictions_per_seq: P, masked positions per example.
+        train_batch_size: global training batch (summed over replicas).
+        eval_batch_size: global eval batch; None: the training batch.
+        masking: "auto" (detect from the records), "dynamic" or "static".
+        whole_word_masking: mask whole words (dynamic masking).
+        masked_lm_prob: fraction of real tokens masked (dynamic masking).
+        use_next_sentence_label: train the next-sentence head; False: masked LM only.
+        shuffle_buffer: examples in the training shuffle buffer.
+        data_seed: seeds the file order, the shuffle and the dynamic masks.
+    """
+
+    train_data: str | None = None
+    eval_data: str | None = None
+    vocab_file: str | None = None
+    lower_case: bool = True
+    seq_length: int = 128
+    max_predictions_per_seq: int = 20
+    train_batch_size: int = 256
+    eval_batch_size: int | None = None
+    masking: str = "auto"
+    whole_word_masking: bool = False
+    masked_lm_prob: float = 0.15
+    use_next_sentence_label: bool = True
+    shuffle_buffer: int = 10_000
+    data_seed: int = 0
+
+    def __post_init__(self):
+        for field in ("seq_length", "max_predictions_per_seq", "train_batch_size",
+                      "shuffle_buffer"):
+            if getattr(self, field) < 1:
+                raise UserError(f"PretrainingConfig.{field}={getattr(self, field)} must be >= 1")
+        if self.eval_batch_size is not None and self.eval_batch_size < 1:
+            raise UserError(f"PretrainingConfig.eval_batch_size={self.eval_batch_size} must "
+                            "be >= 1 (or None: the training batch)")
+        if self.masking not in pretraining_pipeline.MASKING_MODES:
+            raise UserError(f"PretrainingConfig.masking={self.masking!r} is unknown; use one of "
+                            f"{pretraining_pipeline.MASKING_MODES}")
+        if not 0.0 < self.masked_lm_prob < 1.0:
+            raise UserError(f"PretrainingConfig.masked_lm_prob={self.masked_lm_prob} must be "
+                            "in (0, 1)")
+        if self.vocab_file is None and self.masking != "static":
+            raise UserError("PretrainingConfig.vocab_file is not set; pass --vocab_file=VOCAB "
+                            "(dynamic masking needs it; only masking='static' data do without)")
+
+
+class PretrainingTask(Task):
+    """Masked LM + next sentence on a `BertPretrainer`.
+
+    Losses, per example (the trainer averages them over the global batch):
+        mlm_loss = sum_p w_p * xent_p / max(sum_p w_p, 1)   over the P masked positions
+        nsp_loss = xent of the next-sentence label            (when use_next_sentence_label)
+        loss     = mlm_loss + nsp_loss                         (mlm_loss alone without NSP)
+    Metrics: mlm_accuracy (weighted by masked_lm_weights), nsp_accuracy.
+
+    Args:
+        config: data and masking settings.
+        encoder_fn: builds a fresh encoder (called once, in `build_model`).
+    """
+
+    name = TASK_NAME
+    train_split = "train"
+    eval_split = "eval"
+
+    def __init__(self, config: PretrainingConfig, encoder_fn: Callable[[], keras.Model]):
+        self.config = config
+        self.encoder_fn = encoder_fn
+        self.loss_names = (("loss", "mlm_loss", "nsp_loss") if config.use_next_sentence_label
+                           else ("loss", "mlm_loss"))
+        self._masking_vocab = None
+        self._model = None  # kept for write_model_info
+
+    # -------------------------------------------------------------------------- model
+
+    def build_model(self) -> BertPretrainer:
+        """Builds the encoder and the pretraining heads (MLM logits stay float32)."""
+        encoder = self.encoder_fn()
+        self._check_encoder(encoder)
+        num_labels = 2 if self.config.use_next_sentence_label else 0
+        self._model = BertPretrainer(encoder, num_next_sentence_labels=num_labels,
+                                     name="bert_pretrainer")
+        return self._model
+
+    def _check_encoder(self, encoder) -> None:
+        c = self.config
+        if c.seq_length > encoder.max_sequence_length:
+            raise UserError(f"PretrainingConfig.seq_length={c.seq_length} exceeds the encoder's "
+                            f"max_sequence_length={encoder.max_sequence_length}; shorten the "
+                            "data or enlarge build_encoder.max_sequence_length")
+        if c.vocab_file is not None:
+            size = len(load_vocab(c.vocab_file))
+            if size != encoder.vocab_size:
+                raise UserError(f"vocab {c.vocab_file} has {size} tokens but the encoder's "
+                                f"vocab_size is {encoder.vocab_size}; set "
+                                f"build_encoder.vocab_size = {size}")
+
+    def model_inputs(self, features: dict) -> dict:
+        """Encoder inputs plus the masked positions the MLM head gathers."""
+        names = (*F.ENCODER_INPUTS, F.MASKED_LM_POSITIONS)
+        return {name: features[name] for name in names}
+
+    # -------------------------------------------------------------------------- input
+
+    def global_batch_size(self, is_training: bool) -> int:
+        c = self.config
+        return c.train_batch_size if is_training else (c.eval_batch_size or c.train_batch_size)
+
+    def build_inputs(self, split, input_context, *, is_training):
+        """Batches from `train_data` or `eval_data` (see `Task.build_inputs`).
+
+        Files are sharded over the input pipelines; each yields per-replica batches. The order
+        is deterministic for `data_seed`, which exact resumption relies on.
+        """
+        c = self.config
+        patterns = {self.train_split: c.train_data, self.eval_split: c.eval_data}
+        if split not in patterns:
+            raise UserError(f"pretraining has splits {sorted(patterns)}, not {split!r}")
+        if not patterns[split]:
+            flag = "--train_data" if split == self.train_split else "--eval_data"
+            raise UserError(f"PretrainingConfig.{split}_data is not set; pass {flag}=GLOB "
+                            "(files written by 'bert-train create_pretraining_data')")
+        batch_size = self.global_batch_size(is_training)
+        if input_context is not None:
+            batch_size = input_context.get_per_replica_batch_size(batch_size)
+        return pretraining_pipeline.pretraining_dataset(
+            patterns[split], seq_length=c.seq_length,
+            max_predictions_per_seq=c.max_predictions_per_seq, batch_size=batch_size,
+            vocab=self._vocab(), is_training=is_training, input_context=input_context,
+            masking=c.masking, whole_word=c.whole_word_masking, masked_lm_prob=c.masked_lm_prob,
+            shuffle_buffer=c.shuffle_buffer, seed=c.data_seed, deterministic=True,
+            use_next_sentence_label=c.use_next_sentence_label)
+
+    def _vocab(self) -> MaskingVocab | None:
+        if self._masking_vocab is None and self.config.vocab_file is not None:
+            tokenizer = Tokenizer(self.config.vocab_file, lower_case=self.config.lower_case)
+            self._masking_vocab = MaskingVocab.from_tokenizer(tokenizer)
+        return self._masking_vocab
+
+    # -------------------------------------------------------------------- losses, metrics
+
+    def build_losses(self, features, outputs):
+        """Per-example losses, float32 [per_replica_batch] each (see the class docstring)."""
+        weights = ops.cast(features[F.MASKED_LM_WEIGHTS], "float32")  # (batch, P)
+        xent = keras.losses.sparse_categorical_crossentropy(
+            features[F.MASKED_LM_IDS], ops.cast(outputs[MLM_LOGITS], "float32"),
+            from_logits=True)  # (batch, P)
+        # Normalised per example, not by the whole batch's sum of weights as in
+        # google-research/bert: a batch-wide denominator couples the replicas, while the
+        # trainer's contract is a per-example loss averaged over the global batch. With ~15 %
+        # of tokens masked the two differ little. max(., 1) keeps an example with no masked
+        # position (a very short sequence) at 0 instead of 0 / 0.
+        mlm_loss = ops.sum(weights * xent, axis=-1) / ops.maximum(ops.sum(weights, axis=-1), 1.0)
+        losses = {"mlm_loss": mlm_loss, "loss": mlm_loss}
+        if self.config.use_next_sentence_label:
+            nsp_loss = keras.losses.sparse_categorical_crossentropy(
+                features[F.NEXT_SENTENCE_LABELS],
+                ops.cast(outputs[NEXT_SENTENCE_LOGITS], "float32"), from_logits=True)  # (batch,)
+            losses.update(nsp_loss=nsp_loss, loss=mlm_loss + nsp_loss)
+        return losses
+
+    def build_metrics(self, training):
+        del training  # the same metrics for training and evaluation
+        metrics = [keras.metrics.SparseCategoricalAccuracy(name="mlm_accuracy")]
+        if self.config.use_next_sentence_label:
+            metrics.append(keras.metrics.SparseCategoricalAccuracy(name="nsp_accuracy"))
+        return metrics
+
+    def update_metrics(self, metrics, features, outputs):
+        metrics[0].update_state(features[F.MASKED_LM_IDS], outputs[MLM_LOGITS],
+                                sample_weight=features[F.MASKED_LM_WEIGHTS])
+        if self.config.use_next_sentence_label:
+            metrics[1].update_state(features[F.NEXT_SENTENCE_LABELS],
+                                    outputs[NEXT_SENTENCE_LOGITS])
+
+    # ----------------------------------------------------------------- warm start, export
+
+    def initialize(self, model: BertPretrainer, init_checkpoint: str) -> None:
+        """Warm starts the encoder and whichever pretraining heads the checkpoint holds."""
+        report = model_dir_lib.restore_pretrained(
+            init_checkpoint, encoder=model.encoder, masked_lm=model.masked_lm,
+            next_sentence=model.next_sentence)
+        logging.info("Warm start from %s: loaded %d variables, left %d initialized%s",
+                     init_checkpoint, len(report["loaded"]), len(report["initialized"]),
+                     f" ({', '.join(report['initialized'])})" if report["initialized"] else "")
+
+    def write_model_info(self, model_dir: str) -> None:
+        """Writes bert_train.json (encoder config, task) and copies the vocabulary."""
+        if self._model is None:
+            raise RuntimeError("write_model_info called before build_model")
+        c = self.config
+        task = {"name": self.name, "family": TASK_NAME, "seq_length": c.seq_length,
+                "max_predictions_per_seq": c.max_predictions_per_seq,
+                "use_next_sentence_label": c.use_next_sentence_label}
+        model_dir_lib.write_model_info(model_dir, self._model.encoder, vocab_file=c.vocab_file,
+                                       lower_case=c.lower_case, task=task)

@@ -1,0 +1,273 @@
+"""The pretraining task: losses by hand, a real tiny run, exact resume, warm start, precision."""
+
+import logging
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import PRETRAIN_PREDICTIONS, PRETRAIN_SEQ_LENGTH
+
+from bert_trainer import features as F
+from bert_trainer import model_dir
+from bert_trainer.encoders import build_encoder
+from bert_trainer.errors import UserError
+from bert_trainer.models import MLM_LOGITS, NEXT_SENTENCE_LOGITS
+from bert_trainer.tasks.pretraining import PretrainingConfig, PretrainingTask
+from bert_trainer.training import optimization
+from bert_trainer.training.optimization import OptimizerConfig
+from bert_trainer.training.trainer import Trainer, TrainerConfig
+
+STEPS = 30
+OPTIMIZER = OptimizerConfig(learning_rate=3e-3, warmup_steps=3)
+RUN = dict(train_steps=STEPS, steps_per_loop=10, summary_interval=10, checkpoint_interval=10)
+
+
+def tiny_encoder(vocab_size, **kwargs):
+    kwargs = dict(hidden_size=32, num_layers=2, num_attention_heads=2, inner_dim=64,
+                  max_sequence_length=PRETRAIN_SEQ_LENGTH, **kwargs)
+    return lambda: build_encoder("bert", vocab_size=vocab_size, **kwargs)
+
+
+def make_task(data, **config):
+    config = PretrainingConfig(**{
+        "train_data": data["train"], "eval_data": data["eval"], "vocab_file": data["vocab_file"],
+        "seq_length": PRETRAIN_SEQ_LENGTH, "max_predictions_per_seq": PRETRAIN_PREDICTIONS,
+        "train_batch_size": 16, "eval_batch_size": 32, "shuffle_buffer": 200, **config})
+    return PretrainingTask(config, tiny_encoder(data["vocab_size"]))
+
+
+def make_trainer(data, directory, **config):
+    return Trainer(make_task(data), str(directory), config=TrainerConfig(**{**RUN, **config}),
+                   optimizer=OPTIMIZER)
+
+
+def weights(model):
+    return [v.numpy() for v in model.trainable_variables]
+
+
+def read_scalars(directory):
+    """{tag: {step: value}} from the event files in `directory`."""
+    scalars = {}
+    for name in tf.io.gfile.listdir(directory):
+        for event in tf.compat.v1.train.summary_iterator(os.path.join(directory, name)):
+            for value in event.summary.value:
+                if value.metadata.plugin_data.plugin_name == "scalars":
+                    scalars.setdefault(value.tag, {})[event.step] = float(
+                        tf.make_ndarray(value.tensor))
+    return scalars
+
+
+@pytest.fixture(scope="module")
+def straight_run(pretraining_data, tmp_path_factory):
+    """An uninterrupted 30-step run, evaluated before and after training."""
+    directory = tmp_path_factory.mktemp("straight")
+    keras.utils.set_random_seed(1234)
+    trainer = make_trainer(pretraining_data, directory)
+    before = trainer.evaluate()
+    result = trainer.train_and_evaluate()
+    return {"dir": directory, "trainer": trainer, "before": before, "result": result}
+
+
+def test_losses_and_metrics_follow_the_per_example_formulas():
+    task = PretrainingTask(PretrainingConfig(masking="static"), encoder_fn=None)
+    vocab = 5
+    logits = np.random.default_rng(0).normal(size=(2, 3, vocab)).astype(np.float32)
+    ids = np.array([[1, 2, 3], [4, 0, 0]], np.int32)
+    weights_ = np.array([[1, 1, 0], [0, 0, 0]], np.float32)  # example 2: nothing masked
+    logits[0, 0, 1] = logits[0, 1, 0] = logits[0, 2, 3] = 10.0  # right, wrong, right-but-unweighted
+    logits[0, 1, 2] = -10.0
+    nsp_logits = np.array([[2.0, -1.0], [0.5, 0.5]], np.float32)
+    nsp_labels = np.array([0, 1], np.int32)
+    features = {F.MASKED_LM_IDS: ids, F.MASKED_LM_WEIGHTS: weights_,
+                F.NEXT_SENTENCE_LABELS: nsp_labels}
+    outputs = {MLM_LOGITS: logits, NEXT_SENTENCE_LOGITS: nsp_logits}
+
+    log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    xent = -np.take_along_axis(log_probs, ids[..., None], -1)[..., 0]
+    nsp_log_probs = nsp_logits - np.log(np.exp(nsp_logits).sum(-1, keepdims=True))
+    expected_nsp = -nsp_log_probs[[0, 1], nsp_labels]
+    losses = {k: np.asarray(v) for k, v in task.build_losses(features, outputs).items()}
+    assert set(losses) == set(task.loss_names) == {"loss", "mlm_loss", "nsp_loss"}
+    np.testing.assert_allclose(losses["mlm_loss"], [(xent[0, 0] + xent[0, 1]) / 2, 0.0],
+                               rtol=1e-5)
+    np.testing.assert_allclose(losses["nsp_loss"], expected_nsp, rtol=1e-5)
+    np.testing.assert_allclose(losses["loss"], losses["mlm_loss"] + expected_nsp, rtol=1e-5)
+
+    metrics = task.build_metrics(training=True)
+    task.update_metrics(metrics, features, outputs)
+    assert [m.name for m in metrics] == ["mlm_accuracy", "nsp_accuracy"]
+    assert float(metrics[0].result()) == pytest.approx(0.5)  # 1 of the 2 weighted positions
+    assert float(metrics[1].result()) == pytest.approx(0.5)  # a tie predicts class 0
+
+    mlm_only = PretrainingTask(PretrainingConfig(masking="static", use_next_sentence_label=False),
+                               encoder_fn=None)
+    losses = mlm_only.build_losses(features, {MLM_LOGITS: logits})
+    assert mlm_only.loss_names == ("loss", "mlm_loss") and set(losses) == {"loss", "mlm_loss"}
+    np.testing.assert_allclose(losses["loss"], losses["mlm_loss"])
+
+
+def test_tiny_run_lowers_the_loss_and_logs_every_scalar(straight_run):
+    result, before = straight_run["result"], straight_run["before"]
+    assert result.step == STEPS
+    train = read_scalars(straight_run["dir"] / "train")
+    # MLM over an 800-token vocabulary starts at ~ln(800) = 6.7 and NSP at ln(2).
+    assert train["mlm_loss"][10] > 5.5
+    assert train["loss"][STEPS] < train["loss"][10] - 0.7
+    assert result.eval["mlm_loss"] < before["mlm_loss"] - 0.7
+    assert result.eval["mlm_accuracy"] > before["mlm_accuracy"] + 0.03
+    for name in ("loss", "learning_rate", "grad_norm", "examples_per_second", "tokens_per_second",
+                 "mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy"):
+        assert set(train[name]) == {10, 20, 30}, name
+    # Pretraining examples are mostly full: many tokens per example, at most 64.
+    ratio = train["tokens_per_second"][STEPS] / train["examples_per_second"][STEPS]
+    assert 30 < ratio <= PRETRAIN_SEQ_LENGTH
+    evals = read_scalars(straight_run["dir"] / "eval")
+    assert {"loss", "mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy"} <= set(evals)
+    assert result.eval["loss"] == pytest.approx(result.eval["mlm_loss"] + result.eval["nsp_loss"],
+                                                rel=1e-5)
+
+
+class _Killed(Exception):
+    pass
+
+
+def test_killed_run_resumes_at_the_saved_step_with_the_same_weights(straight_run,
+                                                                    pretraining_data, tmp_path):
+    keras.utils.set_random_seed(1234)
+    first = make_trainer(pretraining_data, tmp_path, eval_steps=0)  # evaluation changes nothing
+    save = first._save
+
+    def save_then_die(step):  # the process dies right after the checkpoint at step 10
+        path = save(step)
+        if step == 10:
+            raise _Killed
+        return path
+
+    first._save = save_then_die
+    with pytest.raises(_Killed):
+        first.train_and_evaluate()
+    assert int(first.global_step.numpy()) == 10
+    keras.backend.clear_session()
+
+    keras.utils.set_random_seed(99)  # a restart does not depend on the global seed state
+    resumed = make_trainer(pretraining_data, tmp_path, eval_steps=0)
+    assert int(resumed.global_step.numpy()) == 10
+    assert int(resumed.optimizer.iterations.numpy()) == 10
+    resumed.train_and_evaluate()
+    straight = weights(straight_run["trainer"].model)
+    difference = max(float(np.abs(a - b).max())
+                     for a, b in zip(straight, weights(resumed.model), strict=True))
+    assert difference < 1e-5
+
+
+def test_warm_start_loads_the_encoder_and_reports_what_it_left(straight_run, pretraining_data,
+                                                               tmp_path, caplog):
+    trained = straight_run["trainer"].model
+    prefix = model_dir.write_pretrained(str(tmp_path), encoder=trained.encoder,
+                                        vocab_file=pretraining_data["vocab_file"])
+    task = make_task(pretraining_data)
+    model = task.build_model()
+    fresh_head = model.masked_lm.dense.kernel.numpy()
+    with caplog.at_level(logging.INFO):
+        task.initialize(model, prefix)
+    for got, want in zip(weights(model.encoder), weights(trained.encoder), strict=True):
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(model.masked_lm.dense.kernel.numpy(), fresh_head)
+    encoder_ids = {id(v) for v in model.encoder.weights}
+    left = [v for v in model.masked_lm.weights + model.next_sentence.weights
+            if id(v) not in encoder_ids]
+    message = next(r.getMessage() for r in caplog.records if "Warm start" in r.getMessage())
+    assert f"left {len(left)} initialized" in message
+    assert model.next_sentence.dense.kernel.path in message
+
+
+def test_model_info_records_the_encoder_and_copies_the_vocab(straight_run, pretraining_data):
+    info = model_dir.read_model_info(str(straight_run["dir"]))
+    encoder = straight_run["trainer"].model.encoder
+    assert info.encoder_config["hidden_size"] == 32
+    assert info.encoder_config["vocab_size"] == pretraining_data["vocab_size"]
+    assert model_dir.build_encoder(info).count_params() == encoder.count_params()
+    with open(info.vocab_file) as copy, open(pretraining_data["vocab_file"]) as original:
+        assert copy.read() == original.read()
+    assert info.task["name"] == "pretraining" and info.task["seq_length"] == PRETRAIN_SEQ_LENGTH
+
+
+def test_mixed_precision_keeps_the_logits_float32(pretraining_data):
+    task = make_task(pretraining_data)
+    with optimization.precision_policy("bfloat16"):
+        model = task.build_model()
+    batch = next(iter(task.build_inputs("eval", None, is_training=False)))
+    outputs = model(task.model_inputs(batch), training=False)
+    assert outputs[MLM_LOGITS].dtype == "float32"
+    assert outputs[NEXT_SENTENCE_LOGITS].dtype == "float32"
+    assert model.encoder.layers[-1].compute_dtype == "bfloat16"
+    assert tuple(outputs[MLM_LOGITS].shape) == (32, PRETRAIN_PREDICTIONS,
+                                                pretraining_data["vocab_size"])
+    losses = task.build_losses(batch, outputs)
+    assert np.isfinite(np.asarray(losses["loss"])).all()
+
+
+def test_static_masked_data_trains_masked_lm_only(pretraining_data, tmp_path):
+    config = PretrainingConfig(
+        train_data=pretraining_data["static_train"], vocab_file=None, masking="static",
+        use_next_sentence_label=False, seq_length=PRETRAIN_SEQ_LENGTH,
+        max_predictions_per_seq=PRETRAIN_PREDICTIONS, train_batch_size=8, shuffle_buffer=100)
+    task = PretrainingTask(config, tiny_encoder(pretraining_data["vocab_size"]))
+    trainer = Trainer(task, str(tmp_path), optimizer=OPTIMIZER,
+                      config=TrainerConfig(train_steps=4, steps_per_loop=4, eval_steps=0))
+    result = trainer.train_and_evaluate()
+    assert trainer.model.next_sentence is None
+    assert {"loss", "mlm_loss", "mlm_accuracy"} <= set(result.train)
+    assert "nsp_loss" not in result.train and "nsp_accuracy" not in result.train
+    assert result.train["loss"] == pytest.approx(result.train["mlm_loss"])
+    assert model_dir.read_model_info(str(tmp_path)).vocab_file is None
+
+
+def test_input_pipelines_read_disjoint_shards_in_per_replica_batches(pretraining_data):
+    task = make_task(pretraining_data)
+
+    def ids(dataset):  # the unmasked examples: masks differ between pipelines
+        rows = []
+        for batch in dataset:
+            batch = {k: v.numpy() for k, v in batch.items()}
+            original = batch[F.INPUT_WORD_IDS].copy()
+            rows_, cols = np.nonzero(batch[F.MASKED_LM_WEIGHTS])
+            original[rows_, batch[F.MASKED_LM_POSITIONS][rows_, cols]] = (
+                batch[F.MASKED_LM_IDS][rows_, cols])
+            rows += [row.tobytes() for row in original]
+        return set(rows), len(rows)
+
+    everything, total = ids(task.build_inputs("eval", None, is_training=False))
+    shards = []
+    for pipeline in range(2):
+        context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline,
+                                             num_replicas_in_sync=4)
+        dataset = task.build_inputs("eval", context, is_training=False)
+        assert next(iter(dataset))[F.INPUT_WORD_IDS].shape[0] == 8  # eval batch 32, 4 replicas
+        shards.append(ids(dataset))
+    assert shards[0][1] + shards[1][1] == total > 0
+    assert not shards[0][0] & shards[1][0] and shards[0][0] | shards[1][0] == everything
+
+
+def test_bad_settings_are_user_errors(pretraining_data):
+    with pytest.raises(UserError, match="vocab_file is not set; pass --vocab_file"):
+        PretrainingConfig(train_data="x")
+    with pytest.raises(UserError, match="masked_lm_prob=1.5 must be in"):
+        PretrainingConfig(masking="static", masked_lm_prob=1.5)
+    with pytest.raises(UserError, match="masking='sometimes' is unknown"):
+        PretrainingConfig(masking="sometimes", vocab_file="v")
+    size = pretraining_data["vocab_size"]
+    task = make_task(pretraining_data)
+    task.encoder_fn = tiny_encoder(size + 1)
+    with pytest.raises(UserError, match=f"has {size} tokens but the encoder's vocab_size is "
+                                        f"{size + 1}; set build_encoder.vocab_size = {size}"):
+        task.build_model()
+    task = make_task(pretraining_data, seq_length=128)
+    with pytest.raises(UserError, match="seq_length=128 exceeds the encoder's "
+                                        "max_sequence_length=64"):
+        task.build_model()
+    task = make_task(pretraining_data, eval_data=None)
+    with pytest.raises(UserError, match="eval_data is not set; pass --eval_data=GLOB"):
+        task.build_inputs("eval", None, is_training=False)

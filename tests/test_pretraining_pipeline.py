@@ -162,3 +162,12 @@ def test_bad_input_is_a_user_error(data, tmp_path):
                  input_context=tf.distribute.InputContext(2, 0, 1))
     summary = json.loads((data["root"] / "dyn-summary.json").read_text())
     assert summary["examples"] == data["counts"]["dyn"]
+
+
+def test_loose_glob_skips_the_summary_json(tmp_path):
+    from bert_trainer.data import pretraining_pipeline
+
+    (tmp_path / "train-00000-of-00001.tfrecord").write_bytes(b"")
+    (tmp_path / "train-summary.json").write_text("{}")
+    files = pretraining_pipeline._list_files(str(tmp_path / "train-*"))
+    assert [f.rsplit("/", 1)[-1] for f in files] == ["train-00000-of-00001.tfrecord"]

@@ -25,7 +25,10 @@ _OURS_TO_GOOGLE = {ours: google for google, ours in _GOOGLE_TO_OURS.items()}
 def _list_files(file_pattern) -> list[str]:
     patterns = [file_pattern] if isinstance(file_pattern, str) else list(file_pattern)
     patterns = [p.strip() for part in patterns for p in str(part).split(",") if p.strip()]
-    files = sorted({f for p in patterns for f in tf.io.gfile.glob(p)})
+    # create_pretraining_data writes DIR/train-summary.json beside DIR/train-*.tfrecord, so a
+    # loose glob like 'DIR/train-*' matches it too: it is JSON, never records.
+    files = sorted({f for p in patterns for f in tf.io.gfile.glob(p)
+                    if not f.endswith(".json")})
     if not files:
         raise UserError(f"pretraining data '{file_pattern}' matches no file; "
                         "make it with 'bert-train create_pretraining_data'")

@@ -1,0 +1,1 @@
+"""Benchmark harness of scripts/benchmark.py (issue 7); see benchmarks/README.md."""

@@ -1,0 +1,186 @@
+"""Describes the machine and renders results.json as the markdown tables of benchmarks/README.md."""
+
+import datetime
+import importlib.metadata
+import os
+import platform
+
+BEGIN, END = "<!-- benchmark-results:begin -->", "<!-- benchmark-results:end -->"
+LABELS = {"bert_train": "bert-train", "keras_hub": "keras-hub"}
+PACKAGES = ("tensorflow", "keras", "keras-hub", "tensorflow-text", "tokenizers", "numpy")
+
+
+def _cpuinfo() -> dict:
+    info = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                info.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    return info
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def machine_info() -> dict:
+    """CPU model, cores, bf16 support, memory, library versions and the load average now."""
+    cpu = _cpuinfo()
+    flags = set(cpu.get("flags", "").split())
+    mem_kib = None
+    if os.path.exists("/proc/meminfo"):
+        with open("/proc/meminfo") as f:
+            mem_kib = int(next(line for line in f if line.startswith("MemTotal")).split()[1])
+    return {
+        "cpu_model": cpu.get("model name", platform.processor() or "unknown"),
+        "logical_cores": os.cpu_count(),
+        "usable_cores": len(os.sched_getaffinity(0)),
+        "bf16_instructions": sorted(flags & {"avx512_bf16", "amx_bf16"}),
+        "memory_gib": round(mem_kib / 2**20, 1) if mem_kib else None,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "versions": {p: _version(p) for p in PACKAGES},
+        "load_average_start": os.getloadavg(),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
+
+
+def _fmt(value, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def label(entry: dict) -> str:
+    """Display name of a training variant, e.g. "bert-train + XLA"."""
+    name = LABELS.get(entry["implementation"], entry["implementation"])
+    name += " + XLA" if entry["jit_compile"] else ""
+    return name + (f" + {entry['mixed_precision']}" if entry.get("mixed_precision") else "")
+
+
+def _row(cells) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _training_table(entries: list[dict], first_col: str, first) -> list[str]:
+    lines = [_row([first_col, "step (s)", "seq/s", "tokens/s", "GFLOP/s", "MFU",
+                   "peak RSS (MiB)", "note"]),
+             _row(["---"] * 8)]
+    for e in entries:
+        if e["status"] != "ok":
+            lines.append(_row([first(e)] + ["-"] * 6 + [f"{e['status']}: {e['note'][:120]}"]))
+            continue
+        mfu = f"{100 * e['mfu']:.0f} %" if e.get("mfu") is not None else "-"
+        lines.append(_row([
+            first(e), _fmt(e["step_time_s"], 3), _fmt(e["sequences_per_s"]),
+            _fmt(round(e["tokens_per_s"])), _fmt(e["gflops"]), mfu,
+            _fmt(round(e["peak_rss_mb"])), e.get("note", "")]))
+    return lines
+
+
+def _targets_table(targets: list[dict]) -> list[str]:
+    lines = [_row(["target", "measured", "goal", "met", "from"]), _row(["---"] * 5)]
+    for t in targets:
+        measured = "-" if t["value"] is None else f"{t['value']:.2f}{t['unit']}"
+        met = "-" if t["met"] is None else ("yes" if t["met"] else "no")
+        lines.append(_row([t["name"], measured, f">= {t['goal']}{t['unit']}", met,
+                           t["detail"]]))
+    return lines
+
+
+def markdown(results: dict) -> str:
+    """The generated part of benchmarks/README.md."""
+    m, s = results["machine"], results["settings"]
+    versions = ", ".join(f"{k} {v}" for k, v in m["versions"].items() if v)
+    out = [f"Measured {m['date']} on **{m['cpu_model']}**, {m['usable_cores']} usable cores "
+           f"({m['logical_cores']} logical), {m['memory_gib']} GiB, bf16 instructions: "
+           f"{', '.join(m['bf16_instructions']) or 'none'}; {versions}. Load average "
+           f"{m['load_average_start'][0]:.2f} at start, {m['load_average_end'][0]:.2f} at end. "
+           f"Settings: warm-up {s['warmup']}, {s['rounds']} rounds x {s['steps']} steps"
+           f"{' (SMOKE RUN: tiny sizes, numbers meaningless)' if s['smoke'] else ''}.", ""]
+    peak = results.get("matmul_peak") or {}
+    if peak.get("gflops"):
+        parts = ", ".join(f"{when} {_fmt(peak.get(key))}" for when, key in (
+            ("start", "gflops_start"), ("during the A/B rounds", "gflops_during_compare"),
+            ("end", "gflops_end")) if peak.get(key))
+        out += [f"fp32 `tf.matmul` peak ({peak['n']}x{peak['n']}): **{_fmt(peak['gflops'])} "
+                f"GFLOP/s**, the highest of the medians measured ({parts}); MFU is relative "
+                "to it.", ""]
+    train = results.get("training", [])
+    compare = [e for e in train if e["group"] == "compare"]
+    if compare:
+        e0 = compare[0]
+        out += [f"### Pretraining step: {e0['size']} (L{e0['num_layers']}/H{e0['hidden_size']}), "
+                f"batch {e0['batch_size']} x seq {e0['seq_length']}, "
+                f"{e0['max_predictions']} MLM predictions + NSP, AdamW, float32 unless marked",
+                ""]
+        out += _training_table(compare, "implementation", label) + [""]
+    if results.get("targets"):
+        out += ["### Targets (issue 7)", ""] + _targets_table(results["targets"]) + [""]
+    for group, title, first in (
+            ("size_growth", "by model size", lambda e: (
+                f"{e['size']} L{e['num_layers']}/H{e['hidden_size']}, seq {e['seq_length']}")),
+            ("seq_growth", "by sequence length", lambda e: (
+                f"{e['size']}, seq {e['seq_length']}"))):
+        rows = [e for e in train if e["group"] == group]
+        if rows:
+            out += [f"### How cost grows {title} ({label(rows[0])}, batch "
+                    f"{rows[0]['batch_size']})", ""]
+            out += _training_table(rows, "size, seq", first) + [""]
+    out += _side_tables(results)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _side_tables(results: dict) -> list[str]:
+    out = []
+    pipe = results.get("input_pipeline")
+    if pipe:
+        out += ["### Input pipeline (TFRecord -> masked batch)", ""]
+        if pipe["status"] == "ok":
+            out += [_row(["examples/s", "consumed by the step (seq/s)", "ratio", "batch x seq"]),
+                    _row(["---"] * 4),
+                    _row([_fmt(pipe["examples_per_s"]), _fmt(pipe.get("step_sequences_per_s")),
+                          _fmt(pipe.get("ratio_to_step"), 1) + "x",
+                          f"{pipe['batch_size']} x {pipe['seq_length']}"]), ""]
+        else:
+            out += [f"{pipe['status']}: {pipe['note']}", ""]
+    tok = results.get("tokenizer")
+    if tok:
+        out += ["### Tokenizer (same texts, same vocab, word pieces without [CLS]/[SEP])", ""]
+        if tok["status"] == "ok":
+            out += [_row(["implementation", "tokens/s", "texts/s"]), _row(["---"] * 3)]
+            for name, r in tok["implementations"].items():
+                out.append(_row([name, _fmt(round(r["tokens_per_s"])),
+                                 _fmt(round(r["texts_per_s"]))]))
+            out += ["", f"{tok['texts']:,} texts ({tok['source']}); identical ids for "
+                    f"{100 * tok['agreement']:.2f} % of them. bert-train / tokenizers: "
+                    f"{tok['ratio']:.2f}x on all cores, {tok['ratio_single_thread']:.2f}x on "
+                    "one thread.", ""]
+        else:
+            out += [f"{tok['status']}: {tok['note']}", ""]
+    return out
+
+
+def update_readme(path: str, table: str) -> None:
+    """Replaces the text between the result markers of `path` (appends them if absent)."""
+    text = ""
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    block = f"{BEGIN}\n{table}{END}"
+    if BEGIN in text and END in text:
+        head, _, rest = text.partition(BEGIN)
+        _, _, tail = rest.partition(END)
+        text = head + block + tail
+    else:
+        text = (text.rstrip() + "\n\n" if text else "") + block + "\n"
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)

@@ -1,0 +1,234 @@
+"""The training sections (matmul peak, A/B comparison, cost growth) and the targets.
+
+Each starts its workers, measures and returns JSON-ready dicts.
+"""
+
+import dataclasses
+import statistics
+
+from bench import measure, report
+from bench import spec as spec_lib
+from bench.progress import elapsed, say
+from bench.worker import Worker
+from bert_trainer import features
+
+# Sequences/s on the mini benchmark quoted by issue 7 for this machine class (not measured here).
+PEER_FIGURES = {"keras_hub_tf": 11.0, "keras_hub_xla": 16.0, "model_garden": 14.0,
+                "pytorch_transformers": 18.0, "pytorch_compiled": 19.0}
+GOALS = {"vs_keras_hub": 1.5, "vs_pytorch_compiled": 1.0, "mfu": 65.0,
+         "pipeline_vs_step": 5.0, "tokenizer_vs_tokenizers": 1.0}
+GROWTH_SAFETY = 1.5  # Long sequences run at a lower MFU than the FLOPs ratio predicts.
+
+
+def _step_worker(plan, implementation: str, step: spec_lib.StepSpec) -> Worker:
+    return Worker(implementation, {"step": step.to_json()}, plan.log_path)
+
+
+def _real_token_fraction(step: spec_lib.StepSpec) -> float:
+    batches = spec_lib.make_batches(step, 1)
+    return float(batches[0][features.INPUT_MASK].mean())
+
+
+def _matmul_gflops(outcome: dict) -> float:
+    return statistics.median(r["flops"] / r["seconds"] / 1e9 for r in outcome["runs"])
+
+
+def record_peak(peak: dict, key: str, gflops: float | None) -> None:
+    """Stores one matmul median and keeps `peak["gflops"]` = the highest one.
+
+    The highest is the reference for MFU: other load on the machine can only lower a
+    measurement, so the highest is the closest to what the hardware does.
+    """
+    peak[key] = gflops
+    values = [peak.get(k) for k in ("gflops_start", "gflops_during_compare", "gflops_end")]
+    peak["gflops"] = max((v for v in values if v), default=None)
+
+
+def matmul_peak(plan, peak: dict | None = None, key: str = "gflops_start") -> dict:
+    """Median fp32 matmul GFLOP/s of `matmul_repeats` products, recorded under `key`."""
+    peak = peak if peak is not None else {"n": plan.matmul_n, "repeats": plan.matmul_repeats}
+    with Worker("matmul", {"n": plan.matmul_n}, plan.log_path) as worker:
+        outcome = measure.alternate([worker], warmup=1, rounds=plan.matmul_repeats, steps=1)[0]
+    if "error" in outcome:
+        say(f"matmul peak failed: {outcome['error']}")
+        peak.setdefault("errors", []).append(outcome["error"])
+        return peak
+    record_peak(peak, key, _matmul_gflops(outcome))
+    say(f"matmul {plan.matmul_n}: {peak[key]:.1f} GFLOP/s")
+    return peak
+
+
+def compare(plan, peak: dict) -> list[dict]:
+    """bert-train vs keras-hub (and their XLA variants) on the main step, A/B/A/B.
+
+    A matmul worker takes a turn in every round too, so `peak["gflops_during_compare"]` is
+    measured under the same conditions as the steps.
+    """
+    steps = [dataclasses.replace(plan.main, jit_compile=jit, mixed_precision=precision)
+             for _, jit, precision in plan.variants]
+    say(f"compare: building {len(steps)} variants of {plan.main.size.name} "
+        f"b{plan.main.batch_size} s{plan.main.seq_length}")
+    workers = [_step_worker(plan, impl, step)
+               for (impl, *_), step in zip(plan.variants, steps, strict=True)]
+    workers.append(Worker("matmul", {"n": plan.matmul_n}, plan.log_path))
+    matmuls = max(1, plan.matmul_repeats // 2)
+    try:
+        outcomes = measure.alternate(workers, warmup=plan.warmup, rounds=plan.rounds,
+                                     steps=[plan.steps] * len(steps) + [matmuls])
+    finally:
+        for worker in workers:
+            worker.close()
+    if "error" not in outcomes[-1]:
+        record_peak(peak, "gflops_during_compare", _matmul_gflops(outcomes[-1]))
+    fraction = _real_token_fraction(plan.main)
+    entries = [measure.training_entry(step, impl, outcome, plan.steps, "compare", fraction)
+               for (impl, *_), step, outcome in zip(plan.variants, steps, outcomes[:-1],
+                                                    strict=True)]
+    for e in entries:
+        say(f"  {e['implementation']} jit={e['jit_compile']} {e['mixed_precision']}: "
+            f"{e['status']} "
+            f"{e.get('sequences_per_s', 0):.1f} seq/s {e.get('note', '')[:200]}")
+    return entries
+
+
+def _best(entries: list[dict], implementation: str, group: str = "compare") -> dict | None:
+    ok = [e for e in entries if e["group"] == group and e["status"] == "ok"
+          and e["implementation"] == implementation]
+    return max(ok, key=lambda e: e["sequences_per_s"]) if ok else None
+
+
+def _growth_points(plan, options: dict) -> list[tuple[str, spec_lib.StepSpec]]:
+    base_seq = plan.growth_seqs[0]
+    main = dataclasses.replace(plan.main, **options)
+    points = [("size_growth", dataclasses.replace(main, size=spec_lib.SIZES[name],
+                                                  seq_length=base_seq))
+              for name in plan.growth_sizes]
+    points += [("seq_growth", dataclasses.replace(main, seq_length=seq))
+               for seq in plan.growth_seqs]
+    return points
+
+
+def _measure_alone(plan, implementation, step, group) -> dict:
+    rounds = max(2, plan.rounds // 2)
+    with _step_worker(plan, implementation, step) as worker:
+        outcome = measure.alternate([worker], warmup=1, rounds=rounds, steps=1)[0]
+    return measure.training_entry(step, implementation, outcome, 1, group,
+                                  _real_token_fraction(step))
+
+
+def _key(implementation: str, step: spec_lib.StepSpec) -> tuple:
+    return (implementation, step.jit_compile, step.mixed_precision, step.size.name,
+            step.seq_length)
+
+
+def _estimate_s(plan, step: spec_lib.StepSpec, ref: dict | None) -> float:
+    """Seconds a growth point will take, from the measured main step scaled by FLOPs."""
+    if ref is None:
+        return 0.0
+    steps = 1 + max(2, plan.rounds // 2)
+    scale = spec_lib.train_flops(step) / ref["flops_per_step"]
+    fixed = ref["build_s"] + (ref["warmup_s"] or 0.0)  # imports, build, tracing/compiling
+    return fixed + GROWTH_SAFETY * steps * scale * ref["step_time_s"]
+
+
+def _options(entry: dict | None) -> dict:
+    """The StepSpec options (XLA, precision) of a measured entry; defaults for None."""
+    if entry is None:
+        return {"jit_compile": False, "mixed_precision": None}
+    return {"jit_compile": entry["jit_compile"], "mixed_precision": entry["mixed_precision"]}
+
+
+def _growth_variant(measured: list[dict]) -> tuple[str, dict]:
+    """bert-train's fastest compare variant; keras-hub when bert-train was measured and failed."""
+    best = _best(measured, "bert_train")
+    if best:
+        return "bert_train", _options(best)
+    if any(e["implementation"] == "bert_train" for e in measured):
+        return "keras_hub", _options(None)
+    return "bert_train", _options(None)
+
+
+def growth(plan, measured: list[dict]) -> list[dict]:
+    """Step time over sizes (at the first seq) and sequence lengths (at the main size).
+
+    One process per point: warm-up 1, then max(2, rounds // 2) single-step rounds. The point
+    shared with the compare section is not measured twice. A point whose estimated time
+    (`_estimate_s`) would overrun `plan.budget_s` is skipped and says so.
+    """
+    implementation, options = _growth_variant(measured)
+    cache = {_key(e["implementation"], dataclasses.replace(
+        plan.main, size=spec_lib.SIZES[e["size"]], seq_length=e["seq_length"],
+        **_options(e))): e
+        for e in measured if e["group"] == "compare" and e["status"] == "ok"}
+    ref = cache.get(_key(implementation, dataclasses.replace(plan.main, **options)))
+    entries = []
+    for group, step in _growth_points(plan, options):
+        key = _key(implementation, step)
+        if key not in cache:
+            estimate = _estimate_s(plan, step, ref)
+            if elapsed() + estimate > plan.budget_s:
+                cache[key] = measure.training_entry(step, implementation, {
+                    "error": f"skipped: ~{estimate:.0f} s would pass --budget_s="
+                             f"{plan.budget_s:.0f}"}, 1, group, 1.0)
+            else:
+                say(f"growth: {implementation} {step.size.name} seq {step.seq_length}")
+                cache[key] = _measure_alone(plan, implementation, step, group)
+        entries.append(dict(cache[key], group=group))
+    _add_relative(entries, plan)
+    return entries
+
+
+def _add_relative(entries: list[dict], plan) -> None:
+    ref = next((e for e in entries if e["size"] == plan.main.size.name and e["status"] == "ok"
+                and e["seq_length"] == plan.growth_seqs[0]), None)
+    for e in entries:
+        if ref and e["status"] == "ok":
+            e["relative_step_time"] = e["step_time_s"] / ref["step_time_s"]
+            e["note"] = f"{e['relative_step_time']:.2f}x the {ref['size']}/{ref['seq_length']} step"
+
+
+def step_consumption(entries: list[dict]) -> dict | None:
+    """Sequences/s the training step consumes: bert-train's fastest, else keras-hub's."""
+    best = _best(entries, "bert_train") or _best(entries, "keras_hub")
+    if best is None:
+        return None
+    return {"implementation": best["implementation"], **_options(best),
+            "sequences_per_s": best["sequences_per_s"]}
+
+
+def _target(name: str, value, goal: float, unit: str = "x", detail: str = "") -> dict:
+    return {"name": name, "value": value, "goal": goal, "unit": unit, "detail": detail,
+            "met": None if value is None else bool(value >= goal)}
+
+
+def targets(results: dict) -> list[dict]:
+    """Issue 7's targets against what this run measured (None where not measured).
+
+    bert-train counts with its fastest compare variant (named in each row's detail), against
+    keras-hub's default float32 TF step. The quoted peer figures are for the mini config, so a
+    --smoke run leaves that row empty.
+    """
+    train = results.get("training", [])
+    ours = _best(train, "bert_train")
+    base = next((e for e in train if e["group"] == "compare" and e["status"] == "ok"
+                 and e["implementation"] == "keras_hub" and not e["jit_compile"]
+                 and not e["mixed_precision"]), None)
+    ours_sps = ours["sequences_per_s"] if ours else None
+    quoted = ours_sps / PEER_FIGURES["pytorch_compiled"] if (
+        ours and not results["settings"]["smoke"]) else None
+    pipe, tok = results.get("input_pipeline") or {}, results.get("tokenizer") or {}
+    variant = report.label(ours) if ours else ""
+    return [
+        _target("bert-train / keras-hub TF step (seq/s)",
+                ours_sps / base["sequences_per_s"] if ours and base else None,
+                GOALS["vs_keras_hub"], detail=f"{variant} vs keras-hub" if base else ""),
+        _target("bert-train / PyTorch compiled figure (19 seq/s, quoted)", quoted,
+                GOALS["vs_pytorch_compiled"], detail=variant),
+        _target("bert-train MFU vs same-run matmul peak",
+                100 * ours["mfu"] if ours and ours.get("mfu") else None, GOALS["mfu"], " %",
+                detail=variant),
+        _target("input pipeline / step consumption", pipe.get("ratio_to_step"),
+                GOALS["pipeline_vs_step"], detail=variant),
+        _target("bert-train Tokenizer / tokenizers (tokens/s)", tok.get("ratio"),
+                GOALS["tokenizer_vs_tokenizers"], detail="all cores"),
+    ]

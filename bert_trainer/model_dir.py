@@ -286,7 +286,7 @@ def _read_object_graph(prefix: str):
     except tf.errors.NotFoundError:
         raise UserError(f"{prefix} is a name-based (TF1-style) checkpoint without an object "
                         "graph; convert it first with 'bert-train convert --input=DIR'") from None
-    except (tf.errors.OpError, ValueError) as e:
+    except (tf.errors.OpError, ValueError, IndexError) as e:  # IndexError: a truncated file
         raise UserError(f"{prefix} could not be read as a checkpoint ({e})") from None
     graph = trackable_object_graph_pb2.TrackableObjectGraph()
     graph.ParseFromString(serialized)

@@ -11,7 +11,7 @@ import traceback
 
 from absl import flags
 
-from bert_trainer.errors import EXIT_USER_ERROR, UserError
+from bert_trainer.errors import EXIT_PREEMPTED, EXIT_USER_ERROR, Preempted, UserError
 
 flags.DEFINE_boolean("verbose", False, "Show full tracebacks and TensorFlow logs.")
 
@@ -47,6 +47,9 @@ def run_command(module, argv) -> int:
             traceback.print_exc()
         print(f"{prog}: error: {e}", file=sys.stderr)
         return EXIT_USER_ERROR
+    except Preempted as e:  # a clean stop: checkpoint written, rerun to resume
+        print(f"{prog}: {e}", file=sys.stderr)
+        return EXIT_PREEMPTED
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130

@@ -6,6 +6,8 @@ Uses tensorflow-text's BERT vocabulary learner; [PAD] [UNK] [CLS] [SEP] [MASK] c
   bert-train vocab --input='corpus/*.txt' --vocab_size=30522 --output=vocab.txt
 """
 
+import sys
+
 from absl import flags
 
 from bert_trainer.data import text_corpus
@@ -37,6 +39,8 @@ def main(argv):
     for name in ("input", "output"):
         if not FLAGS[name].value:
             raise UserError(f"--{name} is required (see 'bert-train vocab --help')")
+    # progress: the stream of now (learn_vocab's default is bound when it is imported).
     learn_vocab(FLAGS.input, FLAGS.vocab_size, FLAGS.output, lower_case=FLAGS.lower_case,
-                encoding_errors=FLAGS.encoding_errors, lower_thresh=FLAGS.min_token_count)
+                encoding_errors=FLAGS.encoding_errors, lower_thresh=FLAGS.min_token_count,
+                progress=sys.stderr)
     return 0

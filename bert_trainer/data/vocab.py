@@ -20,23 +20,32 @@ from bert_trainer.errors import UserError
 _LINES_PER_ELEMENT = 1024  # Lines per dataset element: fewer, larger tokenizer calls.
 
 
-def _line_dataset(files, encoding_errors: str, progress) -> tf.data.Dataset:
+def _line_dataset(files, encoding_errors: str, progress, failures: list) -> tf.data.Dataset:
     def lines():
-        for i, path in enumerate(files, 1):
-            if progress is not None:
-                print(f"vocab: reading {path} ({i}/{len(files)})", file=progress, flush=True)
-            batch = []
-            for line in text_corpus.content_lines(path, encoding_errors):
-                if line.strip():
-                    batch.append(line)
-                if len(batch) == _LINES_PER_ELEMENT:
-                    yield batch
-                    batch = []
-            if batch:
-                yield batch
+        try:
+            yield from _line_batches(files, encoding_errors, progress)
+        except UserError as e:  # tf.data would wrap it in an InvalidArgumentError
+            failures.append(e)
+            raise
 
     return tf.data.Dataset.from_generator(
         lines, output_signature=tf.TensorSpec([None], tf.string))
+
+
+def _line_batches(files, encoding_errors: str, progress):
+    """Yields the non-blank lines of `files` in lists of `_LINES_PER_ELEMENT`, per file."""
+    for i, path in enumerate(files, 1):
+        if progress is not None:
+            print(f"vocab: reading {path} ({i}/{len(files)})", file=progress, flush=True)
+        batch = []
+        for line in text_corpus.content_lines(path, encoding_errors):
+            if line.strip():
+                batch.append(line)
+            if len(batch) == _LINES_PER_ELEMENT:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
 
 
 def learn_vocab(inputs, vocab_size: int, output: str, *, lower_case: bool = True,
@@ -66,13 +75,18 @@ def learn_vocab(inputs, vocab_size: int, output: str, *, lower_case: bool = True
         raise UserError(f"encoding_errors='{encoding_errors}' is unknown; "
                         f"use one of {text_corpus.ENCODING_ERRORS}")
     start = time.time()
-    dataset = _line_dataset(files, encoding_errors, progress)
+    failures = []  # a UserError raised while reading (e.g. a line that is not UTF-8)
+    dataset = _line_dataset(files, encoding_errors, progress, failures)
     try:
         vocab = bert_vocab.bert_vocab_from_dataset(
             dataset, vocab_size=vocab_size, reserved_tokens=list(features.SPECIAL_TOKENS),
             bert_tokenizer_params={"lower_case": lower_case}, learn_params=learn_params)
     except StopIteration:  # The learner peeks at the first word of an empty count.
         raise UserError(f"--input={inputs} holds no text; pass non-empty files") from None
+    except tf.errors.OpError:
+        if failures:
+            raise failures[0] from None
+        raise
     if os.path.dirname(output):
         os.makedirs(os.path.dirname(output), exist_ok=True)
     with open(output, "w", encoding="utf-8") as f:

@@ -82,7 +82,7 @@ def _restore_task_model(model, prefix: str) -> None:
     try:
         status = tf.train.Checkpoint(model=model).read(prefix)
         status.assert_existing_objects_matched()
-    except (AssertionError, ValueError, tf.errors.OpError) as e:
+    except (AssertionError, ValueError, IndexError, tf.errors.OpError) as e:  # Index: truncated
         first = str(e).strip().splitlines()[0][:300]
         raise UserError(f"checkpoint {prefix} does not fit the task model described in "
                         f"{model_dir_lib.MODEL_INFO_FILE} ({first})") from None

@@ -1,17 +1,20 @@
 """The training engine: a custom distributed loop that runs any `bert_trainer.tasks.Task`.
 
-    trainer.py       Trainer, TrainerConfig, RunResult, NonFiniteError (the host loop)
+    trainer.py       Trainer (the host loop; re-exports the names of config.py)
+    config.py        TrainerConfig, RunResult, NonFiniteError
     train_step.py    TrainStep: the compiled step (accumulation, all-reduce, NaN guard, clipping)
     optimization.py  OptimizerConfig, AdamW/LAMB/SGD, warmup + polynomial decay, precision
-    checkpointing.py resume, architecture checks, the best checkpoint
+    checkpointing.py resume, integrity checks and fallback, architecture checks, best checkpoint
+    preemption.py    clean stops on SIGTERM/SIGINT (one worker, or PreemptionCheckpointHandler)
     summaries.py     TensorBoard, operative gin config, progress line
     strategies.py    get_strategy(name), the chief-only-writes rule
     determinism.py   seeds and deterministic ops
 """
 
+from bert_trainer.errors import Preempted
 from bert_trainer.training.optimization import OptimizerConfig
 from bert_trainer.training.strategies import get_strategy
 from bert_trainer.training.trainer import NonFiniteError, RunResult, Trainer, TrainerConfig
 
-__all__ = ["NonFiniteError", "OptimizerConfig", "RunResult", "Trainer", "TrainerConfig",
-           "get_strategy"]
+__all__ = ["NonFiniteError", "OptimizerConfig", "Preempted", "RunResult", "Trainer",
+           "TrainerConfig", "get_strategy"]

@@ -12,6 +12,11 @@ tensor files (TensorFlow's V2 saver writes shards to a temporary prefix and merg
 `file_io.atomic_write_string_to_file` (write a temp file, rename). A crash mid-save therefore
 leaves `checkpoint` naming the previous, complete checkpoint. `best_metric.json` is written the
 same way (temp file, rename) after its checkpoint.
+
+Integrity: a restart takes the newest checkpoint the `checkpoint` file lists that passes
+`checkpoint_problem` (its .index parses, its .data shards exist and are long enough) and that
+restores without a read error (the restore checks every tensor's CRC); each one skipped is
+reported in one log line, and so is the one used instead (`restore_latest`).
 """
 
 import json
@@ -24,9 +29,33 @@ from absl import logging
 
 from bert_trainer.errors import UserError
 
-_IGNORED_KEYS = ("_CHECKPOINTABLE_OBJECT_GRAPH", "save_counter/.ATTRIBUTES/VARIABLE_VALUE")
+_OBJECT_GRAPH = "_CHECKPOINTABLE_OBJECT_GRAPH"
+_IGNORED_KEYS = (_OBJECT_GRAPH, "save_counter/.ATTRIBUTES/VARIABLE_VALUE")
 BEST_DIR = "best"
 BEST_METRIC_FILE = "best_metric.json"
+
+
+def check_model_dir(model_dir: str) -> None:
+    """Refuses a model_dir that cannot be written, before anything is built.
+
+    Creates nothing: the first write does (`Trainer` writes nothing until its input is built),
+    so a run refused for a bad input leaves no new directory behind.
+
+    Raises:
+        UserError: `model_dir` is a file, lies under a file, or is not writable.
+    """
+    if tf.io.gfile.exists(model_dir) and not tf.io.gfile.isdir(model_dir):
+        raise UserError(f"--model_dir={model_dir} is a file; give a directory")
+    if "://" in model_dir:
+        return  # Remote file systems are checked by the first write.
+    existing = os.path.abspath(model_dir)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise UserError(f"--model_dir={model_dir} cannot be created: {existing} is a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"--model_dir={model_dir}: {existing} is not writable; choose another "
+                        "directory")
 
 
 def resolve_checkpoint(path: str, what: str = "--init_checkpoint") -> str:
@@ -55,19 +84,147 @@ def resolve_checkpoint(path: str, what: str = "--init_checkpoint") -> str:
     return path
 
 
-def latest_checkpoint(model_dir: str) -> str | None:
-    """The latest checkpoint of `model_dir`, or None for a fresh directory.
+def checkpoint_problem(path: str) -> str | None:
+    """Why the checkpoint at `path` cannot be restored, or None when it looks whole.
+
+    A cheap structural check (no tensor values are read): the `.index` file exists and parses,
+    every `.data` shard it needs exists, the shards hold at least the bytes its numeric
+    tensors need, and the object graph (what `tf.train.Checkpoint.restore` reads first) is
+    readable. This catches a deleted or corrupted index and a missing or truncated data file.
+    Flipped bytes inside a tensor are caught by the CRC check of the restore itself, which
+    `restore_latest` also falls back from.
+
+    Args:
+        path: a checkpoint prefix, e.g. "model_dir/ckpt-1000".
+
+    Returns:
+        A short reason ("ckpt-20.index is missing", ...) or None.
+    """
+    name = os.path.basename(path)
+    if not tf.io.gfile.exists(path + ".index"):
+        return f"{name}.index is missing"
+    try:
+        reader = tf.train.load_checkpoint(path)
+        dtypes = reader.get_variable_to_dtype_map()
+        shapes = reader.get_variable_to_shape_map()
+    except (tf.errors.OpError, ValueError, RuntimeError) as e:
+        return f"{name}.index is unreadable ({first_line(e)})"
+    shards = tf.io.gfile.glob(f"{path}.data-*-of-*")
+    if not shards:
+        return f"{name} has no .data file"
+    wanted = int(shards[0].rsplit("-of-", 1)[1])
+    if len(shards) != wanted:
+        return f"{name} has {len(shards)} of its {wanted} .data shards"
+    stored = sum(tf.io.gfile.stat(shard).length for shard in shards)
+    needed = sum(math.prod(shapes[k]) * dtype.size for k, dtype in dtypes.items()
+                 if dtype != tf.string)
+    if stored < needed:
+        return f"{name}.data holds {stored} bytes but its tensors need {needed} (truncated)"
+    try:
+        if _OBJECT_GRAPH in dtypes:
+            reader.get_tensor(_OBJECT_GRAPH)
+    except (tf.errors.OpError, ValueError, RuntimeError, IndexError) as e:
+        return f"{name}.data is unreadable ({first_line(e)})"
+    return None
+
+
+def checkpoint_candidates(model_dir: str) -> list[str]:
+    """The checkpoints the `checkpoint` state file of `model_dir` lists, newest first.
 
     Raises:
-        UserError: the `checkpoint` file names a checkpoint whose files are gone (starting
-            afresh would silently overwrite the run).
+        UserError: the state file exists but cannot be parsed.
     """
-    latest = tf.train.latest_checkpoint(model_dir)
     state_file = os.path.join(model_dir, "checkpoint")
-    if latest is None and tf.io.gfile.exists(state_file):
-        raise UserError(f"{state_file} names a checkpoint whose files are missing; restore them "
-                        "or delete that file to start the run afresh")
-    return latest
+    if not tf.io.gfile.exists(state_file):
+        return []
+    state = tf.train.get_checkpoint_state(model_dir)
+    if state is None or not state.model_checkpoint_path:
+        raise UserError(f"{state_file} is not a readable checkpoint state file; restore it, or "
+                        "delete it to start the run afresh")
+    older = [p for p in state.all_model_checkpoint_paths if p != state.model_checkpoint_path]
+    return [state.model_checkpoint_path, *reversed(older)]
+
+
+def latest_checkpoint(model_dir: str) -> str | None:
+    """The newest usable checkpoint of `model_dir`, or None for a fresh directory.
+
+    Checkpoints that fail `checkpoint_problem` are skipped with one log line each, and the one
+    chosen instead is logged.
+
+    Raises:
+        UserError: the `checkpoint` file lists checkpoints but none is usable (starting afresh
+            would silently overwrite the run).
+    """
+    return next(iter(usable_checkpoints(model_dir)), None)
+
+
+def usable_checkpoints(model_dir: str):
+    """Yields the checkpoints of `model_dir` that pass `checkpoint_problem`, newest first.
+
+    Raises:
+        UserError: after the last one, when the `checkpoint` file lists checkpoints but none
+            was usable.
+    """
+    candidates = checkpoint_candidates(model_dir)
+    problems = []
+    for path in candidates:
+        problem = checkpoint_problem(path)
+        if problem is None:
+            if problems:
+                logging.warning("Using checkpoint %s instead (the newest usable one)", path)
+            yield path
+            continue
+        logging.warning("Checkpoint %s is unusable: %s; falling back to the previous one",
+                        path, problem)
+        problems.append(problem)
+    if candidates and len(problems) == len(candidates):
+        state_file = os.path.join(model_dir, "checkpoint")
+        missing = all(p.endswith(".index is missing") for p in problems)
+        what = ("names a checkpoint whose files are missing" if missing else
+                f"lists {len(candidates)} checkpoint(s) and none is usable ({problems[0]})")
+        raise UserError(f"{state_file} {what}; restore them or delete that file to start the "
+                        "run afresh")
+
+
+def restore_latest(checkpoint: tf.train.Checkpoint, model_dir: str) -> str | None:
+    """Restores the newest checkpoint of `model_dir` that reads back whole.
+
+    A checkpoint whose values fail to read (a CRC mismatch, a short read) is reported in one
+    log line and the previous one is restored instead (it overwrites every variable).
+
+    Args:
+        checkpoint: the run's checkpoint object.
+        model_dir: the run's directory.
+
+    Returns:
+        The restored checkpoint prefix, or None for a fresh `model_dir`.
+
+    Raises:
+        UserError: a checkpoint of another architecture, or no readable checkpoint at all.
+    """
+    problems = []
+    for path in usable_checkpoints(model_dir):
+        try:
+            restore(checkpoint, path, model_dir)
+        except (tf.errors.OpError, IndexError) as e:  # IndexError: TF's "Read less bytes"
+            problems.append(path)
+            logging.warning("Checkpoint %s failed to restore (%s); falling back to the previous "
+                            "one", path, first_line(e))
+            continue
+        if problems:
+            logging.warning("Restored %s instead of %s", path, problems[0])
+        return path
+    if problems:
+        raise UserError(f"no checkpoint of {model_dir} reads back whole (the newest, "
+                        f"{problems[0]}, does not); restore them or delete "
+                        f"{os.path.join(model_dir, 'checkpoint')} to start the run afresh")
+    return None
+
+
+def first_line(error) -> str:
+    """The first line of an exception's message (TensorFlow's run to many lines)."""
+    lines = str(getattr(error, "message", None) or error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
 
 
 def expected_variables(checkpoint: tf.train.Checkpoint) -> dict[str, tuple[str, tuple]]:
@@ -106,18 +263,24 @@ def check_compatible(checkpoint: tf.train.Checkpoint, path: str, model_dir: str)
     stored = {k: tuple(s) for k, s in tf.train.list_variables(path) if k not in _IGNORED_KEYS}
     expected = {k: v for k, v in expected_variables(checkpoint).items() if k not in _IGNORED_KEYS}
     fix = "use a new --model_dir, or the config that wrote it"
-    # Name a model weight rather than an optimizer slot when both mismatch.
+    # Name a model weight rather than a dropout seed state or an optimizer slot.
     model = getattr(checkpoint, "model", None)
-    model_paths = {v.path for v in model.variables} if isinstance(model, keras.Model) else set()
-    ordered = sorted(expected.items(), key=lambda item: item[1][0] not in model_paths)
+    weights, others = set(), set()
+    if isinstance(model, keras.Model):
+        weights = {v.path for v in model.trainable_variables}
+        others = {v.path for v in model.variables} - weights
+    ordered = sorted(expected.items(), key=lambda item: (item[1][0] not in weights,
+                                                         item[1][0] not in others))
+    # A shape that differs says most about what changed (e.g. the hidden size): report it first.
+    for key, (name, shape) in ordered:
+        if key in stored and stored[key] != shape:
+            raise UserError(f"model_dir {model_dir} holds a checkpoint of another architecture: "
+                            f"{name} is {list(stored[key])} in {path} but {list(shape)} in "
+                            f"this model; {fix}")
     for key, (name, shape) in ordered:
         if key not in stored:
             raise UserError(f"model_dir {model_dir} holds a checkpoint of another architecture: "
                             f"{path} has no value for {name} {list(shape)}; {fix}")
-        if stored[key] != shape:
-            raise UserError(f"model_dir {model_dir} holds a checkpoint of another architecture: "
-                            f"{name} is {list(stored[key])} in {path} but {list(shape)} in "
-                            f"this model; {fix}")
     extra = sorted(set(stored) - set(expected))
     if extra:
         raise UserError(f"model_dir {model_dir} holds a checkpoint of another architecture: "

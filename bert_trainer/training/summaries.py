@@ -26,8 +26,16 @@ class SummaryWriter:
     def __init__(self, directory: str, enabled: bool = True):
         self.directory = directory
         self.enabled = enabled
-        self._writer = (tf.summary.create_file_writer(directory) if enabled
-                        else tf.summary.create_noop_writer())
+        self._file_writer = None
+
+    @property
+    def _writer(self):
+        # Created at the first write: creating it makes the directory and an event file, and a
+        # run that fails before writing anything must leave its model_dir as it was.
+        if self._file_writer is None:
+            self._file_writer = (tf.summary.create_file_writer(self.directory) if self.enabled
+                                 else tf.summary.create_noop_writer())
+        return self._file_writer
 
     def scalars(self, values: dict[str, float], step: int) -> None:
         """Writes one scalar per entry at `step` (non-finite values are written as they are)."""
@@ -41,10 +49,12 @@ class SummaryWriter:
             tf.summary.text(name, text)
 
     def flush(self) -> None:
-        self._writer.flush()
+        if self._file_writer is not None:
+            self._file_writer.flush()
 
     def close(self) -> None:
-        self._writer.close()
+        if self._file_writer is not None:
+            self._file_writer.close()
 
 
 def write_operative_config(model_dir: str, writer: SummaryWriter | None = None,
@@ -103,6 +113,10 @@ class ProgressLogger:
         self._step = start_step
         self._examples = 0.0
         self._time = time.perf_counter()
+
+    def reset(self, step: int, examples: float) -> None:
+        """Measures the next rates from `step` (e.g. after a rollback moved the step back)."""
+        self._step, self._examples, self._time = step, examples, time.perf_counter()
 
     def update(self, step: int, loss: float, examples: float) -> dict[str, float]:
         """Logs the line for a loop that ended at `step`.

@@ -43,6 +43,9 @@ class TrainStep:
         accumulation_steps: micro-batches per optimizer step.
         clip_norm: clip to this global gradient norm (None: no clipping).
         jit_compile: compile the forward/backward pass with XLA.
+        stop_flag: a scalar bool variable read before every step; when True the loop ends
+            there (set from another thread on a stop signal, see `preemption.StopSignals`).
+            None: never checked.
 
     Attributes:
         global_step: int64 variable, optimizer steps applied (checkpointed).
@@ -53,7 +56,7 @@ class TrainStep:
 
     def __init__(self, task: Task, model: keras.Model, optimizer, strategy, *,
                  accumulation_steps: int = 1, clip_norm: float | None = None,
-                 jit_compile: bool = False):
+                 jit_compile: bool = False, stop_flag: tf.Variable | None = None):
         self.task = task
         self.model = model
         self.optimizer = optimizer
@@ -61,6 +64,7 @@ class TrainStep:
         self.accumulation_steps = accumulation_steps
         self.clip_norm = clip_norm
         self.jit_compile = jit_compile
+        self.stop_flag = stop_flag
         first_replica = tf.VariableAggregation.ONLY_FIRST_REPLICA
         self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step",
                                        aggregation=first_replica)
@@ -102,6 +106,10 @@ class TrainStep:
         """
         self._loop(iterator, tf.constant(num_steps, tf.int32))
         return int(self.nonfinite_step.numpy())
+
+    def clear_nonfinite(self) -> None:
+        """Forgets a refused step (after a rollback), so that the loop can run again."""
+        self.nonfinite_step.assign(-1)
 
     def results(self) -> dict[str, float]:
         """Mean losses, task metrics and mean gradient norm since the last reset."""
@@ -226,6 +234,9 @@ class TrainStep:
 
     def _loop_body(self, iterator, num_steps):
         for _ in tf.range(num_steps):
+            # Read before each step: a stop request ends a long loop at a step boundary.
+            if self.stop_flag is not None and self.stop_flag.read_value():
+                break
             if not self._step(iterator):
                 break
 

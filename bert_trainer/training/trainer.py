@@ -12,6 +12,20 @@ states; the input position is restored by skipping the batches already consumed
 training dataset. `tf.data` iterators of distributed datasets cannot be checkpointed, and
 skipping also replays the input pipeline's own random ops identically. The cost: a restart
 re-reads the skipped part of the input once (no model compute).
+
+Robustness (issue 8):
+* Stop signals (SIGTERM, SIGINT; `preemption.py`): the loop ends after the current step, a
+  checkpoint is written at that step, TensorBoard is flushed and `Preempted` is raised.
+* Checkpoint integrity (`checkpointing.restore_latest`): a missing, truncated or corrupted
+  latest checkpoint is reported in one log line and the previous one is restored instead.
+* NaN/Inf (`nonfinite_policy`): "stop" raises `NonFiniteError`; "rollback" restores the last
+  good checkpoint c (one is written at the start if there is none) and drops the input of the
+  refused step s: steps c+1..s-1 are replayed on the same batches as before (they were good),
+  the batch(es) of step s are skipped, a checkpoint is written at step s-1, and training goes
+  on with the batches that followed. The checkpointed `skipped_steps` counts dropped steps,
+  so the input of step t starts (t - 1 + skipped_steps) * accumulation_steps batches per
+  replica into the stream, and exact resume still holds. Consecutive bad batches cost one
+  rollback each; a run stops as with "stop" after `max_rollbacks` skips.
 """
 
 import dataclasses
@@ -25,95 +39,19 @@ from absl import logging
 
 from bert_trainer.errors import UserError
 from bert_trainer.tasks.base import Task
-from bert_trainer.training import checkpointing, determinism, optimization, strategies, summaries
+from bert_trainer.training import (
+    checkpointing,
+    determinism,
+    optimization,
+    preemption,
+    strategies,
+    summaries,
+)
+from bert_trainer.training.config import NonFiniteError, RunResult, TrainerConfig
+from bert_trainer.training.preemption import Preempted
 from bert_trainer.training.train_step import TrainStep, checked_losses, metric_results
 
-
-class NonFiniteError(RuntimeError):
-    """The loss or the gradient norm became NaN/Inf; the run stopped before applying it.
-
-    Attributes:
-        step: the step whose update was refused (the last applied step is step - 1).
-        checkpoint: the last good checkpoint (None when none was written yet).
-    """
-
-    def __init__(self, step: int, checkpoint: str | None):
-        self.step = step
-        self.checkpoint = checkpoint
-        super().__init__(
-            f"the loss or gradient norm became NaN/Inf at step {step}; that update was not "
-            f"applied and the last good checkpoint ({checkpoint or 'none yet'}) is intact. "
-            "Lower the learning rate, set a clip norm, or check the input data.")
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainerConfig:
-    """How long and how to train, and when to checkpoint, log and evaluate.
-
-    Attributes:
-        train_steps: optimizer steps in the whole run (a restart continues up to it).
-        steps_per_loop: steps per call of the compiled loop (the host syncs between calls).
-        checkpoint_interval: save every this many steps (and at the end).
-        max_checkpoints: how many recent checkpoints to keep.
-        summary_interval: write training summaries every this many steps.
-        eval_interval: evaluate every this many steps; None: only at the end.
-        eval_steps: eval batches per evaluation; None: the whole eval split; 0: no evaluation
-            during training (an explicit `evaluate()` then reads the whole split).
-        best_metric: eval metric whose best value's checkpoint is kept in `model_dir/best`.
-        best_metric_mode: "max" or "min".
-        accumulation_steps: micro-batches per optimizer step (the effective batch is this
-            times the task's global batch).
-        jit_compile: compile the forward/backward pass with XLA.
-        mixed_precision: None (float32), "bfloat16" or "float16" (with loss scaling).
-        seed: seeds weights, dropout and data order.
-        deterministic_ops: make every op deterministic (process-wide; slower on GPU).
-        init_checkpoint: warm-start checkpoint (prefix or directory), used on fresh runs only.
-    """
-
-    train_steps: int
-    steps_per_loop: int = 100
-    checkpoint_interval: int = 1000
-    max_checkpoints: int = 5
-    summary_interval: int = 100
-    eval_interval: int | None = None
-    eval_steps: int | None = None
-    best_metric: str | None = None
-    best_metric_mode: str = "max"
-    accumulation_steps: int = 1
-    jit_compile: bool = False
-    mixed_precision: str | None = None
-    seed: int = 42
-    deterministic_ops: bool = False
-    init_checkpoint: str | None = None
-
-    def __post_init__(self):
-        for field in ("train_steps", "steps_per_loop", "checkpoint_interval", "max_checkpoints",
-                      "summary_interval", "accumulation_steps"):
-            value = getattr(self, field)
-            if not isinstance(value, int) or value <= 0:
-                raise UserError(f"{field}={value!r} must be a positive integer")
-        if self.eval_interval is not None and self.eval_interval <= 0:
-            raise UserError(f"eval_interval={self.eval_interval} must be > 0 (or None: at the end)")
-        if self.eval_steps is not None and self.eval_steps < 0:
-            raise UserError(f"eval_steps={self.eval_steps} must be >= 0 (or None: the whole split)")
-        if self.best_metric_mode not in ("max", "min"):
-            raise UserError(f"best_metric_mode={self.best_metric_mode!r} must be 'max' or 'min'")
-        if self.mixed_precision not in optimization.PRECISIONS:
-            raise UserError(f"mixed_precision={self.mixed_precision!r} must be None, "
-                            "'bfloat16' or 'float16'")
-        for field in ("best_metric", "eval_interval"):
-            if getattr(self, field) and self.eval_steps == 0:
-                raise UserError(f"{field}={getattr(self, field)!r} needs evaluation but "
-                                "eval_steps=0 turns it off; drop one of them")
-
-
-@dataclasses.dataclass(frozen=True)
-class RunResult:
-    """What `train_and_evaluate` ends with: the step and the last train/eval metrics."""
-
-    step: int
-    train: dict[str, float]
-    eval: dict[str, float]
+__all__ = ["NonFiniteError", "Preempted", "RunResult", "Trainer", "TrainerConfig"]
 
 
 class Trainer:
@@ -140,7 +78,7 @@ class Trainer:
         self.optimizer_config = optimizer or optimization.OptimizerConfig()
         self.strategy = strategy or tf.distribute.get_strategy()
         self.is_chief = strategies.is_chief(self.strategy)
-        _prepare_model_dir(model_dir)
+        checkpointing.check_model_dir(model_dir)
         self._write_dir = strategies.write_dir(model_dir, self.strategy)
         determinism.set_seed(config.seed)
         if config.deterministic_ops:
@@ -157,6 +95,8 @@ class Trainer:
 
     def _build(self) -> None:
         cfg, task = self.config, self.task
+        # Outside the strategy scope: a plain variable that a signal-watching thread can set.
+        self._stop_flag = tf.Variable(False, trainable=False, name="stop_requested")
         with optimization.precision_policy(cfg.mixed_precision), self.strategy.scope():
             self.model = task.build_model()
             self.optimizer = optimization.build_optimizer(
@@ -165,7 +105,11 @@ class Trainer:
             self._step = TrainStep(task, self.model, self.optimizer, self.strategy,
                                    accumulation_steps=cfg.accumulation_steps,
                                    clip_norm=self.optimizer_config.clip_norm,
-                                   jit_compile=cfg.jit_compile)
+                                   jit_compile=cfg.jit_compile, stop_flag=self._stop_flag)
+            # Steps whose batches were dropped by NaN rollbacks (see the module docstring).
+            self.skipped_steps = tf.Variable(
+                0, dtype=tf.int64, trainable=False, name="skipped_steps",
+                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
             self._eval_metrics = list(task.build_metrics(training=False))
             self._eval_loss_means = {n: keras.metrics.Mean(name=n) for n in task.loss_names}
         self.global_step = self._step.global_step
@@ -177,10 +121,14 @@ class Trainer:
         seed_states = [v for v in self.model.non_trainable_variables
                        if v.path.endswith("seed_generator_state")]
         self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer,
-                                              step=self.global_step, seed_states=seed_states)
+                                              step=self.global_step, seed_states=seed_states,
+                                              skipped_steps=self.skipped_steps)
         self._manager = tf.train.CheckpointManager(
             self.checkpoint, self._write_dir, max_to_keep=cfg.max_checkpoints,
             checkpoint_name="ckpt")
+        self._saved: tuple[int, str] | None = None  # (step, path) of the last save
+        self._skip_at: int | None = None  # drop a step's batches when reaching this step
+        self._rollbacks = 0
         self._best = None
         if cfg.best_metric:
             self._best = checkpointing.BestCheckpointKeeper(
@@ -189,9 +137,9 @@ class Trainer:
                 previous_dir=os.path.join(self.model_dir, checkpointing.BEST_DIR))
 
     def _restore_or_initialize(self) -> None:
-        latest = checkpointing.latest_checkpoint(self.model_dir)
+        latest = checkpointing.restore_latest(self.checkpoint, self.model_dir)
         if latest:
-            checkpointing.restore(self.checkpoint, latest, self.model_dir)
+            self._saved = (int(self.global_step.numpy()), latest)
             logging.info("Resuming at step %d from %s%s", int(self.global_step.numpy()), latest,
                          " (init_checkpoint ignored)" if self.config.init_checkpoint else "")
         elif self.config.init_checkpoint:
@@ -202,7 +150,8 @@ class Trainer:
 
     def _train_dataset(self, start_step: int):
         """The distributed training input, positioned after the batches already trained on."""
-        consumed = start_step * self.config.accumulation_steps  # batches per replica
+        # Batches per replica trained on or dropped by rollbacks.
+        consumed = (start_step + int(self.skipped_steps.numpy())) * self.config.accumulation_steps
 
         def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
             dataset = self.task.build_inputs(self.task.train_split, ctx, is_training=True)
@@ -224,36 +173,63 @@ class Trainer:
 
         Raises:
             NonFiniteError: the loss or gradient norm became NaN/Inf (nothing was applied or
-                saved for that step).
+                saved for that step) and the policy is "stop" or the rollbacks are used up.
+            Preempted: a stop signal came; a checkpoint was written at the step reached.
         """
         cfg = self.config
-        step = int(self.global_step.numpy())
+        loop = _LoopState(step=int(self.global_step.numpy()))
+        # The input first: a bad input found while building it fails before anything is written.
         iterator = self.train_iterator()
-        self._write_run_info(step)
-        progress = summaries.ProgressLogger(cfg.train_steps, step)
-        interval = (step, time.perf_counter())
-        train_metrics, eval_metrics = {}, {}
-        saved_step, evaluated_step = step, None
-        while step < cfg.train_steps:
-            self.run_steps(iterator, self._next_stop(step) - step)
-            step = int(self.global_step.numpy())
+        self._write_run_info(loop.step)
+        self._stop_flag.assign(False)
+        self._rollbacks = int(self.skipped_steps.numpy())
+        if cfg.nonfinite_policy == "rollback" and self._saved is None:
+            self._save(loop.step)  # something to roll back to
+        try:
+            with preemption.watch(self.strategy, self._stop_flag, self._save_published,
+                                  self._write_dir, enabled=cfg.handle_signals) as (signals,
+                                                                                   cluster):
+                self._loop(loop, iterator, signals, cluster)
+            self._save(loop.step)
+            if cfg.eval_steps != 0 and loop.evaluated_step != loop.step:
+                loop.eval = self._evaluate_and_keep_best(loop.step)
+        finally:
+            self._train_writer.flush()
+            strategies.remove_write_dir(self._write_dir, self.model_dir)
+        return RunResult(step=loop.step, train=loop.train, eval=loop.eval)
+
+    def _loop(self, loop: "_LoopState", iterator, signals, cluster) -> None:
+        """The loop of `train_and_evaluate`: runs steps until `train_steps` or a stop."""
+        cfg = self.config
+        progress = summaries.ProgressLogger(cfg.train_steps, loop.step)
+        interval = (loop.step, time.perf_counter())
+        while loop.step < cfg.train_steps:
+            if self._skip_at == loop.step:
+                self._skip_batches(iterator)
+            try:
+                self.run_steps(iterator, self._next_stop(loop.step) - loop.step)
+            except NonFiniteError as error:
+                iterator = self._roll_back(error)
+                loop.step = int(self.global_step.numpy())
+                progress.reset(loop.step, self._examples_done)
+                interval = (loop.step, time.perf_counter())
+                continue
+            step = loop.step = int(self.global_step.numpy())
             progress.update(step, float(self._loss_means["loss"].result()),
                             self._examples_done + self._step.counts()[0])
-            if step % cfg.summary_interval == 0 or step == cfg.train_steps:
-                train_metrics = self._write_train_summaries(step, interval)
+            stopping = signals.requested is not None and cluster is None
+            if step % cfg.summary_interval == 0 or step == cfg.train_steps or (
+                    stopping and step > interval[0]):
+                loop.train = self._write_train_summaries(step, interval)
                 interval = (step, time.perf_counter())
             if step % cfg.checkpoint_interval == 0:
                 self._save(step)
-                saved_step = step
+            if stopping:
+                raise Preempted(step, self._save(step), signals.requested)
             if cfg.eval_interval and step % cfg.eval_interval == 0 and cfg.eval_steps != 0:
-                eval_metrics, evaluated_step = self._evaluate_and_keep_best(step), step
-        if saved_step != step:
-            self._save(step)
-        if cfg.eval_steps != 0 and evaluated_step != step:
-            eval_metrics = self._evaluate_and_keep_best(step)
-        self._train_writer.flush()
-        strategies.remove_write_dir(self._write_dir, self.model_dir)
-        return RunResult(step=step, train=train_metrics, eval=eval_metrics)
+                loop.eval, loop.evaluated_step = self._evaluate_and_keep_best(step), step
+            if cluster is not None:
+                cluster.check(step)  # all workers save here and raise Preempted on a stop
 
     def train_iterator(self):
         """The distributed training input, positioned after the batches already trained on."""
@@ -285,6 +261,8 @@ class Trainer:
         """The next step at which the host has something to do (loops end there)."""
         cfg = self.config
         stops = [cfg.train_steps, step + cfg.steps_per_loop]
+        if self._skip_at is not None and self._skip_at > step:
+            stops.append(self._skip_at)
         for every in (cfg.summary_interval, cfg.checkpoint_interval, cfg.eval_interval):
             if every:
                 stops.append((step // every + 1) * every)
@@ -293,6 +271,7 @@ class Trainer:
     def _write_run_info(self, step: int) -> None:
         if not self.is_chief:
             return
+        tf.io.gfile.makedirs(self.model_dir)  # the first write of a run
         self.task.write_model_info(self.model_dir)
         # Everything gin configures (task, model, optimizer, input) has been built by now.
         summaries.write_operative_config(self.model_dir, self._train_writer, step)
@@ -318,9 +297,67 @@ class Trainer:
         self._step.reset_metrics()
         return values
 
-    def _save(self, step: int) -> None:
-        path = self._manager.save(checkpoint_number=step)
-        logging.info("Saved %s", path)
+    def _save(self, step: int) -> str:
+        """Saves a checkpoint at `step` (once per step); returns its path."""
+        if self._saved is None or self._saved[0] != step:
+            self._saved = (step, self._manager.save(checkpoint_number=step))
+            logging.info("Saved %s", self._saved[1])
+        return self._saved[1]
+
+    def _save_published(self, step: int) -> str:
+        """Saves on every worker; returns the chief's copy (the one a restart reads)."""
+        return os.path.join(self.model_dir, os.path.basename(self._save(step)))
+
+    # --------------------------------------------------------------------- NaN/Inf rollback
+
+    def _roll_back(self, error: NonFiniteError):
+        """Restores the last good checkpoint after a refused step (see the module docstring).
+
+        Returns:
+            A new training iterator positioned at the restored step.
+
+        Raises:
+            NonFiniteError: `error` again, when the policy is "stop" or rollbacks are used up.
+        """
+        cfg = self.config
+        if cfg.nonfinite_policy != "rollback":
+            raise error
+        if self._rollbacks >= cfg.max_rollbacks:
+            logging.error("NaN/Inf at step %d: max_rollbacks=%d used up, stopping", error.step,
+                          cfg.max_rollbacks)
+            raise error
+        self._rollbacks += 1
+        path = checkpointing.restore_latest(self.checkpoint, self.model_dir)
+        restored = int(self.global_step.numpy())
+        self._saved = (restored, path)
+        self._step.clear_nonfinite()
+        self._examples_done += self._step.counts()[0]
+        self._step.reset_metrics()  # they hold the refused step's NaN loss
+        self._skip_at = error.step - 1
+        first, last = restored + 1, error.step - 1
+        replay = ("" if first > last else f"step {last} is replayed on the same batch(es), then "
+                  if first == last else f"steps {first}-{last} are replayed on the same batches, "
+                  "then ")
+        logging.warning("NaN/Inf at step %d: rollback %d of %d to %s (step %d); %sthe batch(es) "
+                        "of step %d are skipped", error.step, self._rollbacks, cfg.max_rollbacks,
+                        path, restored, replay, error.step)
+        return self.train_iterator()
+
+    def _skip_batches(self, iterator) -> None:
+        """Drops the input of the next step (the refused one), counts it and checkpoints.
+
+        The checkpoint keeps an invariant that rollbacks rely on: no skip happened after the
+        latest checkpoint, so a later rollback never has to redo one.
+        """
+        for _ in range(self.config.accumulation_steps):
+            next(iterator)
+        self.skipped_steps.assign_add(1)
+        self._skip_at = None
+        step = int(self.global_step.numpy())
+        logging.warning("Skipped the batch(es) of step %d (%d step(s) skipped so far)", step + 1,
+                        int(self.skipped_steps.numpy()))
+        self._saved = None  # a checkpoint at this step may exist, without the skip
+        self._save(step)
 
     # ------------------------------------------------------------------------- evaluation
 
@@ -372,12 +409,11 @@ class Trainer:
         return results
 
 
-def _prepare_model_dir(model_dir: str) -> None:
-    if tf.io.gfile.exists(model_dir) and not tf.io.gfile.isdir(model_dir):
-        raise UserError(f"--model_dir={model_dir} is a file; give a directory")
-    try:
-        tf.io.gfile.makedirs(model_dir)
-    except tf.errors.OpError as e:
-        raise UserError(f"--model_dir={model_dir} cannot be created ({e.message})") from None
-    if "://" not in model_dir and not os.access(model_dir, os.W_OK | os.X_OK):
-        raise UserError(f"--model_dir={model_dir} is not writable; choose another directory")
+@dataclasses.dataclass
+class _LoopState:
+    """Where `train_and_evaluate` is: the step and the latest metrics."""
+
+    step: int
+    train: dict[str, float] = dataclasses.field(default_factory=dict)
+    eval: dict[str, float] = dataclasses.field(default_factory=dict)
+    evaluated_step: int | None = None

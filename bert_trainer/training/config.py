@@ -1,0 +1,110 @@
+"""The trainer's settings (`TrainerConfig`), its result and its NaN/Inf error.
+
+Separate from trainer.py so that configs can be built and validated (gin, the CLI) without
+building anything; `bert_trainer.training.trainer` re-exports all three.
+"""
+
+import dataclasses
+
+from bert_trainer.errors import UserError
+from bert_trainer.training import optimization
+
+
+class NonFiniteError(RuntimeError):
+    """The loss or the gradient norm became NaN/Inf; the run stopped before applying it.
+
+    Attributes:
+        step: the step whose update was refused (the last applied step is step - 1).
+        checkpoint: the last good checkpoint (None when none was written yet).
+    """
+
+    def __init__(self, step: int, checkpoint: str | None):
+        self.step = step
+        self.checkpoint = checkpoint
+        super().__init__(
+            f"the loss or gradient norm became NaN/Inf at step {step}; that update was not "
+            f"applied and the last good checkpoint ({checkpoint or 'none yet'}) is intact. "
+            "Lower the learning rate, set a clip norm, or check the input data.")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerConfig:
+    """How long and how to train, and when to checkpoint, log and evaluate.
+
+    Attributes:
+        train_steps: optimizer steps in the whole run (a restart continues up to it).
+        steps_per_loop: steps per call of the compiled loop (the host syncs between calls).
+        checkpoint_interval: save every this many steps (and at the end).
+        max_checkpoints: how many recent checkpoints to keep.
+        summary_interval: write training summaries every this many steps.
+        eval_interval: evaluate every this many steps; None: only at the end.
+        eval_steps: eval batches per evaluation; None: the whole eval split; 0: no evaluation
+            during training (an explicit `evaluate()` then reads the whole split).
+        best_metric: eval metric whose best value's checkpoint is kept in `model_dir/best`.
+        best_metric_mode: "max" or "min".
+        accumulation_steps: micro-batches per optimizer step (the effective batch is this
+            times the task's global batch).
+        jit_compile: compile the forward/backward pass with XLA.
+        mixed_precision: None (float32), "bfloat16" or "float16" (with loss scaling).
+        seed: seeds weights, dropout and data order.
+        deterministic_ops: make every op deterministic (process-wide; slower on GPU).
+        init_checkpoint: warm-start checkpoint (prefix or directory), used on fresh runs only.
+        nonfinite_policy: on a NaN/Inf loss or gradient norm, "stop" (raise NonFiniteError)
+            or "rollback" (restore the last good checkpoint and skip the step's batches).
+        max_rollbacks: how many rollbacks a run may make (the checkpointed count of skipped
+            steps included) before it stops as with "stop".
+        handle_signals: stop cleanly on SIGTERM/SIGINT (checkpoint, then raise `Preempted`).
+    """
+
+    train_steps: int
+    steps_per_loop: int = 100
+    checkpoint_interval: int = 1000
+    max_checkpoints: int = 5
+    summary_interval: int = 100
+    eval_interval: int | None = None
+    eval_steps: int | None = None
+    best_metric: str | None = None
+    best_metric_mode: str = "max"
+    accumulation_steps: int = 1
+    jit_compile: bool = False
+    mixed_precision: str | None = None
+    seed: int = 42
+    deterministic_ops: bool = False
+    init_checkpoint: str | None = None
+    nonfinite_policy: str = "stop"
+    max_rollbacks: int = 3
+    handle_signals: bool = True
+
+    def __post_init__(self):
+        for field in ("train_steps", "steps_per_loop", "checkpoint_interval", "max_checkpoints",
+                      "summary_interval", "accumulation_steps"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or value <= 0:
+                raise UserError(f"{field}={value!r} must be a positive integer")
+        if self.eval_interval is not None and self.eval_interval <= 0:
+            raise UserError(f"eval_interval={self.eval_interval} must be > 0 (or None: at the end)")
+        if self.eval_steps is not None and self.eval_steps < 0:
+            raise UserError(f"eval_steps={self.eval_steps} must be >= 0 (or None: the whole split)")
+        if self.best_metric_mode not in ("max", "min"):
+            raise UserError(f"best_metric_mode={self.best_metric_mode!r} must be 'max' or 'min'")
+        if self.nonfinite_policy not in ("stop", "rollback"):
+            raise UserError(f"nonfinite_policy={self.nonfinite_policy!r} must be 'stop' or "
+                            "'rollback'")
+        if not isinstance(self.max_rollbacks, int) or self.max_rollbacks < 0:
+            raise UserError(f"max_rollbacks={self.max_rollbacks!r} must be an integer >= 0")
+        if self.mixed_precision not in optimization.PRECISIONS:
+            raise UserError(f"mixed_precision={self.mixed_precision!r} must be None, "
+                            "'bfloat16' or 'float16'")
+        for field in ("best_metric", "eval_interval"):
+            if getattr(self, field) and self.eval_steps == 0:
+                raise UserError(f"{field}={getattr(self, field)!r} needs evaluation but "
+                                "eval_steps=0 turns it off; drop one of them")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+    """What `train_and_evaluate` ends with: the step and the last train/eval metrics."""
+
+    step: int
+    train: dict[str, float]
+    eval: dict[str, float]

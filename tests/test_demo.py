@@ -1,0 +1,96 @@
+"""`make demo`'s driver, end to end in its quick form (a corpus slice, 20 steps), and a rerun.
+
+Each stage is a real `bert-train` subprocess, so this is the slowest test file of the suite on
+purpose: it is the one that proves the product's commands work together.
+"""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEMO = os.path.join(REPO, "scripts", "demo.py")
+COMMANDS = ("vocab", "create_pretraining_data", "pretrain --gin_file=configs/demo.gin",
+            "finetune --task=classification", "evaluate", "export", "predict")
+
+
+def _demo(*args, cwd):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.run([sys.executable, DEMO, *args], cwd=cwd, env=env, text=True,
+                          capture_output=True, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    cwd = tmp_path_factory.mktemp("demo")
+    run = _demo("--quick", "--workdir=runs/demo", cwd=cwd)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return cwd, run
+
+
+def _summary(cwd):
+    with open(cwd / "runs" / "demo" / "summary.json", encoding="utf-8") as f:
+        return json.load(f)
+
+
+def test_every_command_is_printed_before_it_runs(quick_run):
+    _, run = quick_run
+    for command in COMMANDS:
+        assert f"$ bert-train {command}" in run.stdout, command
+    assert "tensorboard --logdir runs/demo" in run.stdout
+    assert "majority baseline" in run.stdout
+
+
+def test_summary_reports_steps_losses_and_the_dev_metric(quick_run):
+    cwd, _ = quick_run
+    summary = _summary(cwd)
+    assert summary["pretrain"]["steps"] == 20 and summary["finetune"]["steps"] == 20
+    for run, tag in (("pretrain", "mlm_loss"), ("pretrain", "nsp_loss"), ("finetune", "loss")):
+        losses = summary[run]["train"][tag]
+        assert math.isfinite(losses["first"]) and math.isfinite(losses["last"]), (run, tag)
+        assert losses["first_step"] < losses["last_step"] == 20
+    dev = summary["dev"]
+    assert isinstance(dev["accuracy"], float) and 0.0 <= dev["accuracy"] <= 1.0
+    assert dev["num_examples"] == 64  # QUICK.max_eval_examples
+    assert 0.2 < dev["majority_baseline"] < 0.6
+    assert dev["majority_label"] in summary["task"]["labels"]
+    assert [s["stage"] for s in summary["stages"]] == [
+        "corpus", "task", "vocab", "data_train", "data_eval", "pretrain", "finetune",
+        "evaluate", "export", "predict"]
+
+
+def test_plot_and_predictions_are_written(quick_run):
+    cwd, _ = quick_run
+    workdir = cwd / "runs" / "demo"
+    with open(workdir / "loss_curves.png", "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    labels = set(_summary(cwd)["task"]["labels"])
+    with open(workdir / "predictions.jsonl", encoding="utf-8") as f:
+        answers = [json.loads(line) for line in f]
+    assert len(answers) == 6
+    for answer in answers:
+        assert answer["label"] in labels
+        assert sum(answer["probabilities"]) == pytest.approx(1.0, abs=1e-4)
+    assert os.path.isfile(workdir / "export" / "saved_model.pb")
+
+
+def test_a_rerun_reuses_the_data_and_resumes_training(quick_run):
+    cwd, _ = quick_run
+    run = _demo("--quick", "--workdir=runs/demo", cwd=cwd)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    for stage in ("corpus", "task", "vocab", "data_train", "data_eval"):
+        assert f"== {stage}: reusing" in run.stdout
+    assert "Resuming at step 20" in run.stdout
+    assert _summary(cwd)["pretrain"]["steps"] == 20
+
+
+def test_a_workdir_of_other_settings_is_refused_before_any_stage(quick_run):
+    cwd, _ = quick_run
+    run = _demo("--workdir=runs/demo", cwd=cwd)  # the full settings
+    assert run.returncode == 1
+    assert "was made with other demo settings" in run.stderr and "--clean" in run.stderr
+    assert "== corpus" not in run.stdout

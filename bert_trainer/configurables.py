@@ -13,7 +13,7 @@ import gin
 
 from bert_trainer.encoders import builder
 from bert_trainer.errors import UserError
-from bert_trainer.tasks import pretraining
+from bert_trainer.tasks import finetuning, pretraining, question_answering
 from bert_trainer.training import optimization, trainer
 
 # .gin files `include` each other by paths relative to the repository root
@@ -32,6 +32,14 @@ OptimizerConfig = gin.external_configurable(optimization.OptimizerConfig,
 PretrainingConfig = gin.external_configurable(pretraining.PretrainingConfig,
                                               module="bert_trainer.tasks")
 # --- end of the training section --------------------------------------------------------------
+
+# --- Fine-tuning: what every task family shares, and SQuAD's windowing and decoding -----------
+# `FinetuneConfig.seq_length = 384` in configs/tasks/*.gin; `bert-train finetune` reads the
+# task family's file first. Build them with `FinetuneConfig()` / `SquadConfig()` here.
+FinetuneConfig = gin.external_configurable(finetuning.FinetuneConfig, module="bert_trainer.tasks")
+SquadConfig = gin.external_configurable(question_answering.SquadConfig,
+                                        module="bert_trainer.tasks")
+# --- end of the fine-tuning section -----------------------------------------------------------
 
 
 _search_path_added = False

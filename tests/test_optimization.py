@@ -137,3 +137,18 @@ def test_precision_policy_is_scoped():
     with pytest.raises(UserError, match="mixed_precision='int8' is unknown"):
         with optimization.precision_policy("int8"):
             pass
+
+
+def test_zero_weight_decay_builds_adamw_and_lamb_without_decay():
+    import keras
+
+    from bert_trainer.training import optimization
+
+    v = keras.Variable([[1.0, 2.0]], name="kernel")
+    for name in ("adamw", "lamb"):
+        config = optimization.OptimizerConfig(name=name, learning_rate=0.1, weight_decay=0.0,
+                                              warmup_steps=0)
+        opt = optimization.build_optimizer(config, [v], train_steps=10)
+        opt.apply([keras.ops.zeros_like(v)], [v])
+        # zero gradients and no decay: the variable is unchanged (decay 0.01 would shrink it).
+        assert keras.ops.convert_to_numpy(v).tolist() == [[1.0, 2.0]], name

@@ -153,7 +153,8 @@ def build_optimizer(config: OptimizerConfig, variables, *, train_steps: int,
         them over replicas itself (see `_apply_gradients_as_given`).
     """
     schedule = build_schedule(config, train_steps)
-    decay = config.weight_decay or None
+    # AdamW and Lamb require a float (0.0 disables decay); SGD takes None for "no decay".
+    decay = float(config.weight_decay)
     if config.name == "adamw":
         optimizer = keras.optimizers.AdamW(
             learning_rate=schedule, weight_decay=decay, beta_1=config.beta_1,
@@ -164,7 +165,7 @@ def build_optimizer(config: OptimizerConfig, variables, *, train_steps: int,
             beta_2=config.beta_2, epsilon=config.epsilon)
     else:
         optimizer = keras.optimizers.SGD(
-            learning_rate=schedule, momentum=config.momentum, weight_decay=decay)
+            learning_rate=schedule, momentum=config.momentum, weight_decay=decay or None)
     optimizer.exclude_from_weight_decay(
         var_list=excluded_from_weight_decay(variables, config.weight_decay_exclusions))
     if mixed_precision == "float16":

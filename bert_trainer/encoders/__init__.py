@@ -4,5 +4,6 @@ from bert_trainer.encoders.albert_encoder import AlbertEncoder
 from bert_trainer.encoders.bert_encoder import BertEncoder
 from bert_trainer.encoders.builder import build_encoder
 
-__all__ = ["AlbertEncoder", "BertEncoder", "build_encoder"]
-from bert_trainer.encoders.pretrained import from_pretrained  # noqa: E402  (after the classes it builds)
+__all__ = ["AlbertEncoder", "BertEncoder", "build_encoder", "from_pretrained"]
+# Imported last: it builds the classes above.
+from bert_trainer.encoders.pretrained import from_pretrained  # noqa: E402

@@ -16,6 +16,19 @@ from bert_trainer.errors import EXIT_PREEMPTED, EXIT_USER_ERROR, Preempted, User
 flags.DEFINE_boolean("verbose", False, "Show full tracebacks and TensorFlow logs.")
 
 
+def require_flags(*names: str) -> None:
+    """Raises a one-line UserError naming the flags in `names` that have no value.
+
+    Commands call this in `main` rather than `flags.mark_flags_as_required`, whose validators
+    are process-global: once one command module is imported they would reject every other
+    command parsed in the same process (tests, notebooks).
+    """
+    missing = [f"--{n}" for n in names if flags.FLAGS[n].value in (None, "")]
+    if missing:
+        raise UserError(f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} "
+                        "required (see --help)")
+
+
 def _help(module, prog: str) -> str:
     doc = (module.__doc__ or "").strip()
     own = flags.FLAGS.module_help(module.__name__) or "  (no flags of its own)"

@@ -21,6 +21,7 @@ import keras
 from absl import flags
 
 from bert_trainer import model_dir
+from bert_trainer.commands import require_flags
 from bert_trainer.encoders import pretrained
 from bert_trainer.errors import UserError
 from bert_trainer.interop import formats, hf, parity, read_checkpoint
@@ -35,7 +36,6 @@ flags.DEFINE_boolean("verify", False, "Write a per-layer parity report (parity_r
 flags.DEFINE_boolean("allow_pickle", False, "Read a pickle pytorch_model.bin (needs torch; "
                      "pickles can run code when loaded).")
 flags.DEFINE_boolean("overwrite", False, "Replace the converter's files in a non-empty --output.")
-flags.mark_flags_as_required(["input", "output"])
 FLAGS = flags.FLAGS
 
 REPORT_FILE = "parity_report.json"
@@ -56,6 +56,7 @@ class Conversion:
 
 def main(argv):
     del argv
+    require_flags("input", "output")
     result = convert(FLAGS.input, FLAGS.output, to=FLAGS.to, verify=FLAGS.verify,
                      allow_pickle=FLAGS.allow_pickle, overwrite=FLAGS.overwrite)
     return 0 if result.report is None or result.report["passed"] else 1

@@ -12,6 +12,7 @@ tagging `text`), serving_ids and encode (token ids in). A pretraining model dire
 
 from absl import flags
 
+from bert_trainer.commands import require_flags
 from bert_trainer.export import export_saved_model
 
 flags.DEFINE_string("model_dir", None, "Model directory written by finetune (or pretrain).")
@@ -22,12 +23,12 @@ flags.DEFINE_string("checkpoint", None, "best, latest or a checkpoint prefix; de
 flags.DEFINE_integer("seq_length", None, "Packed sequence length of the text signatures; "
                      "default: the task's seq_length.", lower_bound=3)
 flags.DEFINE_boolean("overwrite", False, "Replace an existing --output directory.")
-flags.mark_flags_as_required(["model_dir", "output"])
 FLAGS = flags.FLAGS
 
 
 def main(argv):
     del argv
+    require_flags("model_dir", "output")
     result = export_saved_model(FLAGS.model_dir, FLAGS.output, checkpoint=FLAGS.checkpoint,
                                 seq_length=FLAGS.seq_length, overwrite=FLAGS.overwrite)
     print(f"exported {result['family']} model (seq_length {result['seq_length']}) to "

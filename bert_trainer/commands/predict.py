@@ -15,6 +15,8 @@ import sys
 from absl import flags
 
 from bert_trainer import predict
+from bert_trainer.commands import require_flags
+from bert_trainer.errors import UserError
 
 flags.DEFINE_string("model_dir", None, "Model directory written by finetune.")
 flags.DEFINE_string("saved_model", None, "Directory written by 'bert-train export'.")
@@ -28,13 +30,15 @@ flags.DEFINE_enum("on_error", "skip", list(predict.ON_ERROR), "What an unreadabl
 flags.DEFINE_string("checkpoint", None, "With --model_dir: best, latest or a prefix.")
 flags.DEFINE_integer("seq_length", None, "With --model_dir: packed sequence length.",
                      lower_bound=3)
-flags.mark_flags_as_required(["input"])
-flags.mark_flags_as_mutual_exclusive(["model_dir", "saved_model"], required=True)
 FLAGS = flags.FLAGS
 
 
 def main(argv):
     del argv
+    require_flags("input")
+    if (FLAGS.model_dir is None) == (FLAGS.saved_model is None):
+        raise UserError("pass exactly one of --model_dir (a trained run) and --saved_model "
+                        "(an export)")
     predictor = predict.load_predictor(model_dir=FLAGS.model_dir, saved_model=FLAGS.saved_model,
                                        checkpoint=FLAGS.checkpoint, seq_length=FLAGS.seq_length)
     summary = predict.run_predict(predictor, FLAGS.input, FLAGS.output, fmt=FLAGS.format,

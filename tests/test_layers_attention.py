@@ -1,13 +1,15 @@
-"""SelfAttentionMask and TransformerEncoder, checked against a NumPy reference."""
+"""SelfAttentionMask, MultiHeadAttention and TransformerEncoder, checked against NumPy
+references and against `keras.layers.MultiHeadAttention` holding the same weights."""
 
 import math
 
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 from layer_testing import run_layer_test
 
-from bert_trainer.layers import SelfAttentionMask, TransformerEncoder
+from bert_trainer.layers import MultiHeadAttention, SelfAttentionMask, TransformerEncoder
 
 RNG = np.random.default_rng(0)
 DATA = RNG.standard_normal((2, 5, 8)).astype("float32")  # (batch, seq, hidden)
@@ -145,3 +147,103 @@ def test_mixed_bfloat16_keeps_layer_norm_in_float32():
     # The float32 reference with the same weights agrees to bfloat16 precision.
     np.testing.assert_allclose(np.asarray(output, "float32"), _reference(layer, DATA, MASK),
                                atol=0.1)
+
+
+# --- MultiHeadAttention: Keras' weights, a lean computation ---------------------------------
+
+def _attention_pair(query, value, **kwargs):
+    """Ours and `keras.layers.MultiHeadAttention`, built alike and holding the same weights."""
+    ours = MultiHeadAttention(num_heads=2, key_dim=4, **kwargs)
+    theirs = keras.layers.MultiHeadAttention(num_heads=2, key_dim=4, **kwargs)
+    ours(query, value)
+    theirs(query, value)
+    _randomize(ours)
+    theirs.set_weights(ours.get_weights())
+    return ours, theirs
+
+
+@pytest.mark.parametrize("mask", [MASK, PADDING[:, None, :], None],
+                         ids=["full_mask", "padding_mask", "no_mask"])
+def test_multi_head_attention_self_attention_equals_keras(mask):
+    ours, theirs = _attention_pair(DATA, DATA)
+    # The same tensor as query, key and value takes the fused Q/K/V projection.
+    got = ours(DATA, DATA, attention_mask=mask)
+    want = theirs(DATA, DATA, attention_mask=mask)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    # The padded keys of example 1 are ignored: changing them changes nothing.
+    if mask is not None:
+        noisy = DATA.copy()
+        noisy[1, 3:] += 5.0
+        np.testing.assert_allclose(ours(noisy, noisy, attention_mask=mask)[1, :3], got[1, :3],
+                                   atol=1e-5)
+
+
+def test_multi_head_attention_cross_attention_and_separate_key_equal_keras():
+    query = DATA[:, :2]  # (batch, 2, hidden): fewer targets than sources
+    key = RNG.standard_normal(DATA.shape).astype("float32")
+    ours, theirs = _attention_pair(query, DATA)
+    mask = MASK[:, :2, :]
+    for kwargs in ({}, {"key": key}):  # K and V fused; K, V projected apart
+        np.testing.assert_allclose(ours(query, DATA, attention_mask=mask, **kwargs),
+                                   theirs(query, DATA, attention_mask=mask, **kwargs), atol=1e-5)
+
+
+def test_multi_head_attention_gradients_equal_keras():
+    ours, theirs = _attention_pair(DATA, DATA)
+    direction = RNG.standard_normal(DATA.shape).astype("float32")
+    grads = []
+    for layer in (ours, theirs):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(layer(DATA, DATA, attention_mask=MASK) * direction)
+        grads.append(tape.gradient(loss, layer.trainable_variables))
+    assert len(grads[0]) == 8
+    for got, want in zip(*grads, strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-4)
+
+
+def test_multi_head_attention_other_options_run_keras_computation():
+    ours, theirs = _attention_pair(DATA, DATA)
+    output, scores = ours(DATA, DATA, attention_mask=MASK, return_attention_scores=True)
+    assert scores.shape == (2, 2, 5, 5)  # (batch, heads, target, source)
+    np.testing.assert_allclose(scores[1, :, :, 3:], 0.0)  # padded keys get no weight
+    np.testing.assert_allclose(output, theirs(DATA, DATA, attention_mask=MASK), atol=1e-5)
+    np.testing.assert_allclose(ours(DATA, DATA, use_causal_mask=True),
+                               theirs(DATA, DATA, use_causal_mask=True), atol=1e-5)
+
+
+def test_multi_head_attention_query_without_visible_keys_attends_uniformly():
+    # google-research/bert's additive mask: such a query averages all values (Keras: zeros).
+    ours, _ = _attention_pair(DATA, DATA)
+    nothing_visible = np.zeros((2, 5, 5), "float32")
+    got = ours(DATA, DATA, attention_mask=nothing_visible)
+    value = ours.value_dense
+    v = np.einsum("bsh,hnd->bsnd", DATA, value.kernel.numpy()) + value.bias.numpy()
+    context = np.broadcast_to(v.mean(axis=1, keepdims=True), v.shape)  # (batch, seq, heads, dim)
+    want = (np.einsum("bqnd,ndh->bqh", context, ours.output_dense.kernel.numpy())
+            + ours.output_dense.bias.numpy())
+    np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_multi_head_attention_dropout_only_in_training():
+    ours, theirs = _attention_pair(DATA, DATA, dropout=0.5, seed=3)
+    inference = ours(DATA, DATA, attention_mask=MASK)
+    np.testing.assert_allclose(inference, theirs(DATA, DATA, attention_mask=MASK), atol=1e-5)
+    trained = ours(DATA, DATA, attention_mask=MASK, training=True)
+    assert np.abs(np.asarray(trained) - np.asarray(inference)).max() > 1e-3
+
+
+def test_multi_head_attention_layer_checks(tmp_path):
+    layer, _ = run_layer_test(
+        MultiHeadAttention, {"num_heads": 2, "key_dim": 4}, DATA,
+        call_kwargs={"value": DATA, "attention_mask": MASK}, expected_output_shape=(2, 5, 8),
+        expected_num_trainable_weights=8, tmp_path=tmp_path, atol=1e-5)
+    assert layer.query_dense.kernel.shape == (8, 2, 4)
+    assert layer.output_dense.kernel.shape == (2, 4, 8)
+
+
+def test_transformer_encoder_under_xla_equals_eager():
+    layer = TransformerEncoder(**LAYER_ARGS)
+    layer([DATA, PADDING])
+    _randomize(layer)
+    compiled = tf.function(lambda x, m: layer([x, m]), jit_compile=True)
+    np.testing.assert_allclose(compiled(DATA, PADDING), layer([DATA, PADDING]), atol=1e-5)

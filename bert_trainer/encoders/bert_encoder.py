@@ -5,9 +5,9 @@ import keras
 from bert_trainer import features
 from bert_trainer.errors import UserError
 from bert_trainer.layers import (
+    LayerNormalization,
     OnDeviceEmbedding,
     PositionEmbedding,
-    SelfAttentionMask,
     SinusoidalPositionEncoding,
     TransformerEncoder,
 )
@@ -40,7 +40,7 @@ class BertEncoder(keras.Model):
 
     embeddings = dropout(LN(word + position + type))   # (batch, seq, embedding_width)
     x = embedding_projection(embeddings)                # (batch, seq, hidden), if factorized
-    x = transformer_layers[i](x, attention_mask)        # for i in range(num_layers)
+    x = transformer_layers[i](x, input_mask)            # for i in range(num_layers)
     pooled = pooler_transform(x[:, 0])                  # tanh dense on the first token
 
     Inputs: the RFC's list `[input_word_ids, input_mask, input_type_ids]` or a dict with
@@ -145,7 +145,7 @@ class BertEncoder(keras.Model):
         self.type_embeddings = OnDeviceEmbedding(
             type_vocab_size, width, initializer=clone_initializer(initializer),
             use_one_hot=True, name="type_embeddings", dtype=dtype)
-        self.embeddings_layer_norm = keras.layers.LayerNormalization(
+        self.embeddings_layer_norm = LayerNormalization(
             epsilon=norm_epsilon, name="embeddings_layer_norm", dtype=dtype)
         self.embedding_projection = None
         if width != hidden_size:
@@ -171,10 +171,12 @@ class BertEncoder(keras.Model):
         x = keras.layers.Dropout(output_dropout, dtype=dtype)(embeddings)
         if self.embedding_projection is not None:
             x = self.embedding_projection(x)  # (batch, seq, hidden)
-        attention_mask = SelfAttentionMask(dtype=dtype)([x, mask])  # (batch, seq, seq)
+        # The [batch, seq] padding mask goes to every layer as it is: attention turns it into
+        # an additive bias broadcast over heads and queries, cheaper than materializing the
+        # [batch, seq, seq] mask of SelfAttentionMask (same result).
         encoder_outputs = []
         for layer in self.transformer_layers:
-            x = layer([x, attention_mask])
+            x = layer([x, mask])
             encoder_outputs.append(x)
         pooled = self.pooler_transform(x[:, 0, :])  # (batch, hidden)
         return {features.SEQUENCE_OUTPUT: x, features.POOLED_OUTPUT: pooled,

@@ -4,7 +4,10 @@ Layers import only `keras`; every one is registered for serialization under the 
 name "bert_trainer".
 """
 
+from bert_trainer.layers.gelu import gelu
+from bert_trainer.layers.layer_normalization import LayerNormalization
 from bert_trainer.layers.masked_lm import MaskedLM
+from bert_trainer.layers.multi_head_attention import MultiHeadAttention
 from bert_trainer.layers.on_device_embedding import OnDeviceEmbedding
 from bert_trainer.layers.position_embedding import PositionEmbedding
 from bert_trainer.layers.self_attention_mask import SelfAttentionMask
@@ -12,10 +15,13 @@ from bert_trainer.layers.sinusoidal_position_encoding import SinusoidalPositionE
 from bert_trainer.layers.transformer_encoder import TransformerEncoder
 
 __all__ = [
+    "LayerNormalization",
     "MaskedLM",
+    "MultiHeadAttention",
     "OnDeviceEmbedding",
     "PositionEmbedding",
     "SelfAttentionMask",
     "SinusoidalPositionEncoding",
     "TransformerEncoder",
+    "gelu",
 ]

@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from bert_trainer.layers.initializers import clone_initializer
+from bert_trainer.layers.layer_normalization import LayerNormalization
 
 _OUTPUTS = ("logits", "predictions")
 
@@ -77,7 +78,7 @@ class MaskedLM(keras.layers.Layer):
             width, activation=self.activation,
             kernel_initializer=clone_initializer(self.initializer), name="transform",
             dtype=self.transform_dtype_policy)
-        self.layer_norm = keras.layers.LayerNormalization(
+        self.layer_norm = LayerNormalization(
             epsilon=1e-12, name="transform_layer_norm", dtype=self.transform_dtype_policy)
         self.bias = self.add_weight(name="bias", shape=(vocab_size,), initializer="zeros")
 

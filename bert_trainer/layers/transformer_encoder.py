@@ -2,7 +2,10 @@
 
 import keras
 
+from bert_trainer.layers.gelu import gelu
 from bert_trainer.layers.initializers import clone_initializer
+from bert_trainer.layers.layer_normalization import LayerNormalization
+from bert_trainer.layers.multi_head_attention import MultiHeadAttention
 
 
 def _data_shape(input_shape):
@@ -23,11 +26,15 @@ class TransformerEncoder(keras.layers.Layer):
     with ffn(x) = output_dense(dropout(inner_activation(intermediate_dense(x)))).
 
     Sublayers (public, the checkpoint converters map weights onto them):
-      attention_layer: `keras.layers.MultiHeadAttention`; its `query_dense`, `key_dense`,
+      attention_layer: `bert_trainer.layers.MultiHeadAttention`, a subclass of
+        `keras.layers.MultiHeadAttention` with its weights and a leaner computation (one
+        fused Q/K/V matmul, an additive mask bias); its `query_dense`, `key_dense`,
         `value_dense` have kernel `[hidden, heads, head_dim]` and bias `[heads, head_dim]`,
         its `output_dense` kernel `[heads, head_dim, hidden]` and bias `[hidden]`.
-      attention_layer_norm: LayerNormalization after (post-norm) or before (pre-norm) attention.
-      intermediate_dense: Dense hidden -> inner_dim with `inner_activation`.
+      attention_layer_norm: `bert_trainer.layers.LayerNormalization` (Keras' with a cheaper
+        gradient) after (post-norm) or before (pre-norm) attention.
+      intermediate_dense: Dense hidden -> inner_dim with `inner_activation` (the exact
+        "gelu" runs as `bert_trainer.layers.gelu`: the same values, a cheaper gradient).
       output_dense: Dense inner_dim -> hidden.
       output_layer_norm: LayerNormalization after (post-norm) or before (pre-norm) the ffn.
 
@@ -52,8 +59,9 @@ class TransformerEncoder(keras.layers.Layer):
 
     Call args:
       inputs: `data` `[batch, seq, hidden]`, or the RFC's list `[data, attention_mask]`.
-      attention_mask: `[batch, seq, seq]` (from `SelfAttentionMask`) or `[batch, seq]`
-        padding mask; 1 = may attend. `None` attends everywhere.
+      attention_mask: `[batch, seq]` padding mask (the cheapest: it is broadcast over
+        queries and heads) or `[batch, seq, seq]` (from `SelfAttentionMask`); 1 = may
+        attend. `None` attends everywhere.
       training: enables dropout.
 
     Returns:
@@ -107,7 +115,7 @@ class TransformerEncoder(keras.layers.Layer):
         if hidden % self.num_attention_heads:
             raise ValueError(f"TransformerEncoder '{self.name}': hidden size {hidden} is not "
                              f"divisible by num_attention_heads={self.num_attention_heads}")
-        self.attention_layer = keras.layers.MultiHeadAttention(
+        self.attention_layer = MultiHeadAttention(
             num_heads=self.num_attention_heads,
             key_dim=hidden // self.num_attention_heads,
             dropout=self.attention_dropout,
@@ -115,15 +123,15 @@ class TransformerEncoder(keras.layers.Layer):
             kernel_initializer=clone_initializer(
                 self.attention_initializer or self.kernel_initializer),
             name="attention", **self._dense_kwargs())
-        self.attention_layer_norm = keras.layers.LayerNormalization(
+        self.attention_layer_norm = LayerNormalization(
             epsilon=self.norm_epsilon, name="attention_layer_norm", dtype=self.dtype_policy)
         self.intermediate_dense = keras.layers.Dense(
-            self.inner_dim, activation=self.inner_activation, name="intermediate",
+            self.inner_dim, activation=self._fast_activation(), name="intermediate",
             kernel_initializer=clone_initializer(self.kernel_initializer), **self._dense_kwargs())
         self.output_dense = keras.layers.Dense(
             hidden, name="output", kernel_initializer=clone_initializer(self.kernel_initializer),
             **self._dense_kwargs())
-        self.output_layer_norm = keras.layers.LayerNormalization(
+        self.output_layer_norm = LayerNormalization(
             epsilon=self.norm_epsilon, name="output_layer_norm", dtype=self.dtype_policy)
         policy = self.dtype_policy
         self.attention_output_dropout = keras.layers.Dropout(self.output_dropout, dtype=policy)
@@ -136,6 +144,12 @@ class TransformerEncoder(keras.layers.Layer):
         self.output_dense.build((*data_shape[:-1], self.inner_dim))
         self.output_layer_norm.build(data_shape)
         self.built = True
+
+    def _fast_activation(self):
+        """`inner_activation`, or the same function with a cheaper gradient (exact GELU)."""
+        if self.inner_activation is keras.activations.gelu:  # "gelu": the exact erf form
+            return gelu
+        return self.inner_activation
 
     def call(self, inputs, attention_mask=None, training=None):
         data, attention_mask = self._unpack(inputs, attention_mask)  # (batch, seq, hidden)

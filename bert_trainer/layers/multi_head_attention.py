@@ -1,0 +1,136 @@
+"""Multi-head attention with Keras' weights and a lean path for BERT's self-attention."""
+
+import math
+
+import keras
+from keras import ops
+
+# Added to the scores of masked keys: large enough that exp() underflows to 0, small enough
+# to stay finite in the compute dtype (float16 tops out at 65504).
+_MASK_VALUE = {"float16": -3.0e4}
+_DEFAULT_MASK_VALUE = -1.0e9
+
+
+@keras.saving.register_keras_serializable(package="bert_trainer")
+class MultiHeadAttention(keras.layers.MultiHeadAttention):
+    """`keras.layers.MultiHeadAttention` with the same weights, computed with fewer ops.
+
+    The variables, their shapes and the sublayers are Keras' own (the checkpoint converters
+    map weights onto them): `query_dense`, `key_dense`, `value_dense` have kernel
+    `[hidden, heads, head_dim]` and bias `[heads, head_dim]`; `output_dense` has kernel
+    `[heads, head_dim, out]` and bias `[out]`. Only the computation differs, on the path BERT
+    takes (rank-3 inputs, default attention axes, no gate, sliding window, causal mask, Keras
+    masks, flash attention or returned scores; anything else runs Keras' own `call`):
+
+    - Self-attention (`query`, `key` and `value` the same tensor) projects Q, K and V with one
+      `[hidden, 3 * heads * head_dim]` matmul; the three kernels are concatenated at call
+      time, so they stay three variables. With `key is value`, K and V share one matmul.
+    - `1/sqrt(head_dim)` is folded into the query kernel and bias (a `[hidden, hidden]`
+      multiply instead of one over every query vector).
+    - The mask becomes an additive bias of `0` or `-1e9` broadcast over heads (and over
+      queries for a `[batch, 1, seq]` padding mask): one add instead of Keras' two selects
+      over `[batch, heads, seq, seq]`. A query whose keys are all masked therefore attends
+      uniformly, as in google-research/bert, where Keras would output zeros.
+
+    Args:
+      num_heads, key_dim, **kwargs: as `keras.layers.MultiHeadAttention`.
+
+    Call args:
+      query: `[batch, target, query_width]`.
+      value: `[batch, source, value_width]`.
+      key: `[batch, source, key_width]`; `None` uses `value`.
+      attention_mask: `[batch, target, source]` or `[batch, 1, source]`; nonzero/True =
+        may attend.
+      training: enables dropout on the attention probabilities.
+      query_mask, value_mask, key_mask, return_attention_scores, use_causal_mask: as Keras
+        (any of them selects Keras' own computation).
+
+    Returns:
+      `[batch, target, out]` (and the scores, if `return_attention_scores`).
+    """
+
+    def __init__(self, num_heads, key_dim, **kwargs):
+        super().__init__(num_heads, key_dim, **kwargs)
+        # Options only Keras' general computation implements.
+        self._lean = (kwargs.get("attention_axes") is None and not kwargs.get("use_gate")
+                      and kwargs.get("sliding_window") is None
+                      and kwargs.get("value_dim") in (None, key_dim)
+                      and not kwargs.get("flash_attention"))
+
+    def call(self, query, value, key=None, query_mask=None, value_mask=None, key_mask=None,
+             attention_mask=None, return_attention_scores=False, training=None,
+             use_causal_mask=False):
+        key = value if key is None else key
+        lean = (self._lean and not return_attention_scores and not use_causal_mask
+                and query_mask is None and value_mask is None and key_mask is None
+                and len(query.shape) == 3 and len(value.shape) == 3
+                and not keras.config.is_flash_attention_enabled())
+        if not lean:
+            return super().call(
+                query, value, key=key, query_mask=query_mask, value_mask=value_mask,
+                key_mask=key_mask, attention_mask=attention_mask,
+                return_attention_scores=return_attention_scores, training=training,
+                use_causal_mask=use_causal_mask)
+        q, k, v = self._project(query, key, value)  # (batch, heads, seq, head_dim) each
+        scores = ops.matmul(q, ops.swapaxes(k, -1, -2))  # (batch, heads, target, source)
+        if attention_mask is not None:
+            scores = scores + self._mask_bias(attention_mask, scores.dtype)
+        # Keras' own dropout sublayer (built by the parent; it holds the seed generator).
+        probs = self._dropout_layer(ops.softmax(scores, axis=-1), training=training)
+        context = ops.matmul(probs, v)  # (batch, heads, target, head_dim)
+        context = ops.transpose(context, (0, 2, 1, 3))  # (batch, target, heads, head_dim)
+        return self.output_dense(context)  # (batch, target, out)
+
+    def _project(self, query, key, value):
+        """Q (pre-scaled), K and V, each `[batch, heads, seq, head_dim]`."""
+        scale = 1.0 / math.sqrt(self.key_dim)
+        if query is key and key is value:
+            return self._fused_projection(
+                query, [self.query_dense, self.key_dense, self.value_dense], [scale, 1, 1])
+        (q,) = self._fused_projection(query, [self.query_dense], [scale])
+        if key is value:
+            k, v = self._fused_projection(key, [self.key_dense, self.value_dense], [1, 1])
+        else:
+            (k,) = self._fused_projection(key, [self.key_dense], [1])
+            (v,) = self._fused_projection(value, [self.value_dense], [1])
+        return q, k, v
+
+    def _fused_projection(self, x, layers, scales):
+        """Projects `x` by the concatenated kernels of `layers` in one matmul.
+
+        Args:
+          x: `[batch, seq, width]`.
+          layers: EinsumDense sublayers with kernel `[width, heads, dim]`, bias `[heads, dim]`.
+          scales: a Python factor per layer, folded into its kernel and bias.
+
+        Returns:
+          One `[batch, heads, seq, dim]` tensor per layer.
+        """
+        dtype = self.compute_dtype
+
+        def scaled(weight, factor):
+            weight = ops.cast(weight, dtype)
+            return weight if factor == 1 else weight * ops.cast(factor, dtype)
+
+        width = x.shape[-1]
+        kernel = ops.concatenate(
+            [scaled(layer.kernel, f) for layer, f in zip(layers, scales, strict=True)], axis=1)
+        heads, dim = self.num_heads, self.key_dim
+        y = ops.matmul(x, ops.reshape(kernel, (width, -1)))  # (batch, seq, n * heads * dim)
+        if self.use_bias:
+            bias = ops.concatenate(
+                [scaled(layer.bias, f) for layer, f in zip(layers, scales, strict=True)], axis=0)
+            # ops.add of a vector: TensorFlow's BiasAdd, whose gradient is a fast row sum.
+            y = ops.add(y, ops.reshape(bias, (-1,)))
+        shape = ops.shape(x)
+        y = ops.reshape(y, (shape[0], shape[1], len(layers) * heads, dim))
+        y = ops.transpose(y, (0, 2, 1, 3))  # (batch, n * heads, seq, dim)
+        return ops.split(y, len(layers), axis=1) if len(layers) > 1 else [y]
+
+    def _mask_bias(self, attention_mask, dtype):
+        """`[batch, target|1, source]` mask -> additive `[batch, 1, target|1, source]` bias."""
+        masked_value = _MASK_VALUE.get(keras.backend.standardize_dtype(dtype),
+                                       _DEFAULT_MASK_VALUE)
+        allowed = ops.cast(attention_mask, "bool")
+        bias = ops.where(allowed, ops.zeros((), dtype), ops.full((), masked_value, dtype))
+        return ops.expand_dims(bias, axis=-3)  # head axis

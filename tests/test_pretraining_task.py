@@ -170,8 +170,15 @@ def test_warm_start_loads_the_encoder_and_reports_what_it_left(straight_run, pre
     task = make_task(pretraining_data)
     model = task.build_model()
     fresh_head = model.masked_lm.dense.kernel.numpy()
-    with caplog.at_level(logging.INFO):
-        task.initialize(model, prefix)
+    # Listen on absl's logger itself: once an in-process CLI run has set absl logging up in
+    # this worker, its records no longer propagate to the root logger caplog listens on.
+    absl_logger = logging.getLogger("absl")
+    absl_logger.addHandler(caplog.handler)
+    try:
+        with caplog.at_level(logging.INFO, logger="absl"):
+            task.initialize(model, prefix)
+    finally:
+        absl_logger.removeHandler(caplog.handler)
     for got, want in zip(weights(model.encoder), weights(trained.encoder), strict=True):
         np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(model.masked_lm.dense.kernel.numpy(), fresh_head)

@@ -1,6 +1,6 @@
 """Shared checks for every layer, head and encoder (in the style of keras-hub's TestCase).
 
-`run_layer_test` builds the layer from its kwargs, calls it, and checks:
+`assert_layer_contract` builds the layer from its kwargs, calls it, and checks:
   1. output shapes (any nest of tensors);
   2. the number of trainable weights;
   3. a JSON `get_config` -> `from_config` round trip that reproduces the same config;
@@ -97,7 +97,7 @@ def check_training_step(layer, inputs, call_kwargs, learning_rate=1e-3):
     assert float(loss_after) < float(loss_before)
 
 
-def run_layer_test(layer_cls, init_kwargs, inputs, *, expected_output_shape,
+def assert_layer_contract(layer_cls, init_kwargs, inputs, *, expected_output_shape,
                    expected_num_trainable_weights, tmp_path, call_kwargs=None,
                    run_training_step=True, atol=1e-6):
     """Runs the five checks above and returns `(layer, outputs)` for further assertions.

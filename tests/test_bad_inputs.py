@@ -365,7 +365,7 @@ SUBPROCESS_CASES = [
 TABLE = os.environ.get("BAD_INPUTS_TABLE")  # a file: each case's message is appended to it
 
 
-def check_refusal(case, rc, stderr, expected, paths, digests) -> None:
+def assert_refusal(case, rc, stderr, expected, paths, digests) -> None:
     """Exit code 2, one `bert-train ...` line naming the thing, no traceback, nothing changed."""
     lines = [line for line in stderr.splitlines() if line.startswith("bert-train")]
     if TABLE:
@@ -386,7 +386,7 @@ def test_cli_refuses_bad_input(case, args, expected, paths, digests, capsys):
     reset()
     capsys.readouterr()
     rc = cli.main(["bert-train", *fill(args, paths)])
-    check_refusal(case, rc, capsys.readouterr().err, expected, paths, digests)
+    assert_refusal(case, rc, capsys.readouterr().err, expected, paths, digests)
 
 
 @pytest.fixture(scope="module")
@@ -399,7 +399,7 @@ def subprocess_results(paths):
 def test_convert_predict_and_export_refuse_bad_input(index, subprocess_results, paths, digests):
     case, _, expected = SUBPROCESS_CASES[index]
     result = subprocess_results[index]
-    check_refusal(case, result["rc"], result["stderr"], expected, paths, digests)
+    assert_refusal(case, result["rc"], result["stderr"], expected, paths, digests)
 
 
 def test_real_command_lines_exit_2_with_one_line(paths, digests):
@@ -431,7 +431,7 @@ def test_read_only_model_dir(paths, digests, capsys, monkeypatch):
         else real_access(path, mode, **kw)))
     reset()
     rc = cli.main(["bert-train", *fill([*SST2, "--train_file={good.tsv}"], paths)])
-    check_refusal("finetune read-only model_dir", rc, capsys.readouterr().err,
+    assert_refusal("finetune read-only model_dir", rc, capsys.readouterr().err,
                   "--model_dir={existing}: {existing} is not writable; choose another directory",
                   paths, digests)
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import tensorflow as tf
-from layer_testing import run_layer_test
+from layer_testing import assert_layer_contract
 
 from bert_trainer import configurables, features
 from bert_trainer.encoders import AlbertEncoder, BertEncoder, build_encoder
@@ -34,7 +34,7 @@ def _expected_shapes(num_layers, seq=8, hidden=16):
 
 def test_bert_encoder_layer_checks(tmp_path):
     # 3 tables + embedding LayerNorm 2 + 2 layers x 16 + pooler 2.
-    encoder, outputs = run_layer_test(
+    encoder, outputs = assert_layer_contract(
         BertEncoder, TINY, _as_list(_inputs()), expected_output_shape=_expected_shapes(2),
         expected_num_trainable_weights=39, tmp_path=tmp_path, atol=1e-5)
     np.testing.assert_array_equal(outputs[features.ENCODER_OUTPUTS][-1],
@@ -46,7 +46,7 @@ def test_bert_encoder_layer_checks(tmp_path):
 def test_albert_encoder_layer_checks_and_sharing(tmp_path):
     args = dict(TINY, embedding_width=8, num_layers=3)
     # 3 tables + LayerNorm 2 + projection 2 + ONE shared layer 16 + pooler 2.
-    encoder, _ = run_layer_test(
+    encoder, _ = assert_layer_contract(
         AlbertEncoder, args, _as_list(_inputs()), expected_output_shape=_expected_shapes(3),
         expected_num_trainable_weights=25, tmp_path=tmp_path, atol=1e-5)
     assert encoder.transformer_layers[0] is encoder.transformer_layers[2]

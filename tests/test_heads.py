@@ -3,7 +3,7 @@
 import keras
 import numpy as np
 import pytest
-from layer_testing import run_layer_test
+from layer_testing import assert_layer_contract
 
 from bert_trainer.heads import ClassificationHead, SpanLabeling, TokenClassification
 from bert_trainer.heads.span_labeling import PADDING_LOGIT
@@ -20,7 +20,7 @@ def _affine(dense, x):
 
 @pytest.mark.parametrize("num_classes", [3, 1])  # 1 = regression
 def test_classification_head(tmp_path, num_classes):
-    head, _ = run_layer_test(
+    head, _ = assert_layer_contract(
         ClassificationHead, dict(num_classes=num_classes, dropout_rate=0.5), POOLED,
         expected_output_shape=(3, num_classes), expected_num_trainable_weights=2, tmp_path=tmp_path)
     # Inference skips dropout: the logits are exactly the dense layer's.
@@ -30,14 +30,14 @@ def test_classification_head(tmp_path, num_classes):
 
 
 def test_token_classification(tmp_path):
-    head, _ = run_layer_test(
+    head, _ = assert_layer_contract(
         TokenClassification, dict(num_classes=4, dropout_rate=0.0), SEQUENCE,
         expected_output_shape=(2, 5, 4), expected_num_trainable_weights=2, tmp_path=tmp_path)
     np.testing.assert_allclose(head(SEQUENCE), _affine(head.dense, SEQUENCE), atol=1e-6)
 
 
 def test_span_labeling(tmp_path):
-    head, _ = run_layer_test(
+    head, _ = assert_layer_contract(
         SpanLabeling, {}, SEQUENCE, call_kwargs=dict(input_mask=INPUT_MASK),
         expected_output_shape=[(2, 5), (2, 5)], expected_num_trainable_weights=2, tmp_path=tmp_path)
     start, end = head(SEQUENCE, input_mask=INPUT_MASK)

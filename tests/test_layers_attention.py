@@ -7,7 +7,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from layer_testing import run_layer_test
+from layer_testing import assert_layer_contract
 
 from bert_trainer.layers import MultiHeadAttention, SelfAttentionMask, TransformerEncoder
 
@@ -20,7 +20,7 @@ LAYER_ARGS = dict(num_attention_heads=2, inner_dim=12, inner_activation="gelu")
 
 def test_self_attention_mask_values_in_both_call_styles(tmp_path):
     from_tensor = np.zeros((2, 4, 3), "float32")
-    _, mask = run_layer_test(
+    _, mask = assert_layer_contract(
         SelfAttentionMask, {}, [from_tensor, PADDING], expected_output_shape=(2, 4, 5),
         expected_num_trainable_weights=0, tmp_path=tmp_path, run_training_step=False)
     expected = np.broadcast_to(PADDING[:, None, :], (2, 4, 5))
@@ -32,8 +32,9 @@ def test_self_attention_mask_values_in_both_call_styles(tmp_path):
 
 def test_transformer_encoder_layer_checks(tmp_path):
     # 8 attention weights (q, k, v, o kernels and biases) + 2 LayerNorms x 2 + 2 Dense x 2.
-    run_layer_test(TransformerEncoder, LAYER_ARGS, [DATA, MASK], expected_output_shape=(2, 5, 8),
-                   expected_num_trainable_weights=16, tmp_path=tmp_path, atol=1e-5)
+    assert_layer_contract(TransformerEncoder, LAYER_ARGS, [DATA, MASK],
+                          expected_output_shape=(2, 5, 8), expected_num_trainable_weights=16,
+                          tmp_path=tmp_path, atol=1e-5)
 
 
 def _randomize(layer, seed=1):
@@ -233,7 +234,7 @@ def test_multi_head_attention_dropout_only_in_training():
 
 
 def test_multi_head_attention_layer_checks(tmp_path):
-    layer, _ = run_layer_test(
+    layer, _ = assert_layer_contract(
         MultiHeadAttention, {"num_heads": 2, "key_dim": 4}, DATA,
         call_kwargs={"value": DATA, "attention_mask": MASK}, expected_output_shape=(2, 5, 8),
         expected_num_trainable_weights=8, tmp_path=tmp_path, atol=1e-5)

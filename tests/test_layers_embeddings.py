@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from layer_testing import run_layer_test
+from layer_testing import assert_layer_contract
 
 from bert_trainer.layers import OnDeviceEmbedding, PositionEmbedding, SinusoidalPositionEncoding
 
@@ -15,10 +15,10 @@ IDS = np.array([[1, 2, 3, 0, 9], [4, 4, 7, 8, 9]], dtype="int32")
 
 @pytest.mark.parametrize("use_one_hot", [False, True])
 def test_on_device_embedding_layer_checks(tmp_path, use_one_hot):
-    layer, outputs = run_layer_test(
+    layer, outputs = assert_layer_contract(
         OnDeviceEmbedding, dict(vocab_size=10, embedding_width=6, use_one_hot=use_one_hot), IDS,
         expected_output_shape=(2, 5, 6), expected_num_trainable_weights=1, tmp_path=tmp_path)
-    # (run_layer_test's training step has moved the weights since `outputs`.)
+    # (assert_layer_contract's training step has moved the weights since `outputs`.)
     np.testing.assert_allclose(layer(IDS)[1, 0], layer.embeddings.numpy()[4], atol=1e-7)
 
 
@@ -69,7 +69,7 @@ def test_unseeded_initializer_instance_is_not_reused():
 
 def test_position_embedding_layer_checks(tmp_path):
     data = np.random.default_rng(0).standard_normal((2, 5, 6)).astype("float32")
-    layer, outputs = run_layer_test(
+    layer, outputs = assert_layer_contract(
         PositionEmbedding, dict(max_length=8), data, expected_output_shape=(2, 5, 6),
         expected_num_trainable_weights=1, tmp_path=tmp_path)
     table = layer.embeddings.numpy()
@@ -96,7 +96,7 @@ def _sinusoid_reference(length, width):
 
 
 def test_sinusoidal_encoding_layer_checks(tmp_path):
-    run_layer_test(SinusoidalPositionEncoding, {}, np.zeros((2, 7, 6), "float32"),
+    assert_layer_contract(SinusoidalPositionEncoding, {}, np.zeros((2, 7, 6), "float32"),
                    expected_output_shape=(2, 7, 6), expected_num_trainable_weights=0,
                    tmp_path=tmp_path, run_training_step=False)
 

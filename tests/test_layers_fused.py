@@ -8,7 +8,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from layer_testing import run_layer_test
+from layer_testing import assert_layer_contract
 
 from bert_trainer.layers import LayerNormalization, TransformerEncoder, gelu
 
@@ -58,7 +58,7 @@ def test_gelu_serializes_by_name_and_keeps_bfloat16():
 
 
 def test_layer_normalization_layer_checks(tmp_path):
-    run_layer_test(LayerNormalization, {"epsilon": 1e-12}, X, expected_output_shape=X.shape,
+    assert_layer_contract(LayerNormalization, {"epsilon": 1e-12}, X, expected_output_shape=X.shape,
                    expected_num_trainable_weights=2, tmp_path=tmp_path)
 
 

@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from layer_testing import run_layer_test
+from layer_testing import assert_layer_contract
 
 from bert_trainer.layers import MaskedLM
 
@@ -33,7 +33,7 @@ def _reference(mlm, sequence, positions):
 
 def test_masked_lm_layer_checks(tmp_path):
     # Table, bias, dense kernel + bias, LayerNorm gamma + beta.
-    run_layer_test(MaskedLM, dict(embedding_table=_table(), activation="gelu"), SEQUENCE,
+    assert_layer_contract(MaskedLM, dict(embedding_table=_table(), activation="gelu"), SEQUENCE,
                    call_kwargs=dict(masked_positions=POSITIONS),
                    expected_output_shape=(2, 3, VOCAB), expected_num_trainable_weights=6,
                    tmp_path=tmp_path, atol=1e-5)

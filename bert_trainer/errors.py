@@ -9,6 +9,7 @@ exits with `EXIT_PREEMPTED`.
 EXIT_USER_ERROR = 2
 EXIT_PREEMPTED = 143  # 128 + SIGTERM: the run was stopped cleanly and can be resumed.
 EXIT_NONFINITE = 3    # loss or gradient became NaN/Inf.
+EXIT_PEER_LOST = 75   # EX_TEMPFAIL: a multi-worker peer went away; restart all workers to resume.
 
 
 class UserError(ValueError):

@@ -27,3 +27,38 @@ def test_importing_one_command_does_not_constrain_another(capsys):
     assert cli.main(["bert-train", "convert"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["bert-train convert: error: --input and --output are required (see --help)"]
+
+
+class _LostPeer:
+    """A command whose training collective fails as a MultiWorkerMirrored survivor's does."""
+
+    def __init__(self, error_type):
+        self.error_type = error_type
+
+    def main(self, argv):
+        raise self.error_type(None, None, "Socket closed\nAdditional GRPC error information: ...")
+
+
+def test_a_lost_peer_worker_is_one_line_with_a_retry_exit_code(capsys):
+    import tensorflow as tf
+
+    from bert_trainer.commands import run_command
+    from bert_trainer.errors import EXIT_PEER_LOST
+
+    for error_type in (tf.errors.UnavailableError, tf.errors.AbortedError):
+        assert run_command(_LostPeer(error_type), ["bert-train pretrain"]) == EXIT_PEER_LOST
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1, err
+        assert err.startswith("bert-train pretrain: error: lost contact with another worker "
+                              f"({error_type.__name__}: Socket closed)")
+        assert "restart every worker with the same command" in err
+
+
+def test_other_tensorflow_errors_are_not_disguised_as_a_lost_peer():
+    import pytest
+    import tensorflow as tf
+
+    from bert_trainer.commands import run_command
+
+    with pytest.raises(tf.errors.InternalError):
+        run_command(_LostPeer(tf.errors.InternalError), ["bert-train pretrain"])

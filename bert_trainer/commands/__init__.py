@@ -11,7 +11,13 @@ import traceback
 
 from absl import flags
 
-from bert_trainer.errors import EXIT_PREEMPTED, EXIT_USER_ERROR, Preempted, UserError
+from bert_trainer.errors import (
+    EXIT_PEER_LOST,
+    EXIT_PREEMPTED,
+    EXIT_USER_ERROR,
+    Preempted,
+    UserError,
+)
 
 flags.DEFINE_boolean("verbose", False, "Show full tracebacks and TensorFlow logs.")
 
@@ -66,3 +72,29 @@ def run_command(module, argv) -> int:
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:  # noqa: BLE001 (only a lost peer is translated; the rest re-raise)
+        if not _is_peer_lost(e):
+            raise
+        if flags.FLAGS.verbose:
+            traceback.print_exc()
+        print(f"{prog}: error: lost contact with another worker ({type(e).__name__}: "
+              f"{_first_line(e)}). The last checkpoint is intact: restart every worker with the "
+              "same command to resume from it.", file=sys.stderr)
+        return EXIT_PEER_LOST
+
+
+def _is_peer_lost(error: Exception) -> bool:
+    """Whether `error` is TensorFlow reporting that a collective's peer task went away.
+
+    When one MultiWorkerMirrored worker dies, the survivors' all-reduce fails with
+    UnavailableError (or AbortedError once the collective executor is aborted). TensorFlow is
+    already imported whenever such an error can exist, so `sys.modules` is checked, not imported.
+    """
+    tf = sys.modules.get("tensorflow")
+    return tf is not None and isinstance(error, (tf.errors.UnavailableError,
+                                                  tf.errors.AbortedError))
+
+
+def _first_line(error: Exception) -> str:
+    text = getattr(error, "message", None) or str(error)
+    return (text.strip().splitlines() or [""])[0][:200]

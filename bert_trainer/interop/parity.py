@@ -45,16 +45,46 @@ def reference_forward(ckpt: formats.BertCheckpoint, inputs: dict) -> dict:
     x = (w[e + "word_embeddings"][ids] + w[e + "position_embeddings"][:seq_len][None]
          + w[e + "token_type_embeddings"][types])  # (batch, seq, hidden)
     x = _layer_norm(x, w[e + "LayerNorm/gamma"], w[e + "LayerNorm/beta"], config.norm_epsilon)
-    outputs = {"embedding_output": x, features.ENCODER_OUTPUTS: []}
-    # Additive mask: padded keys get -1e9 before the softmax, so their weight is exactly 0.
-    bias = (1.0 - mask[:, None, None, :].astype(np.float64)) * -1e9  # (batch, 1, 1, seq)
-    for i in range(config.num_layers):
-        x = _layer(x, bias, w, formats.layer_prefix(i), config)
-        outputs[features.ENCODER_OUTPUTS].append(x)
+    outputs = {"embedding_output": x,
+               features.ENCODER_OUTPUTS: _run_layers(x, mask, w, config, first_layer=0)}
+    x = outputs[features.ENCODER_OUTPUTS][-1]
     outputs[features.SEQUENCE_OUTPUT] = x
     if "bert/pooler/dense/kernel" in w:
         outputs[features.POOLED_OUTPUT] = np.tanh(
             x[:, 0] @ w["bert/pooler/dense/kernel"] + w["bert/pooler/dense/bias"])
+    return outputs
+
+
+def reference_layers(ckpt: formats.BertCheckpoint, hidden, input_mask, *,
+                     first_layer: int = 0) -> list:
+    """Runs the float64 transformer layers `first_layer`.. from a given hidden state.
+
+    For sensitivity studies: how much a small change of one layer's output (e.g. fp32
+    round-off) moves the later layers' outputs.
+
+    Args:
+      ckpt: the source checkpoint.
+      hidden: the input of layer `first_layer` (the embedding output for 0, else the output
+        of layer `first_layer - 1`), [batch, seq, hidden].
+      input_mask: [batch, seq], 1 for real tokens.
+      first_layer: index of the first layer to run.
+
+    Returns:
+      The outputs of layers `first_layer`..`num_layers - 1`, each float64 [batch, seq, hidden].
+    """
+    w = {k: v.astype(np.float64) for k, v in ckpt.weights.items()}
+    return _run_layers(np.asarray(hidden, np.float64), np.asarray(input_mask), w, ckpt.config,
+                       first_layer=first_layer)
+
+
+def _run_layers(x, mask, w, config, *, first_layer):
+    """Layers `first_layer`.. on x (batch, seq, hidden) with float64 weights `w`."""
+    # Additive mask: padded keys get -1e9 before the softmax, so their weight is exactly 0.
+    bias = (1.0 - mask[:, None, None, :].astype(np.float64)) * -1e9  # (batch, 1, 1, seq)
+    outputs = []
+    for i in range(first_layer, config.num_layers):
+        x = _layer(x, bias, w, formats.layer_prefix(i), config)
+        outputs.append(x)
     return outputs
 
 

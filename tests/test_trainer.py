@@ -118,8 +118,11 @@ def test_event_files_hold_the_training_and_eval_scalars(tmp_path):
     trainer.train_and_evaluate()
     train = read_scalars(tmp_path / "train")
     expected = {"loss", "ce_loss", "accuracy", "grad_norm", "learning_rate",
-                "steps_per_second", "examples_per_second", "tokens_per_second"}
+                "steps_per_second", "examples_per_second", "tokens_per_second",
+                "padding_fraction"}
     assert expected <= set(train)
+    # The toy model has no encoder, hence no FLOP count: no MFU (and no peak measurement).
+    assert not {"mfu", "model_gflops_per_second", "peak_gflops"} & set(train)
     assert set(train["loss"]) == {5, 10}
     schedule = optimization.build_schedule(ADAMW, 10)
     # The rate logged at step s is the one step s used (optimizer iteration s - 1).

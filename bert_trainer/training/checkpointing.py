@@ -17,6 +17,13 @@ Integrity: a restart takes the newest checkpoint the `checkpoint` file lists tha
 `checkpoint_problem` (its .index parses, its .data shards exist and are long enough) and that
 restores without a read error (the restore checks every tensor's CRC); each one skipped is
 reported in one log line, and so is the one used instead (`restore_latest`).
+
+Names: the root holds `model=model_trackable(model)`, which saves every model weight under a
+stable name derived from its Keras path (`model/encoder/transformer_layer_0/...`, see
+`bert_trainer.checkpoint_layout`), so a change to the encoder's code that reorders its
+internal operations neither breaks nor silently misassigns a restore. Checkpoints in the
+older object-graph layout cannot be resumed (their run must finish with the bert-train that
+started it) but still warm-start a new run (`--init_checkpoint`).
 """
 
 import json
@@ -27,6 +34,8 @@ import keras
 import tensorflow as tf
 from absl import logging
 
+from bert_trainer import checkpoint_layout
+from bert_trainer.checkpoint_layout import model_trackable  # noqa: F401 (the trainer's root)
 from bert_trainer.errors import UserError
 
 _OBJECT_GRAPH = "_CHECKPOINTABLE_OBJECT_GRAPH"
@@ -244,7 +253,9 @@ def expected_variables(checkpoint: tf.train.Checkpoint) -> dict[str, tuple[str, 
     for obj in objects:
         if isinstance(obj, keras.Variable | tf.Variable):
             key = "/".join(trackable_utils.escape_local_name(ref.name) for ref in paths[obj])
-            name = getattr(obj, "path", None) or obj.name
+            # A stable name ("encoder/word_embeddings/embeddings") says more than the path.
+            last = paths[obj][-1].name
+            name = last if "/" in last else getattr(obj, "path", None) or obj.name
             keys[key + "/.ATTRIBUTES/VARIABLE_VALUE"] = (name, tuple(obj.shape))
     return keys
 
@@ -260,15 +271,19 @@ def check_compatible(checkpoint: tf.train.Checkpoint, path: str, model_dir: str)
         path: the checkpoint prefix to compare with.
         model_dir: named in the message.
     """
+    check_layout(checkpoint, path, model_dir)
     stored = {k: tuple(s) for k, s in tf.train.list_variables(path) if k not in _IGNORED_KEYS}
     expected = {k: v for k, v in expected_variables(checkpoint).items() if k not in _IGNORED_KEYS}
     fix = "use a new --model_dir, or the config that wrote it"
     # Name a model weight rather than a dropout seed state or an optimizer slot.
     model = getattr(checkpoint, "model", None)
+    if isinstance(model, checkpoint_layout.NamedVariables):
+        model = model.keras_model
     weights, others = set(), set()
     if isinstance(model, keras.Model):
-        weights = {v.path for v in model.trainable_variables}
-        others = {v.path for v in model.variables} - weights
+        names = {id(v): n for n, v in checkpoint_layout.variable_names(model).items()}
+        weights = {names.get(id(v), v.path) for v in model.trainable_variables}
+        others = {names.get(id(v), v.path) for v in model.variables} - weights
     ordered = sorted(expected.items(), key=lambda item: (item[1][0] not in weights,
                                                          item[1][0] not in others))
     # A shape that differs says most about what changed (e.g. the hidden size): report it first.
@@ -286,6 +301,22 @@ def check_compatible(checkpoint: tf.train.Checkpoint, path: str, model_dir: str)
         raise UserError(f"model_dir {model_dir} holds a checkpoint of another architecture: "
                         f"{path} has {len(extra)} variable(s) this model lacks, e.g. {extra[0]} "
                         f"{list(stored[extra[0]])}; {fix}")
+
+
+def check_layout(checkpoint: tf.train.Checkpoint, path: str, model_dir: str) -> None:
+    """Refuses to resume a stable-names run from an object-graph checkpoint (or vice versa).
+
+    Raises:
+        UserError: the layouts differ; the message says how to carry the weights over.
+    """
+    if not isinstance(getattr(checkpoint, "model", None), checkpoint_layout.NamedVariables):
+        return
+    graph, _ = checkpoint_layout.read_object_graph(path)
+    if checkpoint_layout.layout(graph) == checkpoint_layout.OBJECT_GRAPH:
+        raise UserError(f"model_dir {model_dir}: {path} was written by an older bert-train "
+                        "(object-graph variable names) and cannot be resumed; finish the run "
+                        "with that version, or start a new --model_dir with "
+                        f"--init_checkpoint={path}")
 
 
 def restore(checkpoint: tf.train.Checkpoint, path: str, model_dir: str) -> None:

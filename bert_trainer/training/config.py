@@ -54,6 +54,9 @@ class TrainerConfig:
         max_rollbacks: how many rollbacks a run may make (the checkpointed count of skipped
             steps included) before it stops as with "stop".
         handle_signals: stop cleanly on SIGTERM/SIGINT (checkpoint, then raise `Preempted`).
+        peak_flops: one device's peak FLOP/s in the run's precision, for the MFU summary (GPU
+            and TPU users give the datasheet number, e.g. 989e12 for an H100's dense bf16);
+            None: measured with a short `tf.matmul` at the start of the run.
     """
 
     train_steps: int
@@ -74,6 +77,7 @@ class TrainerConfig:
     nonfinite_policy: str = "stop"
     max_rollbacks: int = 3
     handle_signals: bool = True
+    peak_flops: float | None = None
 
     def __post_init__(self):
         for field in ("train_steps", "steps_per_loop", "checkpoint_interval", "max_checkpoints",
@@ -92,6 +96,10 @@ class TrainerConfig:
                             "'rollback'")
         if not isinstance(self.max_rollbacks, int) or self.max_rollbacks < 0:
             raise UserError(f"max_rollbacks={self.max_rollbacks!r} must be an integer >= 0")
+        if self.peak_flops is not None and not (isinstance(self.peak_flops, (int, float))
+                                                and self.peak_flops > 0):
+            raise UserError(f"peak_flops={self.peak_flops!r} must be a number > 0 (FLOP/s, e.g. "
+                            "989e12), or None to measure it")
         if self.mixed_precision not in optimization.PRECISIONS:
             raise UserError(f"mixed_precision={self.mixed_precision!r} must be None, "
                             "'bfloat16' or 'float16'")

@@ -18,7 +18,7 @@ from absl import logging
 
 from bert_trainer import features as F
 from bert_trainer.tasks.base import Task
-from bert_trainer.training import optimization
+from bert_trainer.training import optimization, throughput
 
 
 def checked_losses(task: Task, losses: dict) -> dict:
@@ -52,6 +52,7 @@ class TrainStep:
         nonfinite_step: int64 variable, the step refused for NaN/Inf, -1 while all is well.
         loss_means: {loss name: Mean} over the steps since the last `reset_metrics`.
         metrics: the task's training metrics.
+        counts_flops: whether `counts()` reports model FLOPs (the model has a known encoder).
     """
 
     def __init__(self, task: Task, model: keras.Model, optimizer, strategy, *,
@@ -75,6 +76,10 @@ class TrainStep:
         self._grad_norm = keras.metrics.Mean(name="grad_norm")
         self._examples = keras.metrics.Sum(name="examples")
         self._tokens = keras.metrics.Sum(name="tokens")
+        self._token_slots = keras.metrics.Sum(name="token_slots")  # padding included
+        self._flops = keras.metrics.Sum(name="model_flops")
+        self._flops_fn = throughput.model_flops_function(model)
+        self.counts_flops = self._flops_fn is not None
         if accumulation_steps > 1:
             self._build_accumulators()
         self._loss_scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
@@ -118,14 +123,18 @@ class TrainStep:
         values["grad_norm"] = float(self._grad_norm.result())
         return values
 
-    def counts(self) -> tuple[float, float | None]:
-        """(examples, non-padding tokens or None without an input mask) since the last reset."""
-        tokens = float(self._tokens.result()) if self._counts_tokens else None
-        return float(self._examples.result()), tokens
+    def counts(self) -> throughput.Counts:
+        """Examples, tokens, token slots and model FLOPs since the last reset."""
+        tokens = slots = flops = None
+        if self._counts_tokens:
+            tokens, slots = float(self._tokens.result()), float(self._token_slots.result())
+        if self.counts_flops:
+            flops = float(self._flops.result())
+        return throughput.Counts(float(self._examples.result()), tokens, slots, flops)
 
     def reset_metrics(self) -> None:
         for metric in [*self.loss_means.values(), *self.metrics, self._grad_norm,
-                       self._examples, self._tokens]:
+                       self._examples, self._tokens, self._token_slots, self._flops]:
             metric.reset_state()
 
     # ---------------------------------------------------------- per replica (replica context)
@@ -169,6 +178,9 @@ class TrainStep:
             self._counts_tokens = True  # set at trace time
             mask = tf.cast(features[F.INPUT_MASK] != 0, tf.float32)
             self._tokens.update_state(tf.reduce_sum(mask))
+            self._token_slots.update_state(tf.cast(tf.size(mask), tf.float32))
+        if self.counts_flops and F.INPUT_WORD_IDS in features:
+            self._flops.update_state(throughput.batch_flops(self._flops_fn, features))
 
     def _accumulate(self, features) -> None:
         grads, losses = self._forward(features)

@@ -19,13 +19,10 @@ Robustness (issue 8):
 * Checkpoint integrity (`checkpointing.restore_latest`): a missing, truncated or corrupted
   latest checkpoint is reported in one log line and the previous one is restored instead.
 * NaN/Inf (`nonfinite_policy`): "stop" raises `NonFiniteError`; "rollback" restores the last
-  good checkpoint c (one is written at the start if there is none) and drops the input of the
-  refused step s: steps c+1..s-1 are replayed on the same batches as before (they were good),
-  the batch(es) of step s are skipped, a checkpoint is written at step s-1, and training goes
-  on with the batches that followed. The checkpointed `skipped_steps` counts dropped steps,
-  so the input of step t starts (t - 1 + skipped_steps) * accumulation_steps batches per
-  replica into the stream, and exact resume still holds. Consecutive bad batches cost one
-  rollback each; a run stops as with "stop" after `max_rollbacks` skips.
+  good checkpoint and drops the refused step's input (`rollback.py` has the protocol).
+
+Telemetry (`throughput.py`): besides losses and metrics, TensorBoard gets examples/s,
+tokens/s, the padding fraction, model GFLOP/s and MFU, all counted inside the compiled step.
 """
 
 import dataclasses
@@ -44,8 +41,10 @@ from bert_trainer.training import (
     determinism,
     optimization,
     preemption,
+    rollback,
     strategies,
     summaries,
+    throughput,
 )
 from bert_trainer.training.config import NonFiniteError, RunResult, TrainerConfig
 from bert_trainer.training.preemption import Preempted
@@ -106,29 +105,28 @@ class Trainer:
                                    accumulation_steps=cfg.accumulation_steps,
                                    clip_norm=self.optimizer_config.clip_norm,
                                    jit_compile=cfg.jit_compile, stop_flag=self._stop_flag)
-            # Steps whose batches were dropped by NaN rollbacks (see the module docstring).
-            self.skipped_steps = tf.Variable(
-                0, dtype=tf.int64, trainable=False, name="skipped_steps",
-                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+            self._rollbacks = rollback.Rollbacks(cfg.nonfinite_policy, cfg.max_rollbacks,
+                                                 cfg.accumulation_steps)
             self._eval_metrics = list(task.build_metrics(training=False))
             self._eval_loss_means = {n: keras.metrics.Mean(name=n) for n in task.loss_names}
         self.global_step = self._step.global_step
-        self._loss_means = self._step.loss_means
+        # Steps whose batches were dropped by NaN rollbacks (see rollback.py).
+        self.skipped_steps = self._rollbacks.skipped_steps
         self._schedule = optimization.build_schedule(self.optimizer_config, cfg.train_steps)
         self._examples_done = 0.0  # examples counted before the last metric reset (host side)
         # Keras keeps dropout RNG state outside the tracked object graph; checkpoint it too so
         # that a resumed run draws the same dropout masks as an uninterrupted one.
         seed_states = [v for v in self.model.non_trainable_variables
                        if v.path.endswith("seed_generator_state")]
-        self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer,
+        self.checkpoint = tf.train.Checkpoint(model=checkpointing.model_trackable(self.model),
+                                              optimizer=self.optimizer,
                                               step=self.global_step, seed_states=seed_states,
                                               skipped_steps=self.skipped_steps)
         self._manager = tf.train.CheckpointManager(
             self.checkpoint, self._write_dir, max_to_keep=cfg.max_checkpoints,
             checkpoint_name="ckpt")
         self._saved: tuple[int, str] | None = None  # (step, path) of the last save
-        self._skip_at: int | None = None  # drop a step's batches when reaching this step
-        self._rollbacks = 0
+        self._peak_flops: float | None = None  # all replicas, measured at the first run
         self._best = None
         if cfg.best_metric:
             self._best = checkpointing.BestCheckpointKeeper(
@@ -151,7 +149,7 @@ class Trainer:
     def _train_dataset(self, start_step: int):
         """The distributed training input, positioned after the batches already trained on."""
         # Batches per replica trained on or dropped by rollbacks.
-        consumed = (start_step + int(self.skipped_steps.numpy())) * self.config.accumulation_steps
+        consumed = self._rollbacks.consumed_steps(start_step) * self.config.accumulation_steps
 
         def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
             dataset = self.task.build_inputs(self.task.train_split, ctx, is_training=True)
@@ -182,8 +180,12 @@ class Trainer:
         iterator = self.train_iterator()
         self._write_run_info(loop.step)
         self._stop_flag.assign(False)
-        self._rollbacks = int(self.skipped_steps.numpy())
-        if cfg.nonfinite_policy == "rollback" and self._saved is None:
+        self._rollbacks.start()
+        if self._peak_flops is None and self._step.counts_flops:  # once per trainer, for MFU
+            self._peak_flops = throughput.peak_flops(self.strategy, cfg.peak_flops,
+                                                     cfg.mixed_precision)
+            self._train_writer.scalars({"peak_gflops": self._peak_flops / 1e9}, loop.step)
+        if self._rollbacks.enabled and self._saved is None:
             self._save(loop.step)  # something to roll back to
         try:
             with preemption.watch(self.strategy, self._stop_flag, self._save_published,
@@ -204,8 +206,10 @@ class Trainer:
         progress = summaries.ProgressLogger(cfg.train_steps, loop.step)
         interval = (loop.step, time.perf_counter())
         while loop.step < cfg.train_steps:
-            if self._skip_at == loop.step:
-                self._skip_batches(iterator)
+            if self._rollbacks.skip_at == loop.step:
+                self._rollbacks.skip(iterator, loop.step)
+                self._saved = None  # a checkpoint at this step may exist, without the skip
+                self._save(loop.step)
             try:
                 self.run_steps(iterator, self._next_stop(loop.step) - loop.step)
             except NonFiniteError as error:
@@ -215,8 +219,8 @@ class Trainer:
                 interval = (loop.step, time.perf_counter())
                 continue
             step = loop.step = int(self.global_step.numpy())
-            progress.update(step, float(self._loss_means["loss"].result()),
-                            self._examples_done + self._step.counts()[0])
+            progress.update(step, float(self._step.loss_means["loss"].result()),
+                            self._examples_done + self._step.counts().examples)
             stopping = signals.requested is not None and cluster is None
             if step % cfg.summary_interval == 0 or step == cfg.train_steps or (
                     stopping and step > interval[0]):
@@ -260,13 +264,11 @@ class Trainer:
     def _next_stop(self, step: int) -> int:
         """The next step at which the host has something to do (loops end there)."""
         cfg = self.config
-        stops = [cfg.train_steps, step + cfg.steps_per_loop]
-        if self._skip_at is not None and self._skip_at > step:
-            stops.append(self._skip_at)
+        stops = [cfg.train_steps, step + cfg.steps_per_loop, self._rollbacks.next_stop(step)]
         for every in (cfg.summary_interval, cfg.checkpoint_interval, cfg.eval_interval):
             if every:
                 stops.append((step // every + 1) * every)
-        return min(stops)
+        return min(s for s in stops if s is not None)
 
     def _write_run_info(self, step: int) -> None:
         if not self.is_chief:
@@ -276,6 +278,14 @@ class Trainer:
         # Everything gin configures (task, model, optimizer, input) has been built by now.
         summaries.write_operative_config(self.model_dir, self._train_writer, step)
 
+    def train_results(self) -> dict[str, float]:
+        """The running training losses, task metrics and mean gradient norm.
+
+        Averaged over the steps since the last training summary (or since the trainer was
+        built); one host read per value.
+        """
+        return self._step.results()
+
     def _write_train_summaries(self, step: int, interval: tuple[int, float]) -> dict[str, float]:
         start_step, start_time = interval
         elapsed = max(time.perf_counter() - start_time, 1e-9)
@@ -284,16 +294,14 @@ class Trainer:
         # float16, loss-scale skips do not advance it).
         inner = getattr(self.optimizer, "inner_optimizer", self.optimizer)
         values["learning_rate"] = float(self._schedule(max(int(inner.iterations.numpy()) - 1, 0)))
-        examples, tokens = self._step.counts()
+        counts = self._step.counts()
         values["steps_per_second"] = (step - start_step) / elapsed
-        values["examples_per_second"] = examples / elapsed
-        if tokens is not None:
-            values["tokens_per_second"] = tokens / elapsed
+        values.update(throughput.rates(counts, elapsed, self._peak_flops))
         if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
             values["loss_scale"] = float(self.optimizer.dynamic_scale.numpy())
         self._train_writer.scalars(values, step)
         self._train_writer.flush()
-        self._examples_done += examples
+        self._examples_done += counts.examples
         self._step.reset_metrics()
         return values
 
@@ -311,7 +319,7 @@ class Trainer:
     # --------------------------------------------------------------------- NaN/Inf rollback
 
     def _roll_back(self, error: NonFiniteError):
-        """Restores the last good checkpoint after a refused step (see the module docstring).
+        """Restores the last good checkpoint after a refused step (protocol: rollback.py).
 
         Returns:
             A new training iterator positioned at the restored step.
@@ -319,45 +327,15 @@ class Trainer:
         Raises:
             NonFiniteError: `error` again, when the policy is "stop" or rollbacks are used up.
         """
-        cfg = self.config
-        if cfg.nonfinite_policy != "rollback":
-            raise error
-        if self._rollbacks >= cfg.max_rollbacks:
-            logging.error("NaN/Inf at step %d: max_rollbacks=%d used up, stopping", error.step,
-                          cfg.max_rollbacks)
-            raise error
-        self._rollbacks += 1
-        path = checkpointing.restore_latest(self.checkpoint, self.model_dir)
-        restored = int(self.global_step.numpy())
-        self._saved = (restored, path)
+        def restore():
+            path = checkpointing.restore_latest(self.checkpoint, self.model_dir)
+            return path, int(self.global_step.numpy())
+
+        self._saved = self._rollbacks.plan(error, restore)
         self._step.clear_nonfinite()
-        self._examples_done += self._step.counts()[0]
+        self._examples_done += self._step.counts().examples
         self._step.reset_metrics()  # they hold the refused step's NaN loss
-        self._skip_at = error.step - 1
-        first, last = restored + 1, error.step - 1
-        replay = ("" if first > last else f"step {last} is replayed on the same batch(es), then "
-                  if first == last else f"steps {first}-{last} are replayed on the same batches, "
-                  "then ")
-        logging.warning("NaN/Inf at step %d: rollback %d of %d to %s (step %d); %sthe batch(es) "
-                        "of step %d are skipped", error.step, self._rollbacks, cfg.max_rollbacks,
-                        path, restored, replay, error.step)
         return self.train_iterator()
-
-    def _skip_batches(self, iterator) -> None:
-        """Drops the input of the next step (the refused one), counts it and checkpoints.
-
-        The checkpoint keeps an invariant that rollbacks rely on: no skip happened after the
-        latest checkpoint, so a later rollback never has to redo one.
-        """
-        for _ in range(self.config.accumulation_steps):
-            next(iterator)
-        self.skipped_steps.assign_add(1)
-        self._skip_at = None
-        step = int(self.global_step.numpy())
-        logging.warning("Skipped the batch(es) of step %d (%d step(s) skipped so far)", step + 1,
-                        int(self.skipped_steps.numpy()))
-        self._saved = None  # a checkpoint at this step may exist, without the skip
-        self._save(step)
 
     # ------------------------------------------------------------------------- evaluation
 

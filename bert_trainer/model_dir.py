@@ -1,7 +1,7 @@
 """The bert-train model directory: what a trained or converted model is on disk.
 
 ```
-model_dir/bert_train.json   {"format": "bert_train", "version": 1,
+model_dir/bert_train.json   {"format": "bert_train", "version": 2,
                              "encoder": {"class_name": "BertEncoder",
                                          "registered_name": "bert_trainer>BertEncoder",
                                          "config": {...encoder.get_config()}},
@@ -9,15 +9,19 @@ model_dir/bert_train.json   {"format": "bert_train", "version": 1,
                              "task": {...} | null}
 model_dir/vocab.txt         copied in, so the directory is self-contained
 model_dir/checkpoint, ckpt-N.index, ckpt-N.data-*
-                            tf.train.Checkpoint(model=M, ...): M has the attribute `encoder`
-                            (and `masked_lm`, `next_sentence` for pretraining models); the
-                            trainer also stores `optimizer` and `step` at the root.
+                            tf.train.Checkpoint(model=M, ...): M names every weight by its
+                            stable name, `encoder/<Keras path>` for the encoder and the
+                            Keras path for a head (`masked_lm/bias`); see
+                            `bert_trainer.checkpoint_layout`. The trainer also stores
+                            `optimizer` and `step` at the root.
 ```
+Version 2 introduced the stable names; version 1 directories (checkpoints in the Keras
+object-graph layout) are still read, for warm starts only.
+
 `restore_pretrained` warm-starts an encoder (and heads) from any such checkpoint, whatever else
 it holds, after checking every variable's shape against the checkpoint.
 """
 
-import collections
 import dataclasses
 import glob
 import json
@@ -27,15 +31,16 @@ import shutil
 
 import keras
 import tensorflow as tf
-from tensorflow.core.protobuf import trackable_object_graph_pb2
 
+from bert_trainer import checkpoint_layout as layout
 from bert_trainer.errors import UserError
 
 MODEL_INFO_FILE = "bert_train.json"
-FORMAT_NAME, FORMAT_VERSION = "bert_train", 1
+FORMAT_NAME, FORMAT_VERSION = "bert_train", 2
+# Version 1 differs only in its checkpoints' layout, which the readers detect by themselves.
+READABLE_VERSIONS = (1, 2)
 VOCAB_FILE = "vocab.txt"
 CHECKPOINT_NAME = "ckpt"
-_OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,9 +107,10 @@ def read_model_info(model_dir: str) -> ModelInfo:
         raise UserError(f"{path} is not valid JSON ({e}); restore it or re-run convert") from None
     if not isinstance(info, dict) or info.get("format") != FORMAT_NAME:
         raise UserError(f"{path}: 'format' must be '{FORMAT_NAME}'; not a bert-train model file")
-    if info.get("version") != FORMAT_VERSION:
+    if info.get("version") not in READABLE_VERSIONS:
         raise UserError(f"{path}: version {info.get('version')} is not supported by this "
-                        f"bert-train (reads version {FORMAT_VERSION}); upgrade bert-train")
+                        f"bert-train (reads versions {', '.join(map(str, READABLE_VERSIONS))}); "
+                        "upgrade bert-train")
     encoder = info.get("encoder")
     if not isinstance(encoder, dict) or not isinstance(encoder.get("config"), dict):
         raise UserError(f"{path}: 'encoder' must hold 'class_name' and a 'config' object")
@@ -162,15 +168,16 @@ def write_pretrained(model_dir: str, *, encoder: keras.Model, masked_lm=None,
                      lower_case: bool = True, task: dict | None = None) -> str:
     """Writes a model directory whose ckpt-0 holds the encoder (and pretraining heads).
 
-    The root is tf.train.Checkpoint(model=tf.train.Checkpoint(encoder=..., masked_lm=...,
-    next_sentence=...)), so the checkpoint reads exactly like a trainer's checkpoint.
+    The variables get the same stable names as in a trainer's checkpoint of a
+    `BertPretrainer` (`model/encoder/...`, `model/masked_lm/...`, `model/next_sentence/...`),
+    so either restores into the other.
 
     Returns:
       The checkpoint prefix (model_dir/ckpt-0).
     """
     write_model_info(model_dir, encoder, vocab_file=vocab_file, lower_case=lower_case, task=task)
-    root = tf.train.Checkpoint(model=tf.train.Checkpoint(**_parts(encoder, masked_lm,
-                                                                   next_sentence)))
+    names = layout.parts_names(encoder, _heads(masked_lm, next_sentence))
+    root = tf.train.Checkpoint(model=layout.NamedVariables(names))
     manager = tf.train.CheckpointManager(root, model_dir, max_to_keep=1,
                                          checkpoint_name=CHECKPOINT_NAME)
     return manager.save(checkpoint_number=0)
@@ -180,114 +187,55 @@ def restore_pretrained(path: str, *, encoder: keras.Model, masked_lm=None,
                        next_sentence=None) -> dict[str, list[str]]:
     """Loads encoder (and optional heads) weights from a bert-train checkpoint.
 
+    Reads both checkpoint layouts (see `bert_trainer.checkpoint_layout`): stable names, and
+    the object-graph layout of format 1 (matched through the live encoder's op list).
+
     Args:
       path: a model directory (its latest checkpoint is used) or a checkpoint prefix.
-      encoder, masked_lm, next_sentence: built layers, read from `model/encoder`,
-        `model/masked_lm`, `model/next_sentence`; None skips a part.
+      encoder, masked_lm, next_sentence: built layers, read from `model/encoder/...`,
+        `model/masked_lm/...`, `model/next_sentence/...`; None skips a part.
 
     Returns:
       {"loaded": variable paths restored, "initialized": variable paths the checkpoint lacks
       (left as initialized)}.
 
     Raises:
-      UserError: no checkpoint, no encoder in it, or a variable whose shape differs (named
-        with both shapes); nothing is restored in that case.
+      UserError: no checkpoint, no encoder in it, an encoder variable with no place in the
+        model, or a variable whose shape differs (named with both shapes); nothing is
+        restored in that case.
     """
     prefix = latest_checkpoint(path)
-    parts = _parts(encoder, masked_lm, next_sentence)
-    for name, part in parts.items():
+    heads = _heads(masked_lm, next_sentence)
+    for name, part in {"encoder": encoder, **heads}.items():
         if not part.weights:
             raise ValueError(f"restore_pretrained: {name} has no variables yet; build it first")
-    root = tf.train.Checkpoint(model=tf.train.Checkpoint(**parts))
-    matched = match_variables(prefix, root)
-    for key, shape, variable in matched:
-        if tuple(shape) != tuple(variable.shape):
-            raise UserError(f"{prefix}: {key} has shape {tuple(shape)} but the model's "
-                            f"{getattr(variable, 'path', variable.name)} has "
-                            f"{tuple(variable.shape)}; the checkpoint is of another "
-                            "architecture (check the encoder config)")
+    graph, shapes = layout.read_object_graph(prefix)
+    names = layout.parts_names(encoder, heads)
+    if layout.layout(graph) == layout.OBJECT_GRAPH:
+        root = tf.train.Checkpoint(model=tf.train.Checkpoint(encoder=encoder, **heads))
+        in_encoder = {k: k for k in layout.subtree_keys(graph, ("model", layout.ENCODER))}
+    else:
+        root = tf.train.Checkpoint(model=layout.NamedVariables(names))
+        in_encoder = {key: name for name, (key, _) in layout.stored_names(graph, shapes).items()
+                      if name.startswith(f"{layout.ENCODER}/")}
+    matched = layout.match_variables(graph, shapes, root)
+    layout.check_shapes(prefix, matched, {id(v): name for name, v in names.items()})
     loaded_ids = {id(v) for _, _, v in matched}
     if not any(id(v) in loaded_ids for v in encoder.weights):
         raise UserError(f"{prefix} holds no encoder weights (model/encoder); it is not a "
                         "bert-train checkpoint of a BERT model")
     # Encoder variables with no place in the model mean another architecture (e.g. more
     # layers) even when every shape that did match agrees.
-    unplaced = sorted(subtree_keys(prefix, ("model", "encoder")) - {k for k, _, _ in matched})
+    unplaced = sorted(in_encoder[k] for k in set(in_encoder) - {key for key, _, _ in matched})
     if unplaced:
         raise UserError(f"{prefix}: {len(unplaced)} encoder variables have no place in the "
                         f"model (e.g. {unplaced[0]}); the checkpoint is of another "
                         "architecture (check num_layers in the encoder config)")
-    root.restore(prefix).expect_partial()
-    all_vars = [v for part in parts.values() for v in part.weights]
-    return {"loaded": [v.path for v in all_vars if id(v) in loaded_ids],
-            "initialized": [v.path for v in all_vars if id(v) not in loaded_ids]}
+    root.read(prefix).expect_partial()
+    return {"loaded": [v.path for v in names.values() if id(v) in loaded_ids],
+            "initialized": [v.path for v in names.values() if id(v) not in loaded_ids]}
 
 
-def _parts(encoder, masked_lm, next_sentence) -> dict:
-    parts = {"encoder": encoder, "masked_lm": masked_lm, "next_sentence": next_sentence}
-    return {k: v for k, v in parts.items() if v is not None}
-
-
-def match_variables(prefix: str, root) -> list[tuple[str, list[int], object]]:
-    """Pairs each checkpointed variable with the live variable a restore would assign it to.
-
-    Walks the checkpoint's object graph and the live object graph together by child name,
-    which is how tf.train.Checkpoint itself matches objects, so the pairs are exact even
-    when one object is reachable along several paths.
-
-    Returns:
-      (checkpoint key, checkpoint shape, live variable) for every match.
-    """
-    graph, shapes = _read_object_graph(prefix)
-    matched, seen, queue = [], set(), collections.deque([(0, root)])
-    while queue:  # Breadth first, the order in which the checkpoint was written.
-        node_id, obj = queue.popleft()
-        if node_id in seen:
-            continue
-        seen.add(node_id)
-        node = graph.nodes[node_id]
-        for attribute in node.attributes:
-            if attribute.name == "VARIABLE_VALUE" and attribute.checkpoint_key in shapes:
-                matched.append((attribute.checkpoint_key, shapes[attribute.checkpoint_key], obj))
-        # `_trackable_children` is the Trackable API that tf.train.Checkpoint uses to match.
-        children = obj._trackable_children()
-        for ref in node.children:
-            if ref.local_name in children:
-                queue.append((ref.node_id, children[ref.local_name]))
-    return matched
-
-
-def subtree_keys(prefix: str, path: tuple[str, ...]) -> set[str]:
-    """Checkpoint keys of every variable reachable from the object at `path` (child names)."""
-    graph, _ = _read_object_graph(prefix)
-    node_id = 0
-    for name in path:
-        children = {ref.local_name: ref.node_id for ref in graph.nodes[node_id].children}
-        if name not in children:
-            return set()
-        node_id = children[name]
-    keys, seen, queue = set(), set(), collections.deque([node_id])
-    while queue:
-        node_id = queue.popleft()
-        if node_id in seen:
-            continue
-        seen.add(node_id)
-        node = graph.nodes[node_id]
-        keys.update(a.checkpoint_key for a in node.attributes if a.name == "VARIABLE_VALUE")
-        queue.extend(ref.node_id for ref in node.children)
-    return keys
-
-
-def _read_object_graph(prefix: str):
-    """The checkpoint's object graph proto and {key: shape}; UserError for TF1 checkpoints."""
-    try:
-        reader = tf.train.load_checkpoint(prefix)
-        serialized = reader.get_tensor(_OBJECT_GRAPH_KEY)
-    except tf.errors.NotFoundError:
-        raise UserError(f"{prefix} is a name-based (TF1-style) checkpoint without an object "
-                        "graph; convert it first with 'bert-train convert --input=DIR'") from None
-    except (tf.errors.OpError, ValueError, IndexError) as e:  # IndexError: a truncated file
-        raise UserError(f"{prefix} could not be read as a checkpoint ({e})") from None
-    graph = trackable_object_graph_pb2.TrackableObjectGraph()
-    graph.ParseFromString(serialized)
-    return graph, reader.get_variable_to_shape_map()
+def _heads(masked_lm, next_sentence) -> dict:
+    heads = {"masked_lm": masked_lm, "next_sentence": next_sentence}
+    return {k: v for k, v in heads.items() if v is not None}

@@ -214,3 +214,16 @@ def test_matches_hugging_face_bert_on_real_minilm_weights(minilm_dir, shared_dir
         np.testing.assert_allclose(np.asarray(hidden)[real], golden["hidden_states"][i + 1][real],
                                    atol=1e-4)
     np.testing.assert_allclose(outputs[features.POOLED_OUTPUT], golden["pooled_output"], atol=1e-4)
+
+
+@pytest.mark.parametrize("cls", [BertEncoder, AlbertEncoder])
+def test_unknown_keyword_arguments_are_refused(cls):
+    # A functional keras.Model drops unknown keywords silently: the encoder must not.
+    with pytest.raises(TypeError, match=rf"^{cls.__name__}\(\) got an unexpected keyword "
+                                        r"argument 'intermedate_size'$"):
+        cls(**TINY, intermedate_size=64)
+    with pytest.raises(TypeError, match=r"argument 'inner_dims' \(did you mean 'inner_dim'\?\)"):
+        cls(**TINY, inner_dims=64)
+    encoder = cls(**TINY, name="enc", trainable=False)  # keras.Model's own arguments pass
+    assert encoder.name == "enc" and not encoder.trainable
+    assert cls.from_config(encoder.get_config()).get_config() == encoder.get_config()

@@ -1,5 +1,8 @@
 """BERT's bi-directional Transformer encoder as a functional Keras model."""
 
+import difflib
+import inspect
+
 import keras
 
 from bert_trainer import features
@@ -14,6 +17,9 @@ from bert_trainer.layers import (
 from bert_trainer.layers.initializers import clone_initializer
 
 POSITION_EMBEDDING_TYPES = ("learned", "sinusoidal")
+# The keras.Model arguments a functional model honours; it drops any other keyword silently,
+# so a misspelt `inner_dim` would build the default size without a word.
+KERAS_KWARGS = ("name", "trainable")
 
 
 def default_initializer():
@@ -32,6 +38,18 @@ def _check_args(name, *, position_embedding_type, **sizes):
     if position_embedding_type not in POSITION_EMBEDDING_TYPES:
         raise UserError(f"{name}: position_embedding_type={position_embedding_type!r} is "
                         f"unknown; use one of {POSITION_EMBEDDING_TYPES}")
+
+
+def _check_kwargs(cls, kwargs):
+    """TypeError naming the first keyword argument neither `cls` nor keras.Model takes."""
+    unknown = sorted(set(kwargs) - set(KERAS_KWARGS))
+    if unknown:
+        valid = [p for p in inspect.signature(cls.__init__).parameters
+                 if p not in ("self", "kwargs")] + list(KERAS_KWARGS)
+        close = difflib.get_close_matches(unknown[0], valid, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise TypeError(f"{cls.__name__}() got an unexpected keyword argument "
+                        f"{unknown[0]!r}{hint}")
 
 
 @keras.saving.register_keras_serializable(package="bert_trainer")
@@ -79,6 +97,7 @@ class BertEncoder(keras.Model):
                  inner_activation="gelu", output_dropout=0.1, attention_dropout=0.1,
                  initializer=None, output_range=None, embedding_width=None,
                  position_embedding_type="learned", norm_epsilon=1e-12, dtype=None, **kwargs):
+        _check_kwargs(type(self), kwargs)
         _check_args(type(self).__name__, position_embedding_type=position_embedding_type,
                     vocab_size=vocab_size, hidden_size=hidden_size, num_layers=num_layers,
                     num_attention_heads=num_attention_heads, inner_dim=inner_dim,
@@ -165,10 +184,11 @@ class BertEncoder(keras.Model):
     def _forward(self, word_ids, mask, type_ids, *, output_dropout, dtype):
         """The symbolic forward pass from the three int inputs to the output dict."""
         word = self.word_embeddings(word_ids)  # (batch, seq, width)
-        embeddings = keras.layers.Add(dtype=dtype)(
+        embeddings = keras.layers.Add(name="embeddings_add", dtype=dtype)(
             [word, self.position_embedding(word), self.type_embeddings(type_ids)])
         embeddings = self.embeddings_layer_norm(embeddings)
-        x = keras.layers.Dropout(output_dropout, dtype=dtype)(embeddings)
+        x = keras.layers.Dropout(
+            output_dropout, name="embeddings_dropout", dtype=dtype)(embeddings)
         if self.embedding_projection is not None:
             x = self.embedding_projection(x)  # (batch, seq, hidden)
         # The [batch, seq] padding mask goes to every layer as it is: attention turns it into

@@ -19,6 +19,7 @@ import tempfile
 import tensorflow as tf
 from absl import logging
 
+from bert_trainer import checkpoint_layout
 from bert_trainer import model_dir as model_dir_lib
 from bert_trainer.errors import UserError
 from bert_trainer.export.serving import ClassifierServing, EncoderServing, ServingModule
@@ -80,13 +81,14 @@ def _task_model(family: str, encoder, task: dict, where: str):
 def _restore_task_model(model, prefix: str) -> None:
     """Restores every variable of `model` from `prefix`; UserError if any is missing."""
     try:
-        status = tf.train.Checkpoint(model=model).read(prefix)
-        status.assert_existing_objects_matched()
-    except (AssertionError, ValueError, IndexError, tf.errors.OpError) as e:  # Index: truncated
-        first = str(e).strip().splitlines()[0][:300]
+        # The optimizer's slots and the step are not exported (restore_model skips them).
+        checkpoint_layout.restore_model(model, prefix)
+    except UserError as e:
         raise UserError(f"checkpoint {prefix} does not fit the task model described in "
-                        f"{model_dir_lib.MODEL_INFO_FILE} ({first})") from None
-    status.expect_partial()  # The optimizer's slots and the step are not exported.
+                        f"{model_dir_lib.MODEL_INFO_FILE} ({e})") from None
+    except (IndexError, tf.errors.OpError) as e:  # IndexError: a truncated file
+        first = str(e).strip().splitlines()[0][:300]
+        raise UserError(f"checkpoint {prefix} could not be read ({first})") from None
 
 
 def _serving_options(family: str, task: dict) -> dict:

@@ -33,7 +33,8 @@ class ClassificationHead(keras.layers.Layer):
         self.num_classes = num_classes
         self.dropout_rate = dropout_rate
         self.initializer = keras.initializers.get(initializer)
-        self.dropout = keras.layers.Dropout(dropout_rate, dtype=self.dtype_policy)
+        self.dropout = keras.layers.Dropout(dropout_rate, name="dropout",
+                                            dtype=self.dtype_policy)
         # Logits in float32 even under mixed precision: losses and softmax need the range.
         self.dense = keras.layers.Dense(
             num_classes, kernel_initializer=clone_initializer(self.initializer), name="logits",

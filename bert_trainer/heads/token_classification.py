@@ -32,7 +32,8 @@ class TokenClassification(keras.layers.Layer):
         self.num_classes = num_classes
         self.dropout_rate = dropout_rate
         self.initializer = keras.initializers.get(initializer)
-        self.dropout = keras.layers.Dropout(dropout_rate, dtype=self.dtype_policy)
+        self.dropout = keras.layers.Dropout(dropout_rate, name="dropout",
+                                            dtype=self.dtype_policy)
         self.dense = keras.layers.Dense(
             num_classes, kernel_initializer=clone_initializer(self.initializer), name="logits",
             dtype=keras.DTypePolicy(self.dtype_policy.variable_dtype))

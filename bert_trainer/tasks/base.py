@@ -25,6 +25,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from bert_trainer import checkpoint_layout
 from bert_trainer import features as F
 from bert_trainer.errors import UserError
 
@@ -148,14 +149,11 @@ class Task(abc.ABC):
             model: the model from `build_model`.
             init_checkpoint: a checkpoint prefix (the trainer resolves directories).
         """
-        status = tf.train.Checkpoint(model=model).read(init_checkpoint)
         try:
-            status.assert_existing_objects_matched()
-        except AssertionError as e:
-            first = str(e).splitlines()[0][:300]
+            checkpoint_layout.restore_model(model, init_checkpoint)
+        except UserError as e:
             raise UserError(f"--init_checkpoint={init_checkpoint} does not fit task "
-                            f"{self.name!r}'s model ({first})") from None
-        status.expect_partial()
+                            f"{self.name!r}'s model ({e})") from None
         logging.info("Initialized all %d model variables from %s", len(model.variables),
                      init_checkpoint)
 

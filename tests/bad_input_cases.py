@@ -138,9 +138,9 @@ CLI_CASES = [
      "seq_length=1024 exceeds the encoder's max_sequence_length=64 "
      "(--init_checkpoint={pretrained}); use --seq_length <= 64"),
     ("finetune zero batch", [*SST2, "--train_file={good.tsv}", "--batch_size=0"],
-     "train_batch_size=0 must be a positive integer"),
+     "flag --batch_size=0: 0 is not a positive integer"),
     ("finetune negative batch", [*SST2, "--train_file={good.tsv}", "--batch_size=-8"],
-     "train_batch_size=-8 must be a positive integer"),
+     "flag --batch_size=-8: -8 is not a positive integer"),
     ("finetune zero steps", [*SST2, "--train_file={good.tsv}", "--train_steps=0"],
      "TrainerConfig: train_steps=0 must be a positive integer"),
     ("finetune negative steps", [*SST2, "--train_file={good.tsv}", "--train_steps=-3"],

@@ -140,6 +140,7 @@ def tiny_pretrained(tmp_path_factory):
     import tensorflow as tf  # noqa: PLC0415
 
     from bert_trainer import model_dir  # noqa: PLC0415
+    from bert_trainer.checkpoint_layout import model_trackable  # noqa: PLC0415
     from bert_trainer.encoders import BertEncoder  # noqa: PLC0415
     from bert_trainer.models import BertPretrainer  # noqa: PLC0415
 
@@ -154,8 +155,9 @@ def tiny_pretrained(tmp_path_factory):
     pretrainer = BertPretrainer(encoder)
     directory = root / "model"
     model_dir.write_model_info(str(directory), encoder, vocab_file=str(vocab_file))
-    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=pretrainer), str(directory),
-                                         max_to_keep=1, checkpoint_name="ckpt")
+    manager = tf.train.CheckpointManager(
+        tf.train.Checkpoint(model=model_trackable(pretrainer)), str(directory), max_to_keep=1,
+        checkpoint_name="ckpt")
     prefix = manager.save(checkpoint_number=3)
     weights = [np.array(v.numpy()) for v in encoder.weights]
     keras.backend.clear_session()

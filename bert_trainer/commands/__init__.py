@@ -1,16 +1,19 @@
 """Subcommand runner: absl flag parsing and one-line errors for every `bert-train` command.
 
-A command module defines absl flags at import time and `main(argv) -> int | None`.
-`UserError`s (and flag errors) print as one line `bert-train NAME: error: ...` and exit
-non-zero; `--verbose` adds the traceback.
+A command module defines absl flags at import time and `main(argv) -> int | None`; flags that
+several commands take are defined once in `shared_flags` and given their meaning for the command
+by its `SHARED_FLAGS`. `UserError`s (and flag errors) print as one line
+`bert-train NAME: error: ...` and exit non-zero; `--verbose` adds the traceback.
 """
 
 import os
 import sys
+import textwrap
 import traceback
 
 from absl import flags
 
+from bert_trainer.commands import shared_flags
 from bert_trainer.errors import (
     EXIT_PEER_LOST,
     EXIT_PREEMPTED,
@@ -37,8 +40,67 @@ def require_flags(*names: str) -> None:
 
 def _help(module, prog: str) -> str:
     doc = (module.__doc__ or "").strip()
-    own = flags.FLAGS.module_help(module.__name__) or "  (no flags of its own)"
-    return f"usage: {prog} [--flags]\n\n{doc}\n\nflags:\n{own}\n  --[no]verbose: show tracebacks"
+    usages = getattr(module, "SHARED_FLAGS", {})
+    key_flags = sorted(flags.FLAGS.get_key_flags_for_module(module), key=lambda f: f.name)
+    own = "\n".join(_describe(flag, usages.get(flag.name)) for flag in key_flags)
+    return (f"usage: {prog} [--flags]\n\n{doc}\n\nflags:\n{own or '  (no flags of its own)'}\n"
+            "  --[no]verbose: show tracebacks")
+
+
+def _describe(flag, usage: shared_flags.Usage | None) -> str:
+    """One flag's `--help` entry, laid out as absl's, with the command's help for a shared flag.
+
+    Args:
+        flag: the absl Flag.
+        usage: what the flag means for this command when it is a shared flag, else None.
+
+    Returns:
+        The entry: "  --name: help", then "(default: ...)" and the value syntax when known.
+    """
+    if usage is None:
+        text, default = flag.help, flag.default_as_str
+    else:
+        choices = getattr(flag.parser, "enum_values", None)  # absl puts them before the help
+        text = f"<{'|'.join(choices)}>: {usage.help}" if choices else usage.help
+        default = _default_as_str(usage.default)
+    name = f"--[no]{flag.name}" if flag.boolean else f"--{flag.name}"
+    lines = [f"{name}: {text}"]
+    if default:
+        lines.append(f"(default: {default})")
+    if flag.parser.syntactic_help:
+        lines.append(f"({flag.parser.syntactic_help})")
+    # absl's wrapper splits "bert-train" and paths at hyphens; this one never does. Whitespace
+    # is collapsed first: absl embeds "\n    " in the help of repeatable flags.
+    return "\n".join(
+        textwrap.fill(" ".join(line.split()), width=80, initial_indent="    " if i else "  ",
+                      subsequent_indent="    ", break_on_hyphens=False, break_long_words=False)
+        for i, line in enumerate(lines))
+
+
+def _default_as_str(value) -> str | None:
+    """A default written as absl writes it: 'true'/'false' for booleans, quoted otherwise."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return repr("true" if value else "false")
+    return repr(str(value))
+
+
+def _flags_of_other_commands(module) -> list[str]:
+    """Names given on the command line that are flags of other bert-train commands only.
+
+    absl keeps every imported command's flags (and all shared flags) in one registry, so it
+    parses them for any command; they would be silently ignored. Flags defined outside
+    bert_trainer (absl's --verbosity, ...) and the runner's own (--verbose) are always allowed.
+    """
+    given = {flags.FLAGS[name].name for name in flags.FLAGS if flags.FLAGS[name].present}
+    ours = [name for name in given
+            if flags.FLAGS.find_module_defining_flag(name, "").startswith("bert_trainer.")
+            and flags.FLAGS.find_module_defining_flag(name) != __name__]
+    if not ours:
+        return []
+    own = {flag.name for flag in flags.FLAGS.get_key_flags_for_module(module)}
+    return sorted(set(ours) - own)
 
 
 def run_command(module, argv) -> int:
@@ -54,10 +116,17 @@ def run_command(module, argv) -> int:
     except flags.Error as e:
         print(f"{prog}: error: {e} (see '{prog} --help')", file=sys.stderr)
         return EXIT_USER_ERROR
+    foreign = _flags_of_other_commands(module)
+    if foreign:
+        print(f"{prog}: error: Unknown command line flag '{foreign[0]}' (see '{prog} --help')",
+              file=sys.stderr)
+        return EXIT_USER_ERROR
     if len(rest) > 1:
         print(f"{prog}: error: unexpected arguments {rest[1:]}; flags take the form --name=value",
               file=sys.stderr)
         return EXIT_USER_ERROR
+    # Shared flags left off the command line take this command's defaults (see shared_flags).
+    shared_flags.apply_defaults(getattr(module, "SHARED_FLAGS", {}))
     try:
         rc = module.main(rest)
         return int(rc or 0)

@@ -1,8 +1,9 @@
 """Helpers shared by the training commands (`pretrain`, `finetune`, `evaluate`).
 
-The shared flags (`--gin_file`, `--gin_param`, `--model_dir`, `--strategy`, `--tpu`) are
-defined here; a command module shows them in its `--help` with
-`flags.adopt_module_key_flags(common)`. The helpers turn every bad input into a one-line
+The training flags (`--gin_file`, `--gin_param`, `--strategy`, `--tpu`) are defined here and
+`--model_dir` is declared here (it is defined in `shared_flags`, as `predict` and `export` take
+it too); a command module shows them in its `--help` with `flags.adopt_module_key_flags(common)`
+and merges `common.SHARED_FLAGS` into its own. The helpers turn every bad input into a one-line
 `UserError`: gin errors name the file and line ("configs/tiny.gin:7: ..."), a model_dir that
 is a file or not writable names the flag.
 
@@ -18,6 +19,7 @@ import tokenize
 
 from absl import flags, logging
 
+from bert_trainer.commands import shared_flags
 from bert_trainer.errors import EXIT_NONFINITE, EXIT_PREEMPTED, UserError
 
 # Kept in sync with `training.strategies.STRATEGY_NAMES` (a test checks); not imported from
@@ -28,8 +30,10 @@ flags.DEFINE_multi_string("gin_file", [], "A .gin config file; repeat to layer s
                           "Looked up as given, then under the repository root and configs/.")
 flags.DEFINE_multi_string("gin_param", [], "A gin binding applied after the files, e.g. "
                           "--gin_param='TrainerConfig.train_steps = 100'; repeatable.")
-flags.DEFINE_string("model_dir", None, "Directory for checkpoints, summaries and the "
-                    "operative config; a run in an existing one resumes from its checkpoint.")
+SHARED_FLAGS = shared_flags.declare(
+    __name__,
+    model_dir=shared_flags.Usage(None, "Directory for checkpoints, summaries and the operative "
+                                 "config; a run in an existing one resumes from its checkpoint."))
 flags.DEFINE_enum("strategy", "default", STRATEGY_NAMES, "tf.distribute strategy.")
 flags.DEFINE_string("tpu", None, "TPU name or grpc:// address (with --strategy=tpu).")
 

@@ -21,21 +21,24 @@ import keras
 from absl import flags
 
 from bert_trainer import model_dir
-from bert_trainer.commands import require_flags
+from bert_trainer.commands import require_flags, shared_flags
+from bert_trainer.commands.shared_flags import Usage
 from bert_trainer.encoders import pretrained
 from bert_trainer.errors import UserError
 from bert_trainer.interop import formats, hf, parity, read_checkpoint
 from bert_trainer.models import BertPretrainer
 
-flags.DEFINE_string("input", None, "Checkpoint directory to convert (Hugging Face, Google "
-                    "TF1 or bert-train; detected).")
-flags.DEFINE_string("output", None, "Directory to write (must be new or empty, see --overwrite).")
+SHARED_FLAGS = shared_flags.declare(
+    __name__,
+    input=Usage(None, "Checkpoint directory to convert (Hugging Face, Google TF1 or "
+                "bert-train; detected)."),
+    output=Usage(None, "Directory to write (must be new or empty, see --overwrite)."),
+    overwrite=Usage(False, "Replace the converter's files in a non-empty --output."))
 flags.DEFINE_enum("to", formats.BERT_TRAIN, [formats.BERT_TRAIN, formats.HF],
                   "Output format: a bert-train model directory or a Hugging Face directory.")
 flags.DEFINE_boolean("verify", False, "Write a per-layer parity report (parity_report.json).")
 flags.DEFINE_boolean("allow_pickle", False, "Read a pickle pytorch_model.bin (needs torch; "
                      "pickles can run code when loaded).")
-flags.DEFINE_boolean("overwrite", False, "Replace the converter's files in a non-empty --output.")
 FLAGS = flags.FLAGS
 
 REPORT_FILE = "parity_report.json"

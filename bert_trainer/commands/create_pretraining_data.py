@@ -11,43 +11,37 @@ DIR/train-summary.json. Example:
 
 from absl import flags
 
+from bert_trainer.commands import shared_flags
+from bert_trainer.commands.shared_flags import Usage
 from bert_trainer.data import text_corpus
 from bert_trainer.errors import UserError
 
-flags.DEFINE_string("input", None, "Text files: comma-separated list and/or globs.",
-                    allow_override=True)
-flags.DEFINE_string("vocab", None, "The WordPiece vocab.txt.", allow_override=True)
-flags.DEFINE_string("output", None, "Shard pattern with one '*', e.g. DIR/train-*.tfrecord.",
-                    allow_override=True)
-flags.DEFINE_boolean("lower_case", True, "Lower-case and strip accents (uncased model).",
-                     allow_override=True)
+SHARED_FLAGS = shared_flags.declare(
+    __name__,
+    input=Usage(None, "Text files: comma-separated list and/or globs."),
+    output=Usage(None, "Shard pattern with one '*', e.g. DIR/train-*.tfrecord."),
+    lower_case=Usage(True, "Lower-case and strip accents (uncased model)."),
+    encoding_errors=Usage("strict", "Lines that are not UTF-8: fail, replace bad bytes, or "
+                          "skip the line."),
+    overwrite=Usage(False, "Delete files already matching --output."))
+flags.DEFINE_string("vocab", None, "The WordPiece vocab.txt.")
 flags.DEFINE_enum("input_format", "auto", text_corpus.INPUT_FORMATS,
                   "lines: one sentence per line, blank line between documents; prose: "
-                  "paragraphs split into sentences; auto: detect per file.", allow_override=True)
-flags.DEFINE_enum("encoding_errors", "strict", text_corpus.ENCODING_ERRORS,
-                  "Lines that are not UTF-8: fail, replace bad bytes, or skip the line.",
-                  allow_override=True)
-flags.DEFINE_integer("max_seq_length", 128, "Tokens per example, [CLS]/[SEP] included.",
-                     allow_override=True)
+                  "paragraphs split into sentences; auto: detect per file.")
+flags.DEFINE_integer("max_seq_length", 128, "Tokens per example, [CLS]/[SEP] included.")
 flags.DEFINE_float("short_seq_prob", 0.1, "Probability of a shorter random target length.")
 flags.DEFINE_integer("dupe_factor", 1, "Passes over the input, each with new random splits.")
-flags.DEFINE_integer("seed", 12345, "Random seed; the same seed and input give the same files.",
-                     allow_override=True)
+flags.DEFINE_integer("seed", 12345, "Random seed; the same seed and input give the same files.")
 flags.DEFINE_integer("num_shards", None, "Write this many shards (round-robin).")
 flags.DEFINE_integer("examples_per_shard", None,
                      "Start a new shard every this many examples (default 100000).")
 flags.mark_flags_as_mutual_exclusive(["num_shards", "examples_per_shard"])
-flags.DEFINE_boolean("overwrite", False, "Delete files already matching --output.",
-                     allow_override=True)
 flags.DEFINE_boolean("static_masking", False,
                      "Mask now and write google-research/bert's feature names (input_ids, "
                      "segment_ids, masked_lm_*) instead of unmasked examples.")
-flags.DEFINE_integer("max_predictions_per_seq", 20, "Masked positions per example (static).",
-                     allow_override=True)
-flags.DEFINE_float("masked_lm_prob", 0.15, "Fraction of tokens masked (static).",
-                   allow_override=True)
-flags.DEFINE_boolean("whole_word_masking", False, "Mask whole words (static).",
-                     allow_override=True)
+flags.DEFINE_integer("max_predictions_per_seq", 20, "Masked positions per example (static).")
+flags.DEFINE_float("masked_lm_prob", 0.15, "Fraction of tokens masked (static).")
+flags.DEFINE_boolean("whole_word_masking", False, "Mask whole words (static).")
 
 FLAGS = flags.FLAGS
 

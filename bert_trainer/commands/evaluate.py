@@ -15,22 +15,20 @@ import os
 
 from absl import flags
 
-from bert_trainer.commands import common
+from bert_trainer.commands import common, shared_flags
+from bert_trainer.commands.shared_flags import Usage
 
 flags.adopt_module_key_flags(common)
-_shared = dict(allow_override=True)  # Names shared with `finetune` (see finetune.py).
-flags.DEFINE_string("task", None, "Task name; default: the one stored in the model_dir.",
-                    **_shared)
-flags.DEFINE_string("eval_file", None, "Local evaluation file; default: the task's TFDS "
-                    "validation split.", **_shared)
-flags.DEFINE_string("data_dir", None, "TFDS data directory holding the prepared dataset.",
-                    **_shared)
-flags.DEFINE_string("checkpoint", "latest", "'latest', 'best' or a checkpoint prefix.")
-flags.DEFINE_integer("batch_size", None, "Global evaluation batch (default 32).", **_shared)
-flags.DEFINE_integer("max_eval_examples", None, "Evaluate on the first N examples only.",
-                     **_shared)
-flags.DEFINE_boolean("skip_bad_rows", False, "Skip and count malformed rows instead of failing.",
-                     **_shared)
+SHARED_FLAGS = {**common.SHARED_FLAGS, **shared_flags.declare(
+    __name__,
+    model_dir=Usage(None, "The model directory of a finetune run (holds bert_train.json)."),
+    task=Usage(None, "Task name; default: the one stored in the model_dir."),
+    eval_file=Usage(None, "Local evaluation file; default: the task's TFDS validation split."),
+    data_dir=Usage(None, "TFDS data directory holding the prepared dataset."),
+    checkpoint=Usage("latest", "'latest', 'best' or a checkpoint prefix."),
+    batch_size=Usage(32, "Global evaluation batch."),
+    max_eval_examples=Usage(None, "Evaluate on the first N examples only."),
+    skip_bad_rows=Usage(False, "Skip and count malformed rows instead of failing."))}
 
 FLAGS = flags.FLAGS
 PREDICTIONS_FILE = "eval_predictions.json"
@@ -73,7 +71,7 @@ def _build_task(model_dir: str, info):
                         f"'{FLAGS.task}'; drop --task or pass another --model_dir")
     spec = finetuning.spec_from_checkpoint(model_dir, flag="--model_dir")
     config = finetuning.FinetuneConfig(seq_length=int(stored.get("seq_length", 128)),
-                                       eval_batch_size=FLAGS.batch_size or 32)
+                                       eval_batch_size=FLAGS.batch_size)
     data = finetuning.DataConfig(eval_file=FLAGS.eval_file, data_dir=FLAGS.data_dir,
                                  max_eval_examples=FLAGS.max_eval_examples,
                                  skip_bad_rows=FLAGS.skip_bad_rows)

@@ -12,17 +12,19 @@ tagging `text`), serving_ids and encode (token ids in). A pretraining model dire
 
 from absl import flags
 
-from bert_trainer.commands import require_flags
+from bert_trainer.commands import require_flags, shared_flags
+from bert_trainer.commands.shared_flags import Usage
 from bert_trainer.export import export_saved_model
 
-flags.DEFINE_string("model_dir", None, "Model directory written by finetune (or pretrain).")
-flags.DEFINE_string("output", None, "Export directory to write (must be new or empty, see "
-                    "--overwrite).")
-flags.DEFINE_string("checkpoint", None, "best, latest or a checkpoint prefix; default: best "
-                    "when model_dir/best/ holds one, else latest.")
-flags.DEFINE_integer("seq_length", None, "Packed sequence length of the text signatures; "
-                     "default: the task's seq_length.", lower_bound=3)
-flags.DEFINE_boolean("overwrite", False, "Replace an existing --output directory.")
+SHARED_FLAGS = shared_flags.declare(
+    __name__,
+    model_dir=Usage(None, "Model directory written by finetune (or pretrain)."),
+    output=Usage(None, "Export directory to write (must be new or empty, see --overwrite)."),
+    checkpoint=Usage(None, "best, latest or a checkpoint prefix; default: best when "
+                     "model_dir/best/ holds one, else latest."),
+    seq_length=Usage(None, "Packed sequence length of the text signatures; default: the "
+                     "task's seq_length."),
+    overwrite=Usage(False, "Replace an existing --output directory."))
 FLAGS = flags.FLAGS
 
 

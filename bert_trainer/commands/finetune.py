@@ -24,49 +24,39 @@ import sys
 
 from absl import flags, logging
 
-from bert_trainer.commands import common
+from bert_trainer.commands import common, shared_flags
+from bert_trainer.commands.shared_flags import Usage
 
 flags.adopt_module_key_flags(common)
-# Names shared with other commands allow overriding: one command runs per process, but tests
-# import several command modules into one.
-_shared = dict(allow_override=True)
-flags.DEFINE_string("task", None, "Task name (unknown names list the known ones).", **_shared)
+SHARED_FLAGS = {**common.SHARED_FLAGS, **shared_flags.declare(
+    __name__,
+    task=Usage(None, "Task name (unknown names list the known ones)."),
+    eval_file=Usage(None, "Local evaluation file; default: the task's TFDS validation split."),
+    data_dir=Usage(None, "TFDS data directory holding the prepared dataset."),
+    skip_bad_rows=Usage(False, "Skip and count malformed rows instead of failing."),
+    init_checkpoint=Usage(None, "Pretrained model: a bert-train model directory or checkpoint "
+                          "prefix, or a Hugging Face / Google BERT directory."),
+    vocab_file=Usage(None, "WordPiece vocab.txt; default: --init_checkpoint's."),
+    lower_case=Usage(None, "Lower-case text; default: --init_checkpoint's."),
+    seq_length=Usage(None, "Sequence length (FinetuneConfig.seq_length)."),
+    batch_size=Usage(None, "Global training batch (FinetuneConfig.train_batch_size)."),
+    max_eval_examples=Usage(None, "Evaluate on the first N examples only."))}
 flags.DEFINE_string("train_file", None, "Local training file (TSV/CSV/JSONL, SQuAD JSON, "
-                    "CoNLL); default: the task's TFDS dataset.", **_shared)
-flags.DEFINE_string("eval_file", None, "Local evaluation file; default: the task's TFDS "
-                    "validation split.", **_shared)
-flags.DEFINE_string("data_dir", None, "TFDS data directory holding the prepared dataset.",
-                    **_shared)
+                    "CoNLL); default: the task's TFDS dataset.")
 flags.DEFINE_string("text_column", None, "TSV/CSV header name (or 0-based index) or JSONL key "
-                    "of the text; default: the task's preset, else 'text'.", **_shared)
-flags.DEFINE_string("text_b_column", None, "Column of the second text of a pair.", **_shared)
+                    "of the text; default: the task's preset, else 'text'.")
+flags.DEFINE_string("text_b_column", None, "Column of the second text of a pair.")
 flags.DEFINE_string("label_column", None, "Column of the label; default: the task's preset, "
-                    "else 'label'.", **_shared)
+                    "else 'label'.")
 flags.DEFINE_boolean("header", None, "Whether TSV/CSV files start with a header row "
-                     "(default: the task's preset, else yes).", **_shared)
+                     "(default: the task's preset, else yes).")
 flags.DEFINE_list("label_names", None, "Class names (tags) in id order; default: the task's, "
-                  "else the sorted labels of --train_file.", **_shared)
-flags.DEFINE_boolean("skip_bad_rows", False, "Skip and count malformed rows instead of failing.",
-                     **_shared)
-flags.DEFINE_string("init_checkpoint", None, "Pretrained model: a bert-train model directory "
-                    "or checkpoint prefix, or a Hugging Face / Google BERT directory.", **_shared)
-flags.DEFINE_string("vocab_file", None, "WordPiece vocab.txt; default: --init_checkpoint's.",
-                    **_shared)
-flags.DEFINE_boolean("lower_case", None, "Lower-case text; default: --init_checkpoint's.",
-                     **_shared)
-flags.DEFINE_integer("seq_length", None, "Sequence length (FinetuneConfig.seq_length).",
-                     **_shared)
-flags.DEFINE_integer("batch_size", None, "Global training batch "
-                     "(FinetuneConfig.train_batch_size).", **_shared)
-flags.DEFINE_float("learning_rate", None, "Peak learning rate (OptimizerConfig.learning_rate).",
-                   **_shared)
-flags.DEFINE_float("num_epochs", None, "Epochs (FinetuneConfig.num_epochs).", **_shared)
+                  "else the sorted labels of --train_file.")
+flags.DEFINE_float("learning_rate", None, "Peak learning rate (OptimizerConfig.learning_rate).")
+flags.DEFINE_float("num_epochs", None, "Epochs (FinetuneConfig.num_epochs).")
 flags.DEFINE_integer("train_steps", None, "Optimizer steps, instead of epochs "
-                     "(TrainerConfig.train_steps).", **_shared)
-flags.DEFINE_integer("max_train_examples", None, "Train on the first N examples only.",
-                     **_shared)
-flags.DEFINE_integer("max_eval_examples", None, "Evaluate on the first N examples only.",
-                     **_shared)
+                     "(TrainerConfig.train_steps).")
+flags.DEFINE_integer("max_train_examples", None, "Train on the first N examples only.")
 flags.mark_flags_as_mutual_exclusive(["num_epochs", "train_steps"])
 
 FLAGS = flags.FLAGS

@@ -15,21 +15,23 @@ import sys
 from absl import flags
 
 from bert_trainer import predict
-from bert_trainer.commands import require_flags
+from bert_trainer.commands import require_flags, shared_flags
+from bert_trainer.commands.shared_flags import Usage
 from bert_trainer.errors import UserError
 
-flags.DEFINE_string("model_dir", None, "Model directory written by finetune.")
+SHARED_FLAGS = shared_flags.declare(
+    __name__,
+    model_dir=Usage(None, "Model directory written by finetune."),
+    input=Usage(None, "Input file, or - for stdin."),
+    output=Usage("-", "Output JSON lines file, or - for stdout."),
+    batch_size=Usage(32, "Inputs per model call."),
+    checkpoint=Usage(None, "With --model_dir: best, latest or a prefix."),
+    seq_length=Usage(None, "With --model_dir: packed sequence length."))
 flags.DEFINE_string("saved_model", None, "Directory written by 'bert-train export'.")
-flags.DEFINE_string("input", None, "Input file, or - for stdin.")
-flags.DEFINE_string("output", "-", "Output JSON lines file, or - for stdout.")
 flags.DEFINE_enum("format", None, list(predict.FORMATS), "Input format; default: from the "
                   "extension (.tsv, .jsonl/.json, else text).")
-flags.DEFINE_integer("batch_size", 32, "Inputs per model call.", lower_bound=1)
 flags.DEFINE_enum("on_error", "skip", list(predict.ON_ERROR), "What an unreadable line does: "
                   "skip (report, count, go on) or stop (exit 2).")
-flags.DEFINE_string("checkpoint", None, "With --model_dir: best, latest or a prefix.")
-flags.DEFINE_integer("seq_length", None, "With --model_dir: packed sequence length.",
-                     lower_bound=3)
 FLAGS = flags.FLAGS
 
 

@@ -12,18 +12,21 @@ from the latest one. Example:
 
 from absl import flags, logging
 
-from bert_trainer.commands import common
+from bert_trainer.commands import common, shared_flags
+from bert_trainer.commands.shared_flags import Usage
 from bert_trainer.errors import UserError
 
 flags.adopt_module_key_flags(common)
+SHARED_FLAGS = {**common.SHARED_FLAGS, **shared_flags.declare(
+    __name__,
+    vocab_file=Usage(None, "The WordPiece vocab.txt (default: the one of --init_checkpoint's "
+                     "model directory); overrides PretrainingConfig.vocab_file."),
+    init_checkpoint=Usage(None, "Warm start from a bert-train model directory or checkpoint "
+                          "prefix (fresh runs only); its bert_train.json fixes the encoder."))}
 flags.DEFINE_string("train_data", None, "Training TFRecords (glob, comma list allowed); "
                     "overrides PretrainingConfig.train_data.")
 flags.DEFINE_string("eval_data", None, "Held-out TFRecords; overrides "
                     "PretrainingConfig.eval_data. Without any, training runs with no evaluation.")
-flags.DEFINE_string("vocab_file", None, "The WordPiece vocab.txt (default: the one of "
-                    "--init_checkpoint's model directory); overrides PretrainingConfig.vocab_file.")
-flags.DEFINE_string("init_checkpoint", None, "Warm start from a bert-train model directory or "
-                    "checkpoint prefix (fresh runs only); its bert_train.json fixes the encoder.")
 
 FLAGS = flags.FLAGS
 

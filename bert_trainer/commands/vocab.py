@@ -10,21 +10,18 @@ import sys
 
 from absl import flags
 
-from bert_trainer.data import text_corpus
+from bert_trainer.commands import shared_flags
+from bert_trainer.commands.shared_flags import Usage
 from bert_trainer.errors import UserError
 
-# Names shared with other subcommands are defined with allow_override: only one command runs
-# per process, but tests import several command modules into one.
-flags.DEFINE_string("input", None, "Text files: comma-separated list and/or globs.",
-                    allow_override=True)
-flags.DEFINE_string("output", None, "Path of the vocab.txt to write.", allow_override=True)
-flags.DEFINE_integer("vocab_size", 30522, "Most tokens in the vocabulary (specials included).",
-                     allow_override=True)
-flags.DEFINE_boolean("lower_case", True, "Lower-case and strip accents (uncased model).",
-                     allow_override=True)
-flags.DEFINE_enum("encoding_errors", "strict", text_corpus.ENCODING_ERRORS,
-                  "Lines that are not UTF-8: fail, replace bad bytes, or skip the line.",
-                  allow_override=True)
+SHARED_FLAGS = shared_flags.declare(
+    __name__,
+    input=Usage(None, "Text files: comma-separated list and/or globs."),
+    output=Usage(None, "Path of the vocab.txt to write."),
+    lower_case=Usage(True, "Lower-case and strip accents (uncased model)."),
+    encoding_errors=Usage("strict", "Lines that are not UTF-8: fail, replace bad bytes, or "
+                          "skip the line."))
+flags.DEFINE_integer("vocab_size", 30522, "Most tokens in the vocabulary (specials included).")
 flags.DEFINE_integer("min_token_count", 10,
                      "Lowest count the learner's threshold search tries (tensorflow-text's "
                      "lower_thresh); lower it for a small corpus that gives too few tokens.")

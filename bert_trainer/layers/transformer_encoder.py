@@ -133,10 +133,15 @@ class TransformerEncoder(keras.layers.Layer):
             **self._dense_kwargs())
         self.output_layer_norm = LayerNormalization(
             epsilon=self.norm_epsilon, name="output_layer_norm", dtype=self.dtype_policy)
+        # Named like the other sublayers so the layer tree (summaries, Keras paths) does not
+        # depend on how many Dropout layers the process created before ("dropout_17").
         policy = self.dtype_policy
-        self.attention_output_dropout = keras.layers.Dropout(self.output_dropout, dtype=policy)
-        self.inner_dropout_layer = keras.layers.Dropout(self.inner_dropout, dtype=policy)
-        self.output_dropout_layer = keras.layers.Dropout(self.output_dropout, dtype=policy)
+        self.attention_output_dropout = keras.layers.Dropout(
+            self.output_dropout, name="attention_output_dropout", dtype=policy)
+        self.inner_dropout_layer = keras.layers.Dropout(
+            self.inner_dropout, name="inner_dropout", dtype=policy)
+        self.output_dropout_layer = keras.layers.Dropout(
+            self.output_dropout, name="output_dropout", dtype=policy)
 
         self.attention_layer.build(data_shape, data_shape)
         self.attention_layer_norm.build(data_shape)

@@ -1,0 +1,91 @@
+"""Flags that several `bert-train` commands take (`--input`, `--output`, `--model_dir`, ...).
+
+absl keeps one flag registry per process, so a name defined by two command modules raises
+DuplicateFlagError as soon as both are imported (tests, notebooks, a program calling
+`run_command` twice). Each such flag is therefore defined here, once, with the neutral default
+None. A command gives the flags it takes their meaning there with `declare`:
+
+    SHARED_FLAGS = shared_flags.declare(
+        __name__, output=shared_flags.Usage("-", "Output JSON lines file, or - for stdout."))
+
+which makes them key flags of the command (listed by its `--help` with that help line and
+default), and `run_command` gives every shared flag left off the command line the command's
+default before `main` runs, so `main` reads `FLAGS.output` as if the command had defined it.
+"""
+
+import dataclasses
+from typing import Any
+
+from absl import flags
+
+from bert_trainer.data import text_corpus
+
+FLAGS = flags.FLAGS
+
+# Help lines are generic on purpose: each command's `Usage` says what the flag means for it.
+flags.DEFINE_string("input", None, "Input path(s) of the command.")
+flags.DEFINE_string("output", None, "Output path of the command.")
+flags.DEFINE_boolean("overwrite", None, "Replace existing output.")
+flags.DEFINE_string("model_dir", None, "A bert-train model directory.")
+flags.DEFINE_string("checkpoint", None, "Which checkpoint of --model_dir to use.")
+flags.DEFINE_integer("seq_length", None, "Packed sequence length.", lower_bound=3)
+flags.DEFINE_integer("batch_size", None, "Examples per batch.", lower_bound=1)
+flags.DEFINE_boolean("lower_case", None, "Lower-case text and strip accents.")
+flags.DEFINE_enum("encoding_errors", None, text_corpus.ENCODING_ERRORS,
+                  "What to do with lines that are not UTF-8.")
+flags.DEFINE_string("vocab_file", None, "A WordPiece vocab.txt.")
+flags.DEFINE_string("init_checkpoint", None, "A pretrained model to start from.")
+flags.DEFINE_string("task", None, "A task name.")
+flags.DEFINE_string("eval_file", None, "A local evaluation file.")
+flags.DEFINE_string("data_dir", None, "TFDS data directory holding the prepared dataset.")
+flags.DEFINE_integer("max_eval_examples", None, "Evaluate on the first N examples only.")
+flags.DEFINE_boolean("skip_bad_rows", None, "Skip and count malformed rows instead of failing.")
+
+NAMES = ("input", "output", "overwrite", "model_dir", "checkpoint", "seq_length", "batch_size",
+         "lower_case", "encoding_errors", "vocab_file", "init_checkpoint", "task", "eval_file",
+         "data_dir", "max_eval_examples", "skip_bad_rows")
+
+
+@dataclasses.dataclass(frozen=True)
+class Usage:
+    """What a shared flag means for one command.
+
+    Attributes:
+        default: the value the command runs with when the flag is not given.
+        help: the flag's help line in the command's `--help`.
+    """
+
+    default: Any
+    help: str
+
+
+def declare(module_name: str, **usages: Usage) -> dict[str, Usage]:
+    """Makes shared flags key flags of a command module (listed by its `--help`).
+
+    Args:
+        module_name: the command module's `__name__`.
+        **usages: flag name -> what it means for this command; every name must be in `NAMES`.
+
+    Returns:
+        `usages`, for the module to keep as `SHARED_FLAGS` (read by `run_command`).
+
+    Raises:
+        ValueError: a name is not a shared flag (a programming error, found at import).
+    """
+    unknown = sorted(set(usages) - set(NAMES))
+    if unknown:
+        raise ValueError(f"{module_name}: {unknown} are not shared flags; define them in the "
+                         "command module, or add them to shared_flags")
+    for name in usages:
+        FLAGS.register_key_flag_for_module(module_name, FLAGS[name])
+    return usages
+
+
+def apply_defaults(usages: dict[str, Usage]) -> None:
+    """Gives each shared flag in `usages` that was not on the command line its command default.
+
+    Assigning through `FLAGS` runs the flag's validators, so a bad default fails loudly here.
+    """
+    for name, usage in usages.items():
+        if not FLAGS[name].present:
+            setattr(FLAGS, name, usage.default)

@@ -132,10 +132,27 @@ class BadLine(ValueError):
     """A line that cannot be read; the message says why."""
 
 
+# Header names that datasets give the inputs (GLUE/SST-2/QQP/MNLI/QNLI/MRPC TSVs), tried in
+# order after the inputs' own names, so a task's train/dev file can be predicted as it is.
+HEADER_ALIASES = {
+    ("text",): (("text_a",), ("sentence",), ("review",), ("#1 String",)),
+    ("text", "text_b"): (("text_a", "text_b"), ("sentence1", "sentence2"),
+                         ("question1", "question2"), ("premise", "hypothesis"),
+                         ("question", "sentence"), ("#1 String", "#2 String")),
+    ("question", "context"): (("question", "passage"),),
+}
+
+
 def _tsv_header(fields: list[str], names) -> dict[str, int] | None:
-    """{input name: column} when `fields` is a header naming every input, else None."""
-    if set(names) <= set(fields):
-        return {name: fields.index(name) for name in names}
+    """{input name: column} when `fields` is a header naming every input, else None.
+
+    The header may use the inputs' own names or a dataset's names for them (HEADER_ALIASES),
+    e.g. SST-2's `sentence<TAB>label` for a one-text classifier; other columns are ignored.
+    """
+    fields = [f.strip() for f in fields]
+    for columns in (tuple(names), *HEADER_ALIASES.get(tuple(names), ())):
+        if set(columns) <= set(fields):
+            return {name: fields.index(col) for name, col in zip(names, columns, strict=True)}
     return None
 
 
@@ -303,7 +320,7 @@ def predict_lines(predictor: Predictor, lines: Iterable[bytes], write: Callable[
         raise UserError(f"--batch_size={batch_size} must be >= 1")
     if on_error not in ON_ERROR:
         raise UserError(f"--on_error={on_error} is unknown; use skip or stop")
-    summary, pending, number = PredictSummary(), [], 0
+    summary, pending, number, first_bad = PredictSummary(), [], 0, None
     start = time.perf_counter()
 
     def flush():
@@ -314,6 +331,7 @@ def predict_lines(predictor: Predictor, lines: Iterable[bytes], write: Callable[
 
     for number, item in read_inputs(lines, fmt, predictor.input_names):
         if isinstance(item, str):
+            first_bad = first_bad or (number, item)
             if on_error == "stop":
                 if pending:
                     flush()
@@ -331,6 +349,11 @@ def predict_lines(predictor: Predictor, lines: Iterable[bytes], write: Callable[
     summary.seconds = time.perf_counter() - start
     if progress is not None:
         progress.update(number, summary.answered, final=True)
+    if summary.skipped and not summary.answered:
+        raise UserError(f"{source}: none of its {summary.skipped} input lines could be read "
+                        f"(first: line {first_bad[0]} {first_bad[1]}); the model reads "
+                        f"{', '.join(predictor.input_names)}: give a TSV header naming them, "
+                        "or --format=text/jsonl")
     return summary
 
 

@@ -26,6 +26,7 @@ import collections
 
 import keras
 import tensorflow as tf
+from google.protobuf import message
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
 from bert_trainer.errors import UserError
@@ -132,7 +133,11 @@ def read_object_graph(prefix: str):
     except (tf.errors.OpError, ValueError, IndexError) as e:  # IndexError: a truncated file
         raise UserError(f"{prefix} could not be read as a checkpoint ({e})") from None
     graph = trackable_object_graph_pb2.TrackableObjectGraph()
-    graph.ParseFromString(serialized)
+    try:
+        graph.ParseFromString(serialized)
+    except message.DecodeError as e:
+        raise UserError(f"{prefix} could not be read as a checkpoint: its object graph is "
+                        f"corrupt ({e}); use another checkpoint or retrain") from None
     return graph, reader.get_variable_to_shape_map()
 
 

@@ -42,11 +42,13 @@ def main(argv=None) -> int:
         print(f"bert-train: unknown subcommand '{name}'; choose one of: {', '.join(SUBCOMMANDS)}",
               file=sys.stderr)
         return 2
-    # Quiet TensorFlow's C++ start-up logs before anything imports it.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    verbose = any(a in ("--verbose", "--verbose=true") for a in argv[2:])
+    # Quiet TensorFlow's C++ logs before anything imports it. Without --verbose even its
+    # ERROR lines go (e.g. "oneDNN supports DT_INT64 only on platforms with AVX-512" on every
+    # CPU run): a real failure reaches bert-train as a Python exception and is reported there.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0" if verbose else "3")
     from bert_trainer.commands import run_command  # noqa: PLC0415 (keeps --help free of TF)
 
-    verbose = any(a in ("--verbose", "--verbose=true") for a in argv[2:])
     with _native_stderr_silenced(enabled=not verbose):
         import tensorflow as tf  # noqa: PLC0415  (every command needs it; load it quietly)
         import tensorflow_text  # noqa: F401, PLC0415  (registers its ops; loads its own .so)

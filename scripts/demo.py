@@ -179,8 +179,8 @@ def _print_task(task: demo_task.DemoTask) -> None:
 def train_and_serve(stages: Stages, p: dict, s: Settings, task: demo_task.DemoTask) -> None:
     """Stages pretrain, finetune, evaluate (one process), export, and predict.
 
-    export and predict each run in a process of their own: their flags (--model_dir,
-    --output) are defined apart from the training commands' and cannot share a process.
+    export and predict each run in a process of their own, as a user runs them: the predict
+    stage then shows that the SavedModel loads in a fresh process.
     """
     with open(p["vocab"], encoding="utf-8") as f:
         vocab_size = sum(1 for _ in f)

@@ -88,6 +88,8 @@ class Stages:
         log, name, start, failed = None, None, 0.0, None
         with _spawn(argv, stdin=json.dumps(batch)) as child:
             for line in child.stdout:
+                if not line.strip():  # the newline that puts each marker on a line of its own
+                    continue
                 if not line.startswith(MARK):
                     _show(line, log)
                     continue
@@ -150,11 +152,11 @@ def run_batch(batch: list[list]) -> int:
 
             gin.clear_config()
             keras.backend.clear_session()
-        print(f"{MARK}start {name}", flush=True)
+        print(f"\n{MARK}start {name}", flush=True)  # own line even after a partial one
         cpu = time.process_time()
         rc = cli.main(["bert-train", *args])
         sys.stderr.flush()
-        print(f"{MARK}end {name} {rc} {time.process_time() - cpu:.2f}", flush=True)
+        print(f"\n{MARK}end {name} {rc} {time.process_time() - cpu:.2f}", flush=True)
         if rc:
             return rc
     return 0

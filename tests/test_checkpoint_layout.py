@@ -203,3 +203,18 @@ def test_a_head_named_otherwise_is_refused_not_silently_skipped():
     model = BertPretrainer(BertEncoder(**TINY), name="p")
     with pytest.raises(ValueError, match="head 'mlm' holds masked_lm/bias; name the layer 'mlm'"):
         checkpoint_layout.parts_names(model.encoder, {"mlm": model.masked_lm})
+
+
+def test_evaluate_names_an_object_graph_checkpoint_instead_of_suggesting_a_resume(tmp_path):
+    from bert_trainer.commands import evaluate as evaluate_command
+
+    model = ToyTask().build_model()
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), str(tmp_path), 1,
+                                         checkpoint_name="ckpt")
+    prefix = manager.save(2)
+    with pytest.raises(UserError) as caught:
+        evaluate_command.evaluate(ToyTask(), str(tmp_path), prefix)
+    assert str(caught.value) == (
+        f"{prefix} was written by an older bert-train (object-graph variable names), which "
+        "evaluate cannot read; export and predict --model_dir still can, or evaluate with the "
+        "bert-train version that wrote it")

@@ -114,9 +114,18 @@ def evaluate(task, model_dir: str, prefix: str, strategy=None) -> tuple[dict, in
     Returns:
       ({metric: value}, the checkpoint's step).
     """
+    from bert_trainer import checkpoint_layout  # noqa: PLC0415
+    from bert_trainer.errors import UserError  # noqa: PLC0415
     from bert_trainer.training import checkpointing  # noqa: PLC0415
     from bert_trainer.training.trainer import Trainer, TrainerConfig  # noqa: PLC0415
 
+    for path in dict.fromkeys((checkpointing.latest_checkpoint(model_dir), prefix)):
+        graph, _ = checkpoint_layout.read_object_graph(path)
+        if checkpoint_layout.layout(graph) == checkpoint_layout.OBJECT_GRAPH:
+            # The Trainer restores whole runs (optimizer included), which needs stable names.
+            raise UserError(f"{path} was written by an older bert-train (object-graph variable "
+                            "names), which evaluate cannot read; export and predict --model_dir "
+                            "still can, or evaluate with the bert-train version that wrote it")
     # The trainer restores the latest checkpoint when it is built; another one is read over it.
     trainer = Trainer(task, model_dir, config=TrainerConfig(train_steps=1),
                       strategy=strategy or common.get_strategy())

@@ -66,7 +66,9 @@ def write_summary(path: str, stats, shards: list[str], files: list[str], config,
         "feature_names": "google-research/bert" if config.static_masking else "bert_trainer",
         "config": dataclasses.asdict(config),
     }
-    with open(path, "w", encoding="utf-8") as f:
+    # The summary marks the split complete, so it appears whole or not at all.
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
         json.dump(summary, f, indent=2)
         f.write("\n")
+    os.replace(path + ".tmp", path)
     return summary

@@ -89,8 +89,11 @@ def learn_vocab(inputs, vocab_size: int, output: str, *, lower_case: bool = True
         raise
     if os.path.dirname(output):
         os.makedirs(os.path.dirname(output), exist_ok=True)
-    with open(output, "w", encoding="utf-8") as f:
+    # Written whole or not at all: a run killed mid-write must not leave a short vocabulary
+    # that a rerun (the demo's, say) would take for a finished one.
+    with open(output + ".tmp", "w", encoding="utf-8") as f:
         f.writelines(token + "\n" for token in vocab)
+    os.replace(output + ".tmp", output)
     seconds = time.time() - start
     if progress is not None:
         print(f"vocab: wrote {len(vocab):,} tokens to {output} in {seconds:.1f}s",

@@ -86,7 +86,7 @@ def _restore_task_model(model, prefix: str) -> None:
     except UserError as e:
         raise UserError(f"checkpoint {prefix} does not fit the task model described in "
                         f"{model_dir_lib.MODEL_INFO_FILE} ({e})") from None
-    except (IndexError, tf.errors.OpError) as e:  # IndexError: a truncated file
+    except (IndexError, ValueError, tf.errors.OpError) as e:  # IndexError: a truncated file
         first = str(e).strip().splitlines()[0][:300]
         raise UserError(f"checkpoint {prefix} could not be read ({first})") from None
 

@@ -281,10 +281,11 @@ class FinetuningTask(Task):
             report = model_dir_lib.restore_pretrained(init_checkpoint, encoder=model.encoder)
         encoder_ids = {id(v) for v in model.encoder.weights}
         head = [v.path for v in model.weights if id(v) not in encoder_ids]
+        missing = (f"{len(report['initialized'])} encoder variables the checkpoint lacks "
+                   f"{report['initialized']} and " if report["initialized"] else "")
         logging.info("Warm start from %s: loaded %d encoder variables; left initialized: "
-                     "%d encoder variables the checkpoint lacks %s and the %d head variables %s",
-                     init_checkpoint, len(report["loaded"]), len(report["initialized"]),
-                     report["initialized"], len(head), head)
+                     "%sthe %d head variables %s", init_checkpoint, len(report["loaded"]),
+                     missing, len(head), head)
         self.warm_start_report = {"loaded": report["loaded"],
                                   "initialized": report["initialized"] + head}
 

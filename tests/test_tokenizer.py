@@ -18,6 +18,36 @@ from bert_trainer.errors import UserError
 # NFKC-only compatibility characters; neither occurs in the fixture.
 
 
+# Texts google-research/bert's `_clean_text` changes and bare FastBertTokenizer got wrong, with
+# ids (no [CLS]/[SEP]) from the pure-Python Hugging Face reference, made on the MiniLM vocab by
+#   from transformers.models.bert.tokenization_bert_legacy import BertTokenizerLegacy
+#   BertTokenizerLegacy(vocab_txt, do_lower_case=True)(text, add_special_tokens=False)["input_ids"]
+# (transformers 5.23; its `BertTokenizer` is the Rust one). The first five are corpus lines of
+# `make bench` (the files are read with errors="replace", which leaves U+FFFD): U+FFFD is deleted,
+# not [UNK]. Then C0/C1 controls and DEL are deleted, not word breaks; private-use characters are
+# deleted, not [UNK]; \t \n \r stay spaces.
+CLEAN_TEXT_REFERENCE = [
+    ("Ant. C\ufffdsar, my Lord", [14405, 1012, 27804, 2099, 1010, 2026, 2935]),
+    ("As a people, we had too many visions\ufffdXand too little vision.",
+     [2004, 1037, 2111, 1010, 2057, 2018, 2205, 2116, 12018, 18684, 4859, 2205, 2210, 4432, 1012]),
+    ("The program I shall propose to Congress will be the most comprehensive and costly program "
+     "in this field in America\ufffd\ufffds history.",
+     [1996, 2565, 1045, 4618, 16599, 2000, 3519, 2097, 2022, 1996, 2087, 7721, 1998, 17047, 2565,
+      1999, 2023, 2492, 1999, 10925, 2381, 1012]),
+    ("Listen to President Thomas Jefferson in 1802: We act not \ufffd\ufffdfor ourselves along, "
+     "but for the whole human race.\ufffd\ufffd",
+     [4952, 2000, 2343, 2726, 7625, 1999, 13515, 1024, 2057, 2552, 2025, 2005, 9731, 2247, 1010,
+      2021, 2005, 1996, 2878, 2529, 2679, 1012]),
+    ("\ufffd@These first years of the 1970s have been good years for America.",
+     [1030, 2122, 2034, 2086, 1997, 1996, 3955, 2031, 2042, 2204, 2086, 2005, 2637, 1012]),
+    ("c\x00sar c\x01sar c\x1bsar c\x7fsar c\x85sar c\x9fsar",
+     [27804, 2099, 27804, 2099, 27804, 2099, 27804, 2099, 27804, 2099, 27804, 2099]),
+    ("c\ue000sar \U000f0001c\U0010fffdsar \ufffd\ufffd", [27804, 2099, 27804, 2099]),
+    ("tab\tnew\nline\rreturn \x0bvertical\x0cfeed", [21628, 2047, 2240, 2709, 7471, 7959, 2098]),
+    ("\x01\x02H\u00e9llo \x85W\u00f6rld\ue000!\x7f", [7592, 2088, 999]),
+]
+
+
 @pytest.fixture
 def minilm_tokenizer(minilm_dir):
     return Tokenizer(str(minilm_dir / "vocab.txt"), lower_case=True)
@@ -36,6 +66,29 @@ def test_ids_match_huggingface_reference(minilm_tokenizer, shared_dir):
     got = [[minilm_tokenizer.cls_id] + i + [minilm_tokenizer.sep_id] for i in ids]
     mismatched = [r["text"] for r, g in zip(rows, got, strict=True) if g != r["ids"]]
     assert mismatched == []
+
+
+def test_deleted_characters_match_huggingface_reference(minilm_tokenizer):
+    texts = [text for text, _ in CLEAN_TEXT_REFERENCE]
+    got = minilm_tokenizer.tokenize(texts).to_list()
+    with_offsets = minilm_tokenizer.tokenize_with_offsets(texts)[0].to_list()
+    for (text, expected), ids, offset_ids in zip(CLEAN_TEXT_REFERENCE, got, with_offsets,
+                                                 strict=True):
+        assert ids == expected, ascii(text)
+        assert offset_ids == expected, ascii(text)
+
+
+def test_offsets_index_the_original_bytes_around_deleted_characters(minilm_tokenizer):
+    # 1-byte controls are removed before FastBertTokenizer and the offsets shifted back; longer
+    # deleted characters (U+FFFD, C1, private use) keep their length, so no shift is needed.
+    text = "\x1bC\ufffdsar\x00, my L\x01ord\x7f \x85x\U000f0001y"
+    ids, starts, ends = minilm_tokenizer.tokenize_with_offsets([text])
+    raw = text.encode("utf-8")
+    spans = zip(starts[0].numpy(), ends[0].numpy(), strict=True)
+    pieces = [raw[s:e].decode("utf-8") for s, e in spans]
+    assert pieces == ["C\ufffdsa", "r", ",", "my", "L\x01ord", "x\U000f0001", "y"]
+    tokens = minilm_tokenizer.convert_ids_to_tokens(ids[0]).numpy().tolist()
+    assert tokens == [b"csa", b"##r", b",", b"my", b"lord", b"x", b"##y"]
 
 
 def test_special_ids_and_vocab_size(minilm_tokenizer):

@@ -1,13 +1,13 @@
 """The pretraining task: losses by hand, a real tiny run, exact resume, warm start, precision."""
 
 import logging
-import os
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import PRETRAIN_PREDICTIONS, PRETRAIN_SEQ_LENGTH
+from summary_testing import read_scalars
 
 from bert_trainer import features as F
 from bert_trainer import model_dir
@@ -45,18 +45,6 @@ def make_trainer(data, directory, **config):
 
 def weights(model):
     return [v.numpy() for v in model.trainable_variables]
-
-
-def read_scalars(directory):
-    """{tag: {step: value}} from the event files in `directory`."""
-    scalars = {}
-    for name in tf.io.gfile.listdir(directory):
-        for event in tf.compat.v1.train.summary_iterator(os.path.join(directory, name)):
-            for value in event.summary.value:
-                if value.metadata.plugin_data.plugin_name == "scalars":
-                    scalars.setdefault(value.tag, {})[event.step] = float(
-                        tf.make_ndarray(value.tensor))
-    return scalars
 
 
 @pytest.fixture(scope="module")

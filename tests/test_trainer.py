@@ -1,13 +1,13 @@
 """The training loop on a tiny toy task: learning, exact resume, NaN stop, summaries, precision."""
 
 import json
-import os
 
 import gin
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from summary_testing import read_scalars
 from toy_task import ToyConfig, ToyTask
 
 from bert_trainer.errors import UserError
@@ -32,18 +32,6 @@ def make(model_dir, task_config=TOY, optimizer=ADAMW, **config):
     config.setdefault("eval_steps", None if "eval_interval" in config else 0)  # evals cost time
     return Trainer(ToyTask(task_config), str(model_dir), config=TrainerConfig(**config),
                    optimizer=optimizer)
-
-
-def read_scalars(directory):
-    """{tag: {step: value}} from the event files in `directory`."""
-    scalars = {}
-    for name in tf.io.gfile.listdir(directory):
-        for event in tf.compat.v1.train.summary_iterator(os.path.join(directory, name)):
-            for value in event.summary.value:
-                if value.metadata.plugin_data.plugin_name == "scalars":
-                    scalars.setdefault(value.tag, {})[event.step] = float(
-                        tf.make_ndarray(value.tensor))
-    return scalars
 
 
 def test_training_lowers_the_loss_and_evaluates_every_example(tmp_path):

@@ -1,6 +1,5 @@
 """What a pretraining run shows in TensorBoard (rates, padding, FLOPs, MFU) and bfloat16."""
 
-import os
 import pathlib
 import sys
 
@@ -8,6 +7,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from summary_testing import read_scalars
 
 from bert_trainer import features as F
 from bert_trainer.encoders import build_encoder
@@ -42,18 +42,6 @@ def make_trainer(model_dir, **config):
     config = TrainerConfig(**{"train_steps": 4, "steps_per_loop": 2, "summary_interval": 2,
                               "eval_steps": 0, **config})
     return Trainer(task, str(model_dir), config=config, optimizer=optimization.OptimizerConfig())
-
-
-def read_scalars(directory):
-    """{tag: {step: value}} from the event files in `directory`."""
-    scalars = {}
-    for name in tf.io.gfile.listdir(directory):
-        for event in tf.compat.v1.train.summary_iterator(os.path.join(directory, name)):
-            for value in event.summary.value:
-                if value.metadata.plugin_data.plugin_name == "scalars":
-                    scalars.setdefault(value.tag, {})[event.step] = float(
-                        tf.make_ndarray(value.tensor))
-    return scalars
 
 
 def test_tensorboard_gets_padding_fraction_model_flops_and_mfu(tmp_path):

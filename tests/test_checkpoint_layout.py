@@ -151,11 +151,15 @@ def test_task_initialize_reads_stable_names_and_names_a_mismatch(tmp_path):
     assert "\n" not in str(caught.value)
 
 
+def _old_layout_toy_run(directory) -> str:
+    """A model_dir whose ckpt-2 has the session-1 layout (the model's own object graph)."""
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=ToyTask().build_model()),
+                                         str(directory), 1, checkpoint_name="ckpt")
+    return manager.save(2)
+
+
 def test_resuming_an_object_graph_checkpoint_is_refused_with_the_way_out(tmp_path):
-    model = ToyTask().build_model()
-    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), str(tmp_path), 1,
-                                         checkpoint_name="ckpt")
-    prefix = manager.save(2)
+    prefix = _old_layout_toy_run(tmp_path)
     with pytest.raises(UserError) as caught:
         Trainer(ToyTask(), str(tmp_path), config=TrainerConfig(train_steps=4, eval_steps=0),
                 optimizer=OptimizerConfig(learning_rate=1e-2))
@@ -208,10 +212,7 @@ def test_a_head_named_otherwise_is_refused_not_silently_skipped():
 def test_evaluate_names_an_object_graph_checkpoint_instead_of_suggesting_a_resume(tmp_path):
     from bert_trainer.commands import evaluate as evaluate_command
 
-    model = ToyTask().build_model()
-    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), str(tmp_path), 1,
-                                         checkpoint_name="ckpt")
-    prefix = manager.save(2)
+    prefix = _old_layout_toy_run(tmp_path)
     with pytest.raises(UserError) as caught:
         evaluate_command.evaluate(ToyTask(), str(tmp_path), prefix)
     assert str(caught.value) == (

@@ -262,3 +262,22 @@ def restore_model(model: keras.Model, prefix: str) -> None:
         raise UserError(f"{prefix} has no value for {missing[0]} ({len(missing)} of the "
                         f"model's {len(names)} variables are missing)")
     root.read(prefix).expect_partial()
+
+
+def refuse_resume_across_layouts(checkpoint: tf.train.Checkpoint, path: str,
+                                 model_dir: str) -> None:
+    """Refuses to resume a stable-names run from an object-graph (pre-format-2) checkpoint.
+
+    Its optimizer slots cannot be matched to the model; its weights can still warm-start.
+
+    Raises:
+        UserError: the layouts differ; the message says how to carry the weights over.
+    """
+    if not isinstance(getattr(checkpoint, "model", None), NamedVariables):
+        return
+    graph, _ = read_object_graph(path)
+    if layout(graph) == OBJECT_GRAPH:
+        raise UserError(f"model_dir {model_dir}: {path} was written by an older bert-train "
+                        "(object-graph variable names) and cannot be resumed; finish the run "
+                        "with that version, or start a new --model_dir with "
+                        f"--init_checkpoint={path}")

@@ -271,7 +271,7 @@ def check_compatible(checkpoint: tf.train.Checkpoint, path: str, model_dir: str)
         path: the checkpoint prefix to compare with.
         model_dir: named in the message.
     """
-    check_layout(checkpoint, path, model_dir)
+    checkpoint_layout.refuse_resume_across_layouts(checkpoint, path, model_dir)
     stored = {k: tuple(s) for k, s in tf.train.list_variables(path) if k not in _IGNORED_KEYS}
     expected = {k: v for k, v in expected_variables(checkpoint).items() if k not in _IGNORED_KEYS}
     fix = "use a new --model_dir, or the config that wrote it"
@@ -301,22 +301,6 @@ def check_compatible(checkpoint: tf.train.Checkpoint, path: str, model_dir: str)
         raise UserError(f"model_dir {model_dir} holds a checkpoint of another architecture: "
                         f"{path} has {len(extra)} variable(s) this model lacks, e.g. {extra[0]} "
                         f"{list(stored[extra[0]])}; {fix}")
-
-
-def check_layout(checkpoint: tf.train.Checkpoint, path: str, model_dir: str) -> None:
-    """Refuses to resume a stable-names run from an object-graph checkpoint (or vice versa).
-
-    Raises:
-        UserError: the layouts differ; the message says how to carry the weights over.
-    """
-    if not isinstance(getattr(checkpoint, "model", None), checkpoint_layout.NamedVariables):
-        return
-    graph, _ = checkpoint_layout.read_object_graph(path)
-    if checkpoint_layout.layout(graph) == checkpoint_layout.OBJECT_GRAPH:
-        raise UserError(f"model_dir {model_dir}: {path} was written by an older bert-train "
-                        "(object-graph variable names) and cannot be resumed; finish the run "
-                        "with that version, or start a new --model_dir with "
-                        f"--init_checkpoint={path}")
 
 
 def restore(checkpoint: tf.train.Checkpoint, path: str, model_dir: str) -> None:

@@ -150,6 +150,17 @@ def _add_search_path(gin, directory: str) -> None:
         _added_search_paths.add(directory)
 
 
+def gin_is_bound(name: str) -> bool:
+    """Whether the parsed gin config binds `name` ("Configurable.parameter")."""
+    import gin  # noqa: PLC0415
+
+    try:
+        gin.query_parameter(name)
+    except ValueError:
+        return False
+    return True
+
+
 def gin_binding(name: str, value) -> str:
     """A gin binding string for a Python literal, e.g. "PretrainingConfig.seq_length = 128"."""
     return f"{name} = {value!r}"

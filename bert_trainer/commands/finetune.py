@@ -149,7 +149,7 @@ def _build_trainer(task, model_dir: str):
     from bert_trainer.training import checkpointing  # noqa: PLC0415
     from bert_trainer.training.trainer import Trainer  # noqa: PLC0415
 
-    if not _is_bound(gin, "TrainerConfig.train_steps"):
+    if not common.gin_is_bound("TrainerConfig.train_steps"):
         examples = task.num_examples(task.train_split)
         steps = task.config.train_steps(examples)
         logging.info("%d training examples x %g epochs / batch %d = %d steps", examples,
@@ -158,7 +158,7 @@ def _build_trainer(task, model_dir: str):
     warmup = task.config.warmup_steps(gin.query_parameter("TrainerConfig.train_steps"))
     if warmup is not None:
         gin.bind_parameter("OptimizerConfig.warmup_steps", warmup)
-    if not _is_bound(gin, "TrainerConfig.best_metric"):
+    if not common.gin_is_bound("TrainerConfig.best_metric"):
         gin.bind_parameter("TrainerConfig.best_metric", task.best_metric)
         gin.bind_parameter("TrainerConfig.best_metric_mode", task.best_metric_mode)
     init = FLAGS.init_checkpoint
@@ -174,14 +174,6 @@ def _build_trainer(task, model_dir: str):
                                                         "OptimizerConfig"),
                       strategy=common.get_strategy())
     return trainer, direct_init and fresh
-
-
-def _is_bound(gin, name: str) -> bool:
-    try:
-        gin.query_parameter(name)
-    except ValueError:
-        return False
-    return True
 
 
 def _print_warm_start(task) -> None:

@@ -62,7 +62,8 @@ def _build_trainer(model_dir: str):
 
     config = common.build_configured(configurables.TrainerConfig, "TrainerConfig")
     encoder_fn, info = common.encoder_source(config.init_checkpoint)
-    if info is not None and info.vocab_file and not _is_bound(gin, "PretrainingConfig.vocab_file"):
+    vocab_bound = common.gin_is_bound("PretrainingConfig.vocab_file")
+    if info is not None and info.vocab_file and not vocab_bound:
         gin.bind_parameter("PretrainingConfig.vocab_file", info.vocab_file)
     task_config = common.build_configured(configurables.PretrainingConfig, "PretrainingConfig")
     if task_config.eval_data is None and config.eval_steps != 0:
@@ -78,11 +79,3 @@ def _build_trainer(model_dir: str):
     optimizer = common.build_configured(configurables.OptimizerConfig, "OptimizerConfig")
     return Trainer(PretrainingTask(task_config, encoder_fn), model_dir, config=config,
                    optimizer=optimizer, strategy=common.get_strategy())
-
-
-def _is_bound(gin, name: str) -> bool:
-    try:
-        gin.query_parameter(name)
-    except ValueError:
-        return False
-    return True

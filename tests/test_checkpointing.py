@@ -1,6 +1,5 @@
 """Checkpoint checks: another architecture, checkpoint paths, the best checkpoint."""
 
-import hashlib
 import json
 import os
 
@@ -8,6 +7,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from robust_testing import tree_digest
 from toy_task import ToyConfig, ToyTask
 
 from bert_trainer.errors import UserError
@@ -16,17 +16,6 @@ from bert_trainer.training.optimization import OptimizerConfig
 from bert_trainer.training.trainer import Trainer, TrainerConfig
 
 TOY = ToyConfig()
-
-
-def tree_digest(directory) -> dict[str, str]:
-    """{relative path: sha256} of every file under `directory`."""
-    digests = {}
-    for root, _, files in os.walk(directory):
-        for name in files:
-            path = os.path.join(root, name)
-            with open(path, "rb") as f:
-                digests[os.path.relpath(path, directory)] = hashlib.sha256(f.read()).hexdigest()
-    return digests
 
 
 def make(model_dir, task_config=TOY, **config):

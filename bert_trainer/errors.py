@@ -35,3 +35,17 @@ class Preempted(Exception):  # noqa: N818 (named after the event, like KeyboardI
         super().__init__(f"stopped by {signal_name} after step {step}; checkpoint "
                          f"{checkpoint or '(none)'} written. Run the same command again to "
                          "resume from it.")
+
+
+def require_positive_ints(config, names, prefix: str = "") -> None:
+    """Raises a UserError naming the first of `config`'s fields `names` that is not an int >= 1.
+
+    Args:
+        config: a dataclass instance (or any object with those attributes).
+        names: field names to check, in order.
+        prefix: put before the field name in the message, e.g. "SquadConfig.".
+    """
+    for name in names:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise UserError(f"{prefix}{name}={value!r} must be a positive integer")

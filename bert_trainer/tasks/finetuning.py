@@ -29,7 +29,7 @@ from bert_trainer.data import sources
 from bert_trainer.data.task_data import TaskData
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.encoders import pretrained
-from bert_trainer.errors import UserError
+from bert_trainer.errors import UserError, require_positive_ints
 from bert_trainer.interop import formats
 from bert_trainer.tasks.base import Task
 
@@ -181,10 +181,8 @@ class FinetuneConfig:
     seed: int = 42
 
     def __post_init__(self):
-        for name in ("seq_length", "train_batch_size", "eval_batch_size", "shuffle_buffer"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise UserError(f"{name}={value!r} must be a positive integer")
+        require_positive_ints(self, ("seq_length", "train_batch_size", "eval_batch_size",
+                                     "shuffle_buffer"))
         if not self.num_epochs > 0:
             raise UserError(f"num_epochs={self.num_epochs} must be > 0")
         if self.warmup_fraction is not None and not 0 <= self.warmup_fraction < 1:

@@ -13,7 +13,7 @@ import keras
 
 from bert_trainer import features as F
 from bert_trainer.data import squad_data
-from bert_trainer.errors import UserError
+from bert_trainer.errors import UserError, require_positive_ints
 from bert_trainer.metrics import squad as squad_metrics
 from bert_trainer.models import END_LOGITS, START_LOGITS, BertSpanLabeler
 from bert_trainer.tasks.finetuning import DataConfig, EncoderSpec, FinetuneConfig, FinetuningTask
@@ -38,10 +38,8 @@ class SquadConfig:
     null_threshold: float = 0.0
 
     def __post_init__(self):
-        for name in ("doc_stride", "max_query_length", "max_answer_length", "n_best"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise UserError(f"SquadConfig.{name}={value!r} must be a positive integer")
+        require_positive_ints(self, ("doc_stride", "max_query_length", "max_answer_length",
+                                     "n_best"), prefix="SquadConfig.")
 
 
 class QuestionAnsweringTask(FinetuningTask):

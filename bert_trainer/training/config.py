@@ -6,7 +6,7 @@ building anything; `bert_trainer.training.trainer` re-exports all three.
 
 import dataclasses
 
-from bert_trainer.errors import UserError
+from bert_trainer.errors import UserError, require_positive_ints
 from bert_trainer.training import optimization
 
 
@@ -80,11 +80,8 @@ class TrainerConfig:
     peak_flops: float | None = None
 
     def __post_init__(self):
-        for field in ("train_steps", "steps_per_loop", "checkpoint_interval", "max_checkpoints",
-                      "summary_interval", "accumulation_steps"):
-            value = getattr(self, field)
-            if not isinstance(value, int) or value <= 0:
-                raise UserError(f"{field}={value!r} must be a positive integer")
+        require_positive_ints(self, ("train_steps", "steps_per_loop", "checkpoint_interval",
+                                     "max_checkpoints", "summary_interval", "accumulation_steps"))
         if self.eval_interval is not None and self.eval_interval <= 0:
             raise UserError(f"eval_interval={self.eval_interval} must be > 0 (or None: at the end)")
         if self.eval_steps is not None and self.eval_steps < 0:

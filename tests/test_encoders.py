@@ -100,6 +100,29 @@ def test_output_range_one_equals_position_zero_with_copied_weights():
     np.testing.assert_allclose(b[features.POOLED_OUTPUT], a[features.POOLED_OUTPUT], atol=1e-5)
 
 
+@pytest.mark.parametrize("cls", [BertEncoder, AlbertEncoder])
+def test_call_at_positions_gives_the_full_calls_rows_and_pooled_output(cls):
+    encoder = cls(**TINY, **NO_DROPOUT)
+    inputs = _inputs()
+    positions = np.array([[7, 1, 1], [4, 2, 0]], "int32")
+    full = encoder(inputs)
+    rows = encoder.call_at_positions(_as_list(inputs), positions)
+    assert set(rows) == {features.SEQUENCE_OUTPUT, features.POOLED_OUTPUT}
+    assert rows[features.SEQUENCE_OUTPUT].shape == (2, 3, 16)
+    np.testing.assert_allclose(
+        rows[features.SEQUENCE_OUTPUT],
+        np.take_along_axis(np.asarray(full[features.SEQUENCE_OUTPUT]), positions[..., None], 1),
+        atol=1e-5)
+    np.testing.assert_allclose(rows[features.POOLED_OUTPUT], full[features.POOLED_OUTPUT],
+                               atol=1e-5)
+    # Dropout reaches this path too: two training calls differ, inference calls do not.
+    dropped = cls(**TINY)
+    a, b = (dropped.call_at_positions(inputs, positions, training=True) for _ in range(2))
+    assert not np.allclose(a[features.SEQUENCE_OUTPUT], b[features.SEQUENCE_OUTPUT])
+    with pytest.raises(ValueError, match="call_at_positions needs output_range=None"):
+        BertEncoder(**TINY, output_range=1).call_at_positions(inputs, positions)
+
+
 def test_dict_and_list_inputs_agree_and_extra_keys_are_ignored():
     encoder = BertEncoder(**TINY)
     inputs = _inputs()

@@ -116,6 +116,35 @@ def test_output_range_equals_the_first_positions_of_the_full_output():
     np.testing.assert_allclose(ranged_output, full_output[:, :1], atol=1e-6)
 
 
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("mask", [PADDING, MASK], ids=["padding_mask", "3d_mask"])
+def test_output_positions_are_the_full_outputs_rows_and_get_the_same_gradients(norm_first, mask):
+    layer = TransformerEncoder(**LAYER_ARGS, norm_first=norm_first)
+    layer([DATA, MASK])
+    _randomize(layer)
+    positions = np.array([[4, 0, 2], [1, 1, 3]], "int32")  # repeats and a padded position
+    data = tf.constant(DATA)
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(data)
+        full = layer(data, attention_mask=mask)
+        rows = layer(data, attention_mask=mask, output_positions=positions)
+        full_loss = tf.reduce_sum(tf.gather(full, positions, batch_dims=1) ** 2)
+        rows_loss = tf.reduce_sum(rows ** 2)
+    assert rows.shape == (2, 3, 8)
+    np.testing.assert_allclose(rows, np.take_along_axis(np.asarray(full), positions[..., None], 1),
+                               atol=1e-6)
+    # The same function of the data and weights: the same gradients.
+    for a, b in zip(tape.gradient(rows_loss, [data, *layer.trainable_weights]),
+                    tape.gradient(full_loss, [data, *layer.trainable_weights]), strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_output_positions_and_output_range_are_exclusive():
+    layer = TransformerEncoder(**LAYER_ARGS, output_range=1)
+    with pytest.raises(ValueError, match="output_positions and output_range=1"):
+        layer(DATA, attention_mask=PADDING, output_positions=np.zeros((2, 1), "int32"))
+
+
 def test_attention_kernel_shapes_and_distinct_initial_values():
     init = keras.initializers.TruncatedNormal(stddev=0.02)
     layer = TransformerEncoder(**LAYER_ARGS, kernel_initializer=init)

@@ -90,6 +90,35 @@ def test_pretrainer_ties_the_mlm_projection_to_the_word_embeddings():
     assert model.count_params() == model.encoder.count_params() + mlm_own + 16 * 2 + 2
 
 
+def test_sparse_last_layer_gives_the_dense_logits_and_gradients():
+    encoder = BertEncoder(**dict(TINY, num_layers=2), output_dropout=0.0, attention_dropout=0.0)
+    sparse = BertPretrainer(encoder)
+    dense = BertPretrainer(encoder, sparse_last_layer=False)
+    dense.set_weights(sparse.get_weights())
+    assert sparse.sparse_last_layer_active and not dense.sparse_last_layer_active
+    labels = np.array([[5, 6, 7], [8, 9, 9]], "int32")
+
+    def loss_and_grads(model):
+        with tf.GradientTape() as tape:
+            outputs = model(FEATURES, training=True)
+            loss = tf.reduce_sum(keras.losses.sparse_categorical_crossentropy(
+                labels, outputs[MLM_LOGITS], from_logits=True)) + tf.reduce_sum(
+                outputs[NEXT_SENTENCE_LOGITS][:, 0])
+        return outputs, tape.gradient(loss, model.trainable_weights)
+
+    (out_s, grads_s), (out_d, grads_d) = loss_and_grads(sparse), loss_and_grads(dense)
+    _assert_same_outputs(out_s, out_d, atol=1e-5)
+    assert len(grads_s) == len(grads_d) == len(sparse.trainable_weights)
+    for a, b in zip(grads_s, grads_d, strict=True):
+        np.testing.assert_allclose(tf.convert_to_tensor(a), tf.convert_to_tensor(b), atol=1e-5)
+    config = sparse.get_config()
+    assert config["sparse_last_layer"] is True
+    assert BertPretrainer.from_config(dense.get_config()).sparse_last_layer is False
+    # An encoder that computes only its first positions cannot serve masked positions.
+    ranged = BertPretrainer(BertEncoder(**TINY, output_range=1))
+    assert not ranged.sparse_last_layer_active
+
+
 def test_pretraining_steps_reduce_the_loss():
     model = BertPretrainer(BertEncoder(**TINY, output_dropout=0.0, attention_dropout=0.0))
     labels = np.array([[5, 6, 7], [8, 9, 9]], "int32")

@@ -4,6 +4,7 @@ import difflib
 import inspect
 
 import keras
+from keras import ops
 
 from bert_trainer import features
 from bert_trainer.errors import UserError
@@ -107,7 +108,8 @@ class BertEncoder(keras.Model):
         # === Layers ===
         self._make_embedding_layers(
             vocab_size, embedding_width or hidden_size, hidden_size, max_sequence_length,
-            type_vocab_size, position_embedding_type, norm_epsilon, initializer, dtype)
+            type_vocab_size, position_embedding_type, norm_epsilon, initializer, dtype,
+            output_dropout)
         layer_kwargs = dict(
             num_attention_heads=num_attention_heads, inner_dim=inner_dim,
             inner_activation=inner_activation, output_dropout=output_dropout,
@@ -122,7 +124,7 @@ class BertEncoder(keras.Model):
         # === Functional model ===
         inputs = [keras.Input(shape=(None,), dtype="int32", name=key)
                   for key in features.ENCODER_INPUTS]
-        outputs = self._forward(*inputs, output_dropout=output_dropout, dtype=dtype)
+        outputs = self._forward(*inputs)
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)
         if dtype is not None:
             # Functional.__init__ drops `dtype`; the model's policy must match its layers'
@@ -148,7 +150,7 @@ class BertEncoder(keras.Model):
 
     def _make_embedding_layers(self, vocab_size, width, hidden_size, max_sequence_length,
                                type_vocab_size, position_embedding_type, norm_epsilon,
-                               initializer, dtype):
+                               initializer, dtype, output_dropout):
         """Creates the word/position/type tables, their LayerNorm and the projection."""
         self.word_embeddings = OnDeviceEmbedding(
             vocab_size, width, initializer=clone_initializer(initializer),
@@ -166,6 +168,9 @@ class BertEncoder(keras.Model):
             use_one_hot=True, name="type_embeddings", dtype=dtype)
         self.embeddings_layer_norm = LayerNormalization(
             epsilon=norm_epsilon, name="embeddings_layer_norm", dtype=dtype)
+        self.embeddings_add = keras.layers.Add(name="embeddings_add", dtype=dtype)
+        self.embeddings_dropout = keras.layers.Dropout(
+            output_dropout, name="embeddings_dropout", dtype=dtype)
         self.embedding_projection = None
         if width != hidden_size:
             self.embedding_projection = keras.layers.Dense(
@@ -181,26 +186,64 @@ class BertEncoder(keras.Model):
             for i in range(num_layers)
         ]
 
-    def _forward(self, word_ids, mask, type_ids, *, output_dropout, dtype):
-        """The symbolic forward pass from the three int inputs to the output dict."""
+    def _forward(self, word_ids, mask, type_ids, *, training=None, output_positions=None):
+        """The forward pass from the three int inputs to the output dict.
+
+        Run once on symbolic inputs to build the functional model, and eagerly (in a
+        traced call) by `call_at_positions`, whose `output_positions` go to the last layer.
+        """
         word = self.word_embeddings(word_ids)  # (batch, seq, width)
-        embeddings = keras.layers.Add(name="embeddings_add", dtype=dtype)(
+        embeddings = self.embeddings_add(
             [word, self.position_embedding(word), self.type_embeddings(type_ids)])
         embeddings = self.embeddings_layer_norm(embeddings)
-        x = keras.layers.Dropout(
-            output_dropout, name="embeddings_dropout", dtype=dtype)(embeddings)
+        x = self.embeddings_dropout(embeddings, training=training)
         if self.embedding_projection is not None:
             x = self.embedding_projection(x)  # (batch, seq, hidden)
         # The [batch, seq] padding mask goes to every layer as it is: attention turns it into
         # an additive bias broadcast over heads and queries, cheaper than materializing the
         # [batch, seq, seq] mask of SelfAttentionMask (same result).
         encoder_outputs = []
-        for layer in self.transformer_layers:
-            x = layer([x, mask])
+        last = len(self.transformer_layers) - 1
+        for i, layer in enumerate(self.transformer_layers):
+            if i == last and output_positions is not None:
+                x = layer([x, mask], training=training, output_positions=output_positions)
+            else:
+                x = layer([x, mask], training=training)
             encoder_outputs.append(x)
         pooled = self.pooler_transform(x[:, 0, :])  # (batch, hidden)
         return {features.SEQUENCE_OUTPUT: x, features.POOLED_OUTPUT: pooled,
                 features.ENCODER_OUTPUTS: encoder_outputs}
+
+    def call_at_positions(self, inputs, positions, training=None):
+        """The encoder with its last layer computed only at `positions` (and [CLS]).
+
+        The values are the full call's at those positions, for a fraction of the last
+        layer's cost: its queries, feed-forward network and LayerNorms run on `1 + P` rows
+        instead of `seq` (its keys and values still cover the whole sequence). BERT
+        pretraining reads nothing else: [CLS] for next-sentence prediction, the masked
+        positions for the masked LM. For mini at seq 128 and P = 20 that is 13 % of the
+        encoder's FLOPs.
+
+        Args:
+          inputs: as for calling the encoder (list or dict of the three int inputs).
+          positions: int `[batch, P]`, each in `[0, seq)`.
+          training: enables dropout.
+
+        Returns:
+          dict `sequence_output` `[batch, P, hidden]` (row k at `positions[:, k]`) and
+          `pooled_output` `[batch, hidden]` (the pooler on [CLS], as in the full call).
+        """
+        if self.output_range is not None:
+            raise ValueError(f"{self.name}: call_at_positions needs output_range=None "
+                             f"(it is {self.output_range})")
+        word_ids, mask, type_ids = self._standardize_inputs_or_raise(inputs)
+        positions = ops.cast(positions, "int32")
+        cls = ops.zeros((ops.shape(positions)[0], 1), "int32")
+        outputs = self._forward(word_ids, mask, type_ids, training=training,
+                                output_positions=ops.concatenate([cls, positions], axis=1))
+        x = outputs[features.SEQUENCE_OUTPUT]  # (batch, 1 + P, hidden); row 0 is [CLS]
+        return {features.SEQUENCE_OUTPUT: x[:, 1:, :],
+                features.POOLED_OUTPUT: outputs[features.POOLED_OUTPUT]}
 
     def __call__(self, inputs, *args, **kwargs):
         return super().__call__(self._standardize_inputs_or_raise(inputs), *args, **kwargs)

@@ -5,6 +5,7 @@ from keras import ops
 
 from bert_trainer.layers.initializers import clone_initializer
 from bert_trainer.layers.layer_normalization import LayerNormalization
+from bert_trainer.layers.positions import gather_positions
 
 _OUTPUTS = ("logits", "predictions")
 
@@ -93,8 +94,7 @@ class MaskedLM(keras.layers.Layer):
             if len(masked_positions.shape) != 2:
                 raise ValueError(f"MaskedLM '{self.name}': masked_positions must be [batch, P], "
                                  f"got shape {tuple(masked_positions.shape)}")
-            positions = ops.cast(masked_positions, "int32")[:, :, None]  # (batch, P, 1)
-            x = ops.take_along_axis(x, positions, axis=1)  # (batch, P, hidden)
+            x = gather_positions(x, masked_positions)  # (batch, P, hidden)
         x = self.layer_norm(self.dense(x))  # (batch, P, width), transform dtype
         x = ops.cast(x, self.compute_dtype)
         logits = ops.matmul(x, ops.transpose(self.embedding_table)) + self.bias  # (batch, P, vocab)

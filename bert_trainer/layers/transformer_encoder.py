@@ -6,6 +6,7 @@ from bert_trainer.layers.gelu import gelu
 from bert_trainer.layers.initializers import clone_initializer
 from bert_trainer.layers.layer_normalization import LayerNormalization
 from bert_trainer.layers.multi_head_attention import MultiHeadAttention
+from bert_trainer.layers.positions import gather_positions
 
 
 def _data_shape(input_shape):
@@ -63,9 +64,14 @@ class TransformerEncoder(keras.layers.Layer):
         queries and heads) or `[batch, seq, seq]` (from `SelfAttentionMask`); 1 = may
         attend. `None` attends everywhere.
       training: enables dropout.
+      output_positions: int `[batch, K]`: compute only these positions as queries (they
+        still attend to the whole sequence); the output is `[batch, K, hidden]`, row k the
+        layer's output at position `output_positions[:, k]`. For a last layer whose other
+        outputs nobody reads (pretraining reads [CLS] and the masked positions): the same
+        values for a fraction of the cost. Not with `output_range`.
 
     Returns:
-      `[batch, seq or output_range, hidden]`.
+      `[batch, seq or output_range or K, hidden]`.
     """
 
     def __init__(self, num_attention_heads, inner_dim, inner_activation="gelu", output_range=None,
@@ -156,19 +162,18 @@ class TransformerEncoder(keras.layers.Layer):
             return gelu
         return self.inner_activation
 
-    def call(self, inputs, attention_mask=None, training=None):
+    def call(self, inputs, attention_mask=None, training=None, output_positions=None):
         data, attention_mask = self._unpack(inputs, attention_mask)  # (batch, seq, hidden)
         if attention_mask is not None and len(attention_mask.shape) == 2:
             attention_mask = attention_mask[:, None, :]  # padding mask -> (batch, 1, seq)
-        target = data
-        if self.output_range is not None:
-            # Only the first output_range positions are queries; keys/values stay whole.
-            target = data[:, : self.output_range, :]  # (batch, range, hidden)
-            if attention_mask is not None:
-                attention_mask = attention_mask[:, : self.output_range, :]
+        select = self._query_selector(output_positions)  # None: every position
+        # Only the selected positions are queries; keys/values stay whole.
+        target = data if select is None else select(data)  # (batch, queries, hidden)
+        if select is not None and attention_mask is not None and attention_mask.shape[1] != 1:
+            attention_mask = select(attention_mask)  # (batch, queries, seq)
         if self.norm_first:
             source = self.attention_layer_norm(data)
-            query = source if self.output_range is None else source[:, : self.output_range, :]
+            query = source if select is None else select(source)
         else:
             source, query = data, target
         attention = self.attention_layer(query=query, value=source, key=source,
@@ -185,6 +190,17 @@ class TransformerEncoder(keras.layers.Layer):
         if not self.norm_first:
             x = self.output_layer_norm(x)
         return x
+
+    def _query_selector(self, output_positions):
+        """The function taking `[batch, seq, .]` to the query rows, or None for all of them."""
+        if output_positions is not None:
+            if self.output_range is not None:
+                raise ValueError(f"TransformerEncoder '{self.name}': output_positions and "
+                                 f"output_range={self.output_range} cannot both be set")
+            return lambda x: gather_positions(x, output_positions)
+        if self.output_range is not None:
+            return lambda x: x[:, : self.output_range, :]
+        return None
 
     def _unpack(self, inputs, attention_mask):
         """Accepts `data` with `attention_mask=` or the RFC's `[data, attention_mask]`."""

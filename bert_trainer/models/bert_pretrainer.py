@@ -23,6 +23,10 @@ class BertPretrainer(EncoderModel):
       mlm_activation: activation of the MLM transform ("gelu" in BERT).
       num_next_sentence_labels: 2 for BERT's next-sentence task, 0 for MLM only.
       initializer: heads' initializer (default: the encoder's).
+      sparse_last_layer: compute the encoder's last layer only at [CLS] and the masked
+        positions (`BertEncoder.call_at_positions`), the only outputs pretraining reads:
+        the same logits for fewer FLOPs (13 % of the encoder's for mini at seq 128, P 20).
+        Ignored for an encoder without that method or with `output_range` set.
 
     Call args:
       inputs: dict with the encoder inputs and `masked_lm_positions` int `[batch, P]`.
@@ -34,13 +38,14 @@ class BertPretrainer(EncoderModel):
     """
 
     def __init__(self, encoder, mlm_activation="gelu", num_next_sentence_labels=2,
-                 initializer=None, **kwargs):
+                 initializer=None, sparse_last_layer=True, **kwargs):
         super().__init__(encoder, initializer=initializer, **kwargs)
         if not isinstance(num_next_sentence_labels, int) or num_next_sentence_labels < 0:
             raise ValueError(f"BertPretrainer: num_next_sentence_labels must be an int >= 0, got "
                              f"{num_next_sentence_labels!r}")
         self.mlm_activation = keras.activations.get(mlm_activation)
         self.num_next_sentence_labels = num_next_sentence_labels
+        self.sparse_last_layer = bool(sparse_last_layer)
         hidden = encoder.hidden_size
         self.masked_lm = MaskedLM(
             embedding_table=encoder.get_embedding_table(), activation=self.mlm_activation,
@@ -59,17 +64,32 @@ class BertPretrainer(EncoderModel):
     def call(self, inputs, training=None):
         if features.MASKED_LM_POSITIONS not in inputs:
             raise ValueError(f"{self.name}: the features lack {features.MASKED_LM_POSITIONS!r}")
-        encoded = self.encode(inputs, training=training)
-        outputs = {MLM_LOGITS: self.masked_lm(
-            encoded[features.SEQUENCE_OUTPUT],
-            masked_positions=inputs[features.MASKED_LM_POSITIONS])}
+        positions = inputs[features.MASKED_LM_POSITIONS]
+        if self.sparse_last_layer_active:
+            # Nothing reads the last layer's other positions: compute only these and [CLS].
+            encoded = self.encoder.call_at_positions(
+                {key: inputs[key] for key in features.ENCODER_INPUTS}, positions,
+                training=training)
+            mlm_logits = self.masked_lm(encoded[features.SEQUENCE_OUTPUT])
+        else:
+            encoded = self.encode(inputs, training=training)
+            mlm_logits = self.masked_lm(encoded[features.SEQUENCE_OUTPUT],
+                                        masked_positions=positions)
+        outputs = {MLM_LOGITS: mlm_logits}
         if self.next_sentence is not None:
             outputs[NEXT_SENTENCE_LOGITS] = self.next_sentence(
                 encoded[features.POOLED_OUTPUT], training=training)
         return outputs
 
+    @property
+    def sparse_last_layer_active(self) -> bool:
+        """Whether the last layer runs at [CLS] + masked positions only (asked and possible)."""
+        return (self.sparse_last_layer and hasattr(self.encoder, "call_at_positions")
+                and getattr(self.encoder, "output_range", None) is None)
+
     def get_config(self):
         config = super().get_config()
         config.update(mlm_activation=keras.activations.serialize(self.mlm_activation),
-                      num_next_sentence_labels=self.num_next_sentence_labels)
+                      num_next_sentence_labels=self.num_next_sentence_labels,
+                      sparse_last_layer=self.sparse_last_layer)
         return config

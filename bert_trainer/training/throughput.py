@@ -11,6 +11,10 @@ per sequence, P masked predictions, L layers, h hidden, f inner, e embedding wid
     per prediction: 2*h*e + 2*e*V              MLM transform and (tied) output projection,
                                                on the P gathered positions only
 
+When the last layer computes only q of the s rows as queries (BertPretrainer's sparse last
+layer: q = 1 + P, [CLS] and the masked positions), its Q projection, attention output, FFN and
+attention scores are counted on those q rows; its K and V projections still on all s.
+
 So training costs 6 * N_matmul * tokens + 12 * L * h * s per token, the usual MFU count
 (PaLM, appendix B). Padding tokens are counted: the dense model computes on them. Embedding
 lookups, softmax, LayerNorm, GELU and the optimizer update are elementwise and left out.
@@ -35,7 +39,7 @@ from bert_trainer import features as F
 
 def training_flops_per_example(*, num_layers, hidden_size, inner_dim, seq_length,
                                embedding_width=None, vocab_size=0, num_predictions=0,
-                               head_params=0):
+                               head_params=0, last_layer_rows=None):
     """Model FLOPs of one training step (forward + backward) per sequence.
 
     Plain arithmetic: the size arguments may be Python numbers or scalar tensors (the train
@@ -48,6 +52,7 @@ def training_flops_per_example(*, num_layers, hidden_size, inner_dim, seq_length
         vocab_size: vocabulary of the MLM output projection (unused without predictions).
         num_predictions: masked positions per sequence fed to the MLM head (0: no MLM).
         head_params: kernel parameters of the other heads, applied once per sequence.
+        last_layer_rows: query rows the last layer computes (None: all `seq_length`).
 
     Returns:
         FLOPs per sequence (same type as the arguments).
@@ -59,6 +64,9 @@ def training_flops_per_example(*, num_layers, hidden_size, inner_dim, seq_length
         per_token += 2 * e * h
     attention = num_layers * 2 * (2 * s * s * h)
     per_sequence = s * per_token + attention + 2 * h * h + 2 * head_params
+    if last_layer_rows is not None:  # the skipped rows: all but the K and V projections
+        skipped = s - last_layer_rows
+        per_sequence -= skipped * 2 * (2 * h * h + 2 * h * f) + 2 * (2 * skipped * s * h)
     per_prediction = 2 * h * e + 2 * e * vocab_size
     return 3 * (per_sequence + num_predictions * per_prediction)
 
@@ -68,7 +76,8 @@ def model_flops_function(model) -> Callable | None:
 
     Reads the RFC sizes from `model.encoder.get_config()`; the MLM head is `model.masked_lm`
     (BertPretrainer's public sublayer); every other trainable kernel outside the encoder counts
-    as a per-sequence head.
+    as a per-sequence head. A model whose `sparse_last_layer_active` is true is counted with
+    its last layer on `1 + num_predictions` query rows: the FLOPs it executes.
 
     Args:
         model: a task model with an `encoder` attribute.
@@ -92,9 +101,12 @@ def model_flops_function(model) -> Callable | None:
                  vocab_size=config["vocab_size"] if masked_lm is not None else 0,
                  head_params=head_params)
 
+    sparse = bool(getattr(model, "sparse_last_layer_active", False))
+
     def flops(seq_length, num_predictions=0):
-        return training_flops_per_example(seq_length=seq_length,
-                                          num_predictions=num_predictions, **sizes)
+        return training_flops_per_example(
+            seq_length=seq_length, num_predictions=num_predictions,
+            last_layer_rows=1 + num_predictions if sparse else None, **sizes)
 
     return flops
 

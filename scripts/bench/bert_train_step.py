@@ -28,10 +28,10 @@ class NotAvailable(RuntimeError):
 def _imports():
     try:
         from bert_trainer.tasks import pretraining
-        from bert_trainer.training import optimization, trainer
+        from bert_trainer.training import optimization, throughput, trainer
     except ImportError as e:
         raise NotAvailable(f"bert-train's pretraining step is not wired yet ({e})") from None
-    return pretraining, optimization, trainer
+    return pretraining, optimization, throughput, trainer
 
 
 def replace_inputs(task, step: spec_lib.StepSpec):
@@ -84,7 +84,7 @@ def build(step: spec_lib.StepSpec):
       (info, run): info holds the parameter count; run(n) trains n steps and returns
       {"loss": mean training loss so far}.
     """
-    pretraining, optimization, trainer_lib = _imports()
+    pretraining, optimization, throughput, trainer_lib = _imports()
     task = replace_inputs(make_pretraining_task(pretraining, step), step)
     if task.global_batch_size(True) != step.batch_size:
         raise ValueError(f"the task's batch {task.global_batch_size(True)} is not the "
@@ -107,7 +107,11 @@ def build(step: spec_lib.StepSpec):
         # benchmark writes no summaries, so nothing resets it).
         return {"loss": trainer.train_results()["loss"]}
 
-    return {"params": int(trainer.model.count_params())}, run
+    # The trainer's own FLOPs count (TensorBoard's `mfu`): the FLOPs the step executes.
+    flops_fn = throughput.model_flops_function(trainer.model)
+    executed = step.batch_size * flops_fn(step.seq_length, step.max_predictions)
+    return {"params": int(trainer.model.count_params()),
+            "executed_flops_per_step": int(round(executed))}, run
 
 
 def build_from_params(step: dict):

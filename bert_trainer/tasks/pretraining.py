@@ -14,6 +14,7 @@ from absl import logging
 from keras import ops
 
 from bert_trainer import features as F
+from bert_trainer import losses as losses_lib
 from bert_trainer import model_dir as model_dir_lib
 from bert_trainer.data import pretraining_pipeline
 from bert_trainer.data.masking import MaskingVocab
@@ -178,9 +179,8 @@ class PretrainingTask(Task):
     def build_losses(self, features, outputs):
         """Per-example losses, float32 [per_replica_batch] each (see the class docstring)."""
         weights = ops.cast(features[F.MASKED_LM_WEIGHTS], "float32")  # (batch, P)
-        xent = keras.losses.sparse_categorical_crossentropy(
-            features[F.MASKED_LM_IDS], ops.cast(outputs[MLM_LOGITS], "float32"),
-            from_logits=True)  # (batch, P)
+        xent = losses_lib.sparse_softmax_cross_entropy(
+            features[F.MASKED_LM_IDS], outputs[MLM_LOGITS])  # (batch, P)
         # Normalised per example, not by the whole batch's sum of weights as in
         # google-research/bert: a batch-wide denominator couples the replicas, while the
         # trainer's contract is a per-example loss averaged over the global batch. With ~15 %
@@ -197,14 +197,16 @@ class PretrainingTask(Task):
 
     def build_metrics(self, training):
         del training  # the same metrics for training and evaluation
-        metrics = [keras.metrics.SparseCategoricalAccuracy(name="mlm_accuracy")]
+        # The weighted mean of "the label scored highest" (losses.label_is_top: no argmax).
+        metrics = [keras.metrics.Mean(name="mlm_accuracy")]
         if self.config.use_next_sentence_label:
             metrics.append(keras.metrics.SparseCategoricalAccuracy(name="nsp_accuracy"))
         return metrics
 
     def update_metrics(self, metrics, features, outputs):
-        metrics[0].update_state(features[F.MASKED_LM_IDS], outputs[MLM_LOGITS],
-                                sample_weight=features[F.MASKED_LM_WEIGHTS])
+        metrics[0].update_state(
+            losses_lib.label_is_top(features[F.MASKED_LM_IDS], outputs[MLM_LOGITS]),
+            sample_weight=features[F.MASKED_LM_WEIGHTS])
         if self.config.use_next_sentence_label:
             metrics[1].update_state(features[F.NEXT_SENTENCE_LABELS],
                                     outputs[NEXT_SENTENCE_LOGITS])

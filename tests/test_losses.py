@@ -1,0 +1,47 @@
+"""bert_trainer.losses against TensorFlow's own softmax cross-entropy and argmax."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bert_trainer import losses
+
+RNG = np.random.default_rng(0)
+
+
+@pytest.mark.parametrize("scale", [1.0, 80.0], ids=["moderate", "large_logits"])
+def test_cross_entropy_values_and_gradients_match_tensorflows(scale):
+    logits = tf.constant(RNG.standard_normal((3, 4, 50)).astype("float32") * scale)
+    labels = tf.constant(RNG.integers(0, 50, (3, 4)).astype("int32"))
+    upstream = tf.constant(RNG.standard_normal((3, 4)).astype("float32"))
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(logits)
+        ours = losses.sparse_softmax_cross_entropy(labels, logits)
+        reference = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+        ours_sum, reference_sum = (tf.reduce_sum(x * upstream) for x in (ours, reference))
+    assert ours.shape == (3, 4) and np.all(np.isfinite(ours))
+    np.testing.assert_allclose(ours, reference, rtol=1e-6, atol=1e-5 * scale)
+    grad, reference_grad = tape.gradient(ours_sum, logits), tape.gradient(reference_sum, logits)
+    np.testing.assert_allclose(grad, reference_grad, atol=1e-6)
+    # The gradient of each row sums to zero (softmax minus one-hot, scaled).
+    np.testing.assert_allclose(tf.reduce_sum(grad, -1), 0.0, atol=1e-6)
+
+
+def test_cross_entropy_in_a_compiled_function_and_with_repeated_labels():
+    logits = tf.constant(RNG.standard_normal((6, 7)).astype("float32"))
+    labels = tf.constant([3, 3, 3, 0, 6, 3])
+    compiled = tf.function(losses.sparse_softmax_cross_entropy, jit_compile=True)
+    np.testing.assert_allclose(
+        compiled(labels, logits),
+        tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits), atol=1e-6)
+
+
+def test_label_is_top_is_the_argmax_hit_rate():
+    logits = RNG.standard_normal((5, 6, 20)).astype("float32")
+    labels = RNG.integers(0, 20, (5, 6)).astype("int32")
+    labels[0] = logits[0].argmax(-1)  # some certain hits
+    hits = losses.label_is_top(tf.constant(labels), tf.constant(logits))
+    expected = (logits.argmax(-1) == labels).astype("float32")
+    assert hits.dtype == tf.float32 and hits.shape == (5, 6)
+    np.testing.assert_array_equal(hits, expected)
+    assert 6 <= expected.sum() < 30  # both outcomes occur

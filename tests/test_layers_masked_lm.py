@@ -91,3 +91,37 @@ def test_mixed_bfloat16_gives_float32_logits_from_the_unrounded_table():
     mlm.layer_norm.beta.assign(np.ones(WIDTH, "float32"))
     logits = mlm(SEQUENCE, masked_positions=POSITIONS).numpy()
     np.testing.assert_allclose(logits, WIDTH * (1.0 + 2.0 ** -12), rtol=1e-7)
+
+
+def test_projection_in_compute_dtype_rounds_the_table_to_bfloat16_and_returns_float32():
+    table = keras.Variable(np.full((VOCAB, WIDTH), 1.0 + 2.0 ** -12, "float32"))
+    mlm = MaskedLM(embedding_table=table, dtype="mixed_bfloat16",
+                   projection_in_compute_dtype=True)
+    mlm(SEQUENCE, masked_positions=POSITIONS)
+    mlm.layer_norm.gamma.assign(np.zeros(WIDTH, "float32"))
+    mlm.layer_norm.beta.assign(np.ones(WIDTH, "float32"))
+    mlm.bias.assign(np.full(VOCAB, 2.0 ** -10, "float32"))
+    logits = mlm(SEQUENCE, masked_positions=POSITIONS)
+    assert keras.backend.standardize_dtype(logits.dtype) == "float32"
+    # The bfloat16 table holds 1.0, so the product is exactly WIDTH; the float32 bias is
+    # added after the cast (bfloat16 could not hold WIDTH + 2^-10).
+    np.testing.assert_array_equal(logits.numpy(), WIDTH + 2.0 ** -10)
+    # The table still gets a float32 gradient through the cast.
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(mlm(SEQUENCE, masked_positions=POSITIONS))
+    grad = tape.gradient(loss, table)
+    assert grad.dtype == tf.float32 and float(tf.reduce_sum(tf.abs(grad))) > 0
+    config = mlm.get_config()
+    assert config["projection_in_compute_dtype"] is True
+    assert MaskedLM.from_config(config).projection_in_compute_dtype is True
+
+
+def test_projection_in_compute_dtype_changes_nothing_in_float32():
+    table = _table()
+    plain = MaskedLM(embedding_table=table, activation="gelu")
+    option = MaskedLM(embedding_table=table, activation="gelu", projection_in_compute_dtype=True)
+    plain(SEQUENCE, masked_positions=POSITIONS)
+    option(SEQUENCE, masked_positions=POSITIONS)
+    option.set_weights(plain.get_weights())
+    np.testing.assert_array_equal(option(SEQUENCE, masked_positions=POSITIONS),
+                                  plain(SEQUENCE, masked_positions=POSITIONS))

@@ -202,6 +202,16 @@ def test_mixed_precision_keeps_the_logits_float32(pretraining_data):
                                                 pretraining_data["vocab_size"])
     losses = task.build_losses(batch, outputs)
     assert np.isfinite(np.asarray(losses["loss"])).all()
+    # By default the vocabulary projection runs in bfloat16 too; the option reads float32.
+    assert model.masked_lm.projection_in_compute_dtype
+    exact_task = make_task(pretraining_data, mlm_projection_in_compute_dtype=False)
+    with optimization.precision_policy("bfloat16"):
+        exact = exact_task.build_model()
+    exact.set_weights(model.get_weights())
+    exact_logits = exact(task.model_inputs(batch), training=False)[MLM_LOGITS]
+    difference = np.abs(np.asarray(exact_logits) - np.asarray(outputs[MLM_LOGITS]))
+    # The same model up to bfloat16 rounding of the table and the product (8-bit mantissa).
+    assert 0 < difference.max() < 0.05 * max(1.0, float(np.abs(exact_logits).max()))
 
 
 def test_static_masked_data_trains_masked_lm_only(pretraining_data, tmp_path):

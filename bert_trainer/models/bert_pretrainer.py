@@ -27,6 +27,8 @@ class BertPretrainer(EncoderModel):
         positions (`BertEncoder.call_at_positions`), the only outputs pretraining reads:
         the same logits for fewer FLOPs (13 % of the encoder's for mini at seq 128, P 20).
         Ignored for an encoder without that method or with `output_range` set.
+      mlm_projection_in_compute_dtype: `MaskedLM(projection_in_compute_dtype=...)`: under a
+        mixed policy, the tied vocabulary projection runs in bfloat16/float16 too.
 
     Call args:
       inputs: dict with the encoder inputs and `masked_lm_positions` int `[batch, P]`.
@@ -38,7 +40,8 @@ class BertPretrainer(EncoderModel):
     """
 
     def __init__(self, encoder, mlm_activation="gelu", num_next_sentence_labels=2,
-                 initializer=None, sparse_last_layer=True, **kwargs):
+                 initializer=None, sparse_last_layer=True, mlm_projection_in_compute_dtype=False,
+                 **kwargs):
         super().__init__(encoder, initializer=initializer, **kwargs)
         if not isinstance(num_next_sentence_labels, int) or num_next_sentence_labels < 0:
             raise ValueError(f"BertPretrainer: num_next_sentence_labels must be an int >= 0, got "
@@ -50,7 +53,7 @@ class BertPretrainer(EncoderModel):
         self.masked_lm = MaskedLM(
             embedding_table=encoder.get_embedding_table(), activation=self.mlm_activation,
             initializer=clone_initializer(self.initializer), name="masked_lm",
-            dtype=self.dtype_policy)
+            projection_in_compute_dtype=mlm_projection_in_compute_dtype, dtype=self.dtype_policy)
         self.masked_lm.build((None, None, hidden))
         self.next_sentence = None
         if num_next_sentence_labels:
@@ -91,5 +94,6 @@ class BertPretrainer(EncoderModel):
         config = super().get_config()
         config.update(mlm_activation=keras.activations.serialize(self.mlm_activation),
                       num_next_sentence_labels=self.num_next_sentence_labels,
-                      sparse_last_layer=self.sparse_last_layer)
+                      sparse_last_layer=self.sparse_last_layer,
+                      mlm_projection_in_compute_dtype=self.masked_lm.projection_in_compute_dtype)
         return config

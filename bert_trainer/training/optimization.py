@@ -15,6 +15,7 @@ import tensorflow as tf
 from keras import ops
 
 from bert_trainer.errors import UserError
+from bert_trainer.training.fused_adamw import FusedAdamW
 
 OPTIMIZER_NAMES = ("adamw", "lamb", "sgd")
 # Matched (case-insensitively) against each variable's path, e.g.
@@ -156,7 +157,7 @@ def build_optimizer(config: OptimizerConfig, variables, *, train_steps: int,
     # AdamW and Lamb require a float (0.0 disables decay); SGD takes None for "no decay".
     decay = float(config.weight_decay)
     if config.name == "adamw":
-        optimizer = keras.optimizers.AdamW(
+        optimizer = FusedAdamW(
             learning_rate=schedule, weight_decay=decay, beta_1=config.beta_1,
             beta_2=config.beta_2, epsilon=config.epsilon)
     elif config.name == "lamb":

@@ -49,7 +49,9 @@ def test_tensorboard_gets_padding_fraction_model_flops_and_mfu(tmp_path):
     trainer.train_and_evaluate()
     train = read_scalars(tmp_path / "train")
     assert train["peak_gflops"] == {0: pytest.approx(2.0)}
-    flops_per_example = spec_lib.train_flops(STEP) / STEP.batch_size
+    # The pretrainer computes its last layer at [CLS] and the masked positions only.
+    rows = 1 + STEP.max_predictions
+    flops_per_example = spec_lib.train_flops(STEP, last_layer_rows=rows) / STEP.batch_size
     for step, used in ((2, BATCHES[:2]), (4, BATCHES[2:])):
         masks = np.stack([b[F.INPUT_MASK] for b in used])
         assert train["padding_fraction"][step] == pytest.approx(1 - masks.mean(), rel=1e-6)

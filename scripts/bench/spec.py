@@ -95,11 +95,15 @@ class StepSpec:
         return cls(**data)
 
 
-def forward_flops(spec: StepSpec) -> int:
+def forward_flops(spec: StepSpec, last_layer_rows: int | None = None) -> int:
     """Model FLOPs of one forward pass of the pretrainer (see the module docstring).
 
     Args:
       spec: the step.
+      last_layer_rows: query rows the last layer computes (None: all `seq_length`).
+        bert-train's pretrainer computes 1 + P ([CLS] and the masked positions): the
+        skipped rows lose their Q projection, attention, attention output and FFN; the K and
+        V projections still run on every row.
 
     Returns:
       FLOPs as an int.
@@ -110,12 +114,16 @@ def forward_flops(spec: StepSpec) -> int:
     attention = layers * 2 * (2 * b * s * s * h)
     pooler_nsp = 2 * b * h * h + 2 * b * h * 2
     masked_lm = 2 * b * p * h * h + 2 * b * p * h * v
-    return encoder_dense + attention + pooler_nsp + masked_lm
+    skipped = 0
+    if last_layer_rows is not None:
+        rows = s - last_layer_rows
+        skipped = b * rows * (2 * 2 * h * h + 2 * 2 * h * f) + 2 * (2 * b * rows * s * h)
+    return encoder_dense + attention + pooler_nsp + masked_lm - skipped
 
 
-def train_flops(spec: StepSpec) -> int:
+def train_flops(spec: StepSpec, last_layer_rows: int | None = None) -> int:
     """Model FLOPs of one training step: forward + backward (2x forward)."""
-    return 3 * forward_flops(spec)
+    return 3 * forward_flops(spec, last_layer_rows)
 
 
 def num_params(size: ModelSize, type_vocab_size: int = TYPE_VOCAB_SIZE,

@@ -127,6 +127,8 @@ def run(plan: Plan) -> dict:
             data = pool.submit(_data_sections, plan, workdir) if plan.smoke else None
             if "peak" in plan.only:
                 sections.matmul_peak(plan, peak, "gflops_start")
+                if any(precision == "bfloat16" for *_, precision in plan.variants):
+                    sections.matmul_peak(plan, peak, "gflops_bfloat16", dtype="bfloat16")
             if "compare" in plan.only:
                 results["training"] += sections.compare(plan, peak)
             results.update(data.result() if data else _data_sections(plan, workdir))
@@ -136,7 +138,7 @@ def run(plan: Plan) -> dict:
             sections.matmul_peak(plan, peak, "gflops_end")
     data_sections.attach_consumption(results.get("input_pipeline"),
                                      sections.step_consumption(results["training"]))
-    measure.add_mfu(results["training"], peak.get("gflops"))
+    measure.add_mfu(results["training"], peak.get("gflops"), peak.get("gflops_bfloat16"))
     results["targets"] = sections.targets(results)
     results["machine"]["load_average_end"] = os.getloadavg()
     results["total_seconds"] = progress.elapsed()

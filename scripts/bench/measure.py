@@ -125,8 +125,15 @@ def training_entry(step: spec_lib.StepSpec, implementation: str, outcome: dict,
     return entry
 
 
-def add_mfu(entries: list[dict], peak_gflops: float | None) -> None:
-    """Sets entry["mfu"] = achieved GFLOP/s / matmul peak for every measured entry."""
+def add_mfu(entries: list[dict], peak_gflops: float | None,
+            bf16_peak_gflops: float | None = None) -> None:
+    """Sets entry["mfu"] = achieved GFLOP/s / fp32 matmul peak for every measured entry.
+
+    bfloat16 entries also get entry["mfu_bfloat16"], against the bfloat16 matmul peak.
+    """
     for entry in entries:
         if entry.get("status") == "ok" and peak_gflops:
             entry["mfu"] = entry["gflops"] / peak_gflops
+        if (entry.get("status") == "ok" and bf16_peak_gflops
+                and entry.get("mixed_precision") == "bfloat16"):
+            entry["mfu_bfloat16"] = entry["gflops"] / bf16_peak_gflops

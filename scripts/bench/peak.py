@@ -1,19 +1,20 @@
-"""The hardware reference for MFU: fp32 `tf.matmul` throughput measured in the same run."""
+"""The hardware reference for MFU: `tf.matmul` throughput measured in the same run."""
 
 import tensorflow as tf
 
 
-def build(n: int = 2048):
-    """Two random [n, n] float32 matrices and a runner that multiplies them.
+def build(n: int = 2048, dtype: str = "float32"):
+    """Two random [n, n] matrices and a runner that multiplies them.
 
     Args:
       n: matrix side; 2048 is large enough for oneDNN to reach its peak on CPU.
+      dtype: "float32", or "bfloat16" (the reference for bfloat16 steps).
 
     Returns:
       (info, run): run(k) does k matmuls and returns {"flops": 2 * n**3 * k}.
     """
-    a = tf.random.stateless_uniform((n, n), seed=(1, 2))
-    b = tf.random.stateless_uniform((n, n), seed=(3, 4))
+    a = tf.cast(tf.random.stateless_uniform((n, n), seed=(1, 2)), dtype)
+    b = tf.cast(tf.random.stateless_uniform((n, n), seed=(3, 4)), dtype)
     matmul = tf.function(tf.matmul)
     matmul(a, b).numpy()  # Warm-up: tracing and oneDNN primitive creation.
 
@@ -24,4 +25,5 @@ def build(n: int = 2048):
         c[0, 0].numpy()  # Waits for the last product.
         return {"flops": 2 * n**3 * k}
 
-    return {"n": n, "threads": tf.config.threading.get_intra_op_parallelism_threads()}, run
+    return {"n": n, "dtype": dtype,
+            "threads": tf.config.threading.get_intra_op_parallelism_threads()}, run

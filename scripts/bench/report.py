@@ -113,7 +113,11 @@ def markdown(results: dict) -> str:
             ("end", "gflops_end")) if peak.get(key))
         out += [f"fp32 `tf.matmul` peak ({peak['n']}x{peak['n']}): **{_fmt(peak['gflops'])} "
                 f"GFLOP/s**, the highest of the medians measured ({parts}); MFU is relative "
-                "to it.", ""]
+                "to it."]
+        if peak.get("gflops_bfloat16"):
+            out += [f"bfloat16 `tf.matmul` peak: **{_fmt(peak['gflops_bfloat16'])} GFLOP/s** "
+                    "(start); the bfloat16 rows' MFU against it is in the targets."]
+        out += [""]
     train = results.get("training", [])
     compare = [e for e in train if e["group"] == "compare"]
     if compare:

@@ -221,8 +221,8 @@ class BertEncoder(keras.Model):
         layer's cost: its queries, feed-forward network and LayerNorms run on `1 + P` rows
         instead of `seq` (its keys and values still cover the whole sequence). BERT
         pretraining reads nothing else: [CLS] for next-sentence prediction, the masked
-        positions for the masked LM. For mini at seq 128 and P = 20 that is 13 % of the
-        encoder's FLOPs.
+        positions for the masked LM. For mini at seq 128 and P = 20 that saves 13 % of a
+        pretraining step's FLOPs.
 
         Args:
           inputs: as for calling the encoder (list or dict of the three int inputs).

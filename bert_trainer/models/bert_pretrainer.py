@@ -25,7 +25,7 @@ class BertPretrainer(EncoderModel):
       initializer: heads' initializer (default: the encoder's).
       sparse_last_layer: compute the encoder's last layer only at [CLS] and the masked
         positions (`BertEncoder.call_at_positions`), the only outputs pretraining reads:
-        the same logits for fewer FLOPs (13 % of the encoder's for mini at seq 128, P 20).
+        the same logits for fewer FLOPs (13 % fewer per step for mini at seq 128, P 20).
         Ignored for an encoder without that method or with `output_range` set.
       mlm_projection_in_compute_dtype: `MaskedLM(projection_in_compute_dtype=...)`: under a
         mixed policy, the tied vocabulary projection runs in bfloat16/float16 too.

@@ -4,6 +4,7 @@ import keras
 import tensorflow as tf
 
 
+@keras.saving.register_keras_serializable(package="bert_trainer")
 class FusedAdamW(keras.optimizers.AdamW):
     """`keras.optimizers.AdamW` whose per-variable update is one `ResourceApplyAdam` kernel.
 

@@ -9,6 +9,7 @@ from keras import ops
 from bert_trainer import features
 from bert_trainer.errors import UserError
 from bert_trainer.layers import (
+    Dropout,
     LayerNormalization,
     OnDeviceEmbedding,
     PositionEmbedding,
@@ -169,7 +170,7 @@ class BertEncoder(keras.Model):
         self.embeddings_layer_norm = LayerNormalization(
             epsilon=norm_epsilon, name="embeddings_layer_norm", dtype=dtype)
         self.embeddings_add = keras.layers.Add(name="embeddings_add", dtype=dtype)
-        self.embeddings_dropout = keras.layers.Dropout(
+        self.embeddings_dropout = Dropout(
             output_dropout, name="embeddings_dropout", dtype=dtype)
         self.embedding_projection = None
         if width != hidden_size:

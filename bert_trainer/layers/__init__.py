@@ -1,9 +1,10 @@
 """The Keras layer library BERT-style encoders are made of (keras-nlp Transformer Encoder RFC).
 
-Layers import only `keras`; every one is registered for serialization under the package
-name "bert_trainer".
+Layers import only `keras` (Dropout's cheaper mask also imports TensorFlow, on that backend
+only); every one is registered for serialization under the package name "bert_trainer".
 """
 
+from bert_trainer.layers.dropout import Dropout
 from bert_trainer.layers.gelu import gelu
 from bert_trainer.layers.layer_normalization import LayerNormalization
 from bert_trainer.layers.masked_lm import MaskedLM
@@ -15,6 +16,7 @@ from bert_trainer.layers.sinusoidal_position_encoding import SinusoidalPositionE
 from bert_trainer.layers.transformer_encoder import TransformerEncoder
 
 __all__ = [
+    "Dropout",
     "LayerNormalization",
     "MaskedLM",
     "MultiHeadAttention",

@@ -5,6 +5,8 @@ import math
 import keras
 from keras import ops
 
+from bert_trainer.layers.dropout import Dropout
+
 # Added to the scores of masked keys: large enough that exp() underflows to 0, small enough
 # to stay finite in the compute dtype (float16 tops out at 65504).
 _MASK_VALUE = {"float16": -3.0e4}
@@ -56,6 +58,16 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
                       and kwargs.get("sliding_window") is None
                       and kwargs.get("value_dim") in (None, key_dim)
                       and not kwargs.get("flash_attention"))
+
+    def _build_attention(self, rank):
+        super()._build_attention(rank)
+        # The probabilities' dropout: the same rate and seed, with the cheaper mask. Keras'
+        # own is untracked so the layer holds one dropout (its private tracker, Keras 3).
+        keras_dropout = self._dropout_layer
+        self._dropout_layer = Dropout(rate=self._dropout, dtype=self.dtype_policy, seed=self.seed)
+        tracker = getattr(self, "_tracker", None)
+        if tracker is not None:
+            tracker.untrack(keras_dropout)
 
     def call(self, query, value, key=None, query_mask=None, value_mask=None, key_mask=None,
              attention_mask=None, return_attention_scores=False, training=None,

@@ -2,6 +2,7 @@
 
 import keras
 
+from bert_trainer.layers.dropout import Dropout
 from bert_trainer.layers.gelu import gelu
 from bert_trainer.layers.initializers import clone_initializer
 from bert_trainer.layers.layer_normalization import LayerNormalization
@@ -142,11 +143,11 @@ class TransformerEncoder(keras.layers.Layer):
         # Named like the other sublayers so the layer tree (summaries, Keras paths) does not
         # depend on how many Dropout layers the process created before ("dropout_17").
         policy = self.dtype_policy
-        self.attention_output_dropout = keras.layers.Dropout(
+        self.attention_output_dropout = Dropout(
             self.output_dropout, name="attention_output_dropout", dtype=policy)
-        self.inner_dropout_layer = keras.layers.Dropout(
+        self.inner_dropout_layer = Dropout(
             self.inner_dropout, name="inner_dropout", dtype=policy)
-        self.output_dropout_layer = keras.layers.Dropout(
+        self.output_dropout_layer = Dropout(
             self.output_dropout, name="output_dropout", dtype=policy)
 
         self.attention_layer.build(data_shape, data_shape)

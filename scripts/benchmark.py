@@ -3,9 +3,11 @@
 
 Sections (--only picks some): `peak` fp32 tf.matmul GFLOP/s (the MFU reference, measured at
 the start and the end); `compare` bert-train vs keras-hub (+ XLA variants) on the "mini"
-config, A/B/A/B with warm-up; `growth` step time for tiny/mini/small and seq 128/256/512;
-`pipeline` TFRecord -> masked batch examples/s; `tokenizer` bert-train's Tokenizer vs the
-`tokenizers` package. Every measurement runs in its own process (see bench/worker.py).
+config, A/B/A/B with warm-up, and bert-train's matrix products alone in the same rounds
+(bench/floor.py: how much of its step is not matmul); `growth` step time for tiny/mini/small
+and seq 128/256/512; `pipeline` TFRecord -> masked batch examples/s; `tokenizer` bert-train's
+Tokenizer vs the `tokenizers` package. Every measurement runs in its own process (see
+bench/worker.py).
 
   scripts/benchmark.py --output benchmarks/results.json --table benchmarks/README.md
   scripts/benchmark.py --smoke --output /tmp/r.json      # tiny sizes, seconds; for tests
@@ -118,6 +120,7 @@ def run(plan: Plan) -> dict:
         "peer_figures_seq_per_s": sections.PEER_FIGURES,
         "matmul_peak": {"n": plan.matmul_n, "repeats": plan.matmul_repeats},
         "training": [],
+        "matmul_floor": [],
     }
     peak = results["matmul_peak"]
     with tempfile.TemporaryDirectory(prefix="bert_train_bench_") as workdir:
@@ -130,7 +133,7 @@ def run(plan: Plan) -> dict:
                 if any(precision == "bfloat16" for *_, precision in plan.variants):
                     sections.matmul_peak(plan, peak, "gflops_bfloat16", dtype="bfloat16")
             if "compare" in plan.only:
-                results["training"] += sections.compare(plan, peak)
+                results["training"] += sections.compare(plan, peak, results["matmul_floor"])
             results.update(data.result() if data else _data_sections(plan, workdir))
         if "growth" in plan.only:
             results["training"] += sections.growth(plan, results["training"])

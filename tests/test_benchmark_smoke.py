@@ -18,7 +18,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
 import benchmark  # noqa: E402
-from bench import report, sections, tokenizer_bench  # noqa: E402
+from bench import floor, report, sections, tokenizer_bench  # noqa: E402
 from bench import spec as spec_lib  # noqa: E402
 
 from bert_trainer import features  # noqa: E402
@@ -42,6 +42,46 @@ def test_mlm_flops_count_only_the_gathered_positions():
     more = spec_lib.StepSpec(MINI.size, max_predictions=40)
     delta = spec_lib.forward_flops(more) - spec_lib.forward_flops(MINI)
     assert delta == 2 * 32 * 20 * 256 * (256 + 30522)
+
+
+@pytest.mark.parametrize("size,seq", [("mini", 128), ("tiny", 256), ("small", 64)])
+@pytest.mark.parametrize("last_layer_rows", [None, 21])
+def test_floor_products_are_the_steps_flops_with_consistent_operands(size, seq,
+                                                                      last_layer_rows):
+    step = spec_lib.StepSpec(spec_lib.SIZES[size], seq_length=seq)
+    listed = floor.products(step, last_layer_rows)
+    assert sum(p.flops for p in listed) == spec_lib.train_flops(step, last_layer_rows)
+    for p in listed:
+        a, b = p.operand_shapes()
+        inner_a = a[-2] if p.transpose_a else a[-1]
+        inner_b = b[-1] if p.transpose_b else b[-2]
+        assert inner_a == inner_b == p.k, p
+        assert len(a) == len(b) == (3 if p.batch > 1 else 2)
+    # Forward, input gradient and weight gradient of every dense product.
+    names = [p.name for p in listed]
+    for name in ("layer 0 FFN in", "MLM vocabulary", "pooler"):
+        assert {name, f"{name} dx"} <= set(names) and (
+            f"{name} dW" in names or f"{name} dtable" in names)
+    last = step.size.num_layers - 1
+    assert (f"layer {last} KV" in names) == (last_layer_rows is not None)
+
+
+def test_attach_floors_only_where_the_floor_does_the_steps_flops():
+    def entry(implementation, jit=False, precision=None, flops=10, seconds=2.0):
+        return {"implementation": implementation, "status": "ok", "jit_compile": jit,
+                "mixed_precision": precision, "executed_flops_per_step": flops,
+                "step_time_s": seconds}
+
+    entries = [entry("bert_train"), entry("bert_train", precision="bfloat16", seconds=1.0),
+               entry("bert_train", jit=True), entry("keras_hub"),
+               entry("bert_train", precision="float16")]
+    floors = [{"dtype": "float32", "status": "ok", "flops_per_step": 10, "step_time_s": 1.5},
+              {"dtype": "bfloat16", "status": "ok", "flops_per_step": 10, "step_time_s": 0.5}]
+    sections.attach_floors(entries, floors)
+    assert [e.get("matmul_share") for e in entries] == [0.75, 0.5, None, None, None]
+    other = [entry("bert_train", flops=11)]
+    sections.attach_floors(other, floors)
+    assert "matmul_share" not in other[0]
 
 
 def test_num_params_matches_known_encoder_count_plus_heads():
@@ -177,6 +217,15 @@ def test_smoke_training_entries_are_consistent(smoke):
     compare = [e for e in train if e["group"] == "compare"]
     assert {(e["implementation"], e["jit_compile"]) for e in compare} == {
         ("bert_train", False), ("keras_hub", False)}
+    # The matmul floor ran in the same rounds and does exactly the FLOPs bert-train executes.
+    (fp32,) = results["matmul_floor"]
+    assert fp32["status"] == "ok" and fp32["dtype"] == "float32"
+    assert len(fp32["step_times_s"]) == results["settings"]["rounds"]
+    assert fp32["step_time_s"] == pytest.approx(statistics.median(fp32["step_times_s"]))
+    ours = next(e for e in compare if e["implementation"] == "bert_train")
+    if wired:
+        assert fp32["flops_per_step"] == ours["executed_flops_per_step"]
+        assert ours["matmul_share"] == pytest.approx(fp32["step_time_s"] / ours["step_time_s"])
     assert sorted(e["seq_length"] for e in train if e["group"] == "seq_growth") == [16, 32]
 
 
@@ -213,4 +262,7 @@ def test_smoke_table_has_a_row_per_measurement(smoke):
     assert text.count("| nano, seq ") == 2 and "| nano L1/H32, seq 16 |" in text
     for target in results["targets"]:
         assert f"| {target['name']} |" in text
+    floor_s = results["matmul_floor"][0]["step_time_s"]
+    assert "Matmul floor: bert-train's step with only its matrix products left" in text
+    assert f"float32 **{floor_s:.3f} s** per step" in text
     assert "| bert_trainer |" in text and "| tokenizers (1 thread) |" in text

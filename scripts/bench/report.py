@@ -96,6 +96,36 @@ def _targets_table(targets: list[dict]) -> list[str]:
     return lines
 
 
+def _floor_lines(floors: list[dict], train: list[dict]) -> list[str]:
+    """What bert-train's step would take with only its matrix products left (bench/floor.py)."""
+    ok = [f for f in floors if f["status"] == "ok"]
+    if not ok:
+        return []
+    parts = []
+    for floor in ok:
+        part = (f"{floor['dtype']} **{floor['step_time_s']:.3f} s** per step "
+                f"({_fmt(floor['gflops'])} GFLOP/s)")
+        step = next((e for e in train if "matmul_share" in e
+                     and (e["mixed_precision"] or "float32") == floor["dtype"]), None)
+        if step:
+            part += (f", {100 * step['matmul_share']:.0f} % of the {label(step)} step "
+                     f"({step['step_time_s']:.3f} s)")
+        parts.append(part)
+    out = [f"Matmul floor: bert-train's step with only its matrix products left (all "
+           f"{ok[0]['products']} of them, forward and backward, on its shapes and distinct "
+           f"operands; `scripts/bench/floor.py`), timed in the same rounds: "
+           f"{'; '.join(parts)}. The rest of a step is elementwise work (dropout, LayerNorm, "
+           "GELU, softmax, the loss, the optimizer update) and scheduling."]
+    base = next((e for e in train if e["group"] == "compare" and e["status"] == "ok"
+                 and e["implementation"] == "keras_hub" and not e["jit_compile"]
+                 and not e["mixed_precision"]), None)
+    fp32 = next((f for f in ok if f["dtype"] == "float32"), None)
+    if base and fp32:
+        out[-1] += (f" A float32 step of nothing but these products would be "
+                    f"{base['step_time_s'] / fp32['step_time_s']:.2f}x keras-hub's step.")
+    return out + [""]
+
+
 def markdown(results: dict) -> str:
     """The generated part of benchmarks/README.md."""
     m, s = results["machine"], results["settings"]
@@ -119,6 +149,7 @@ def markdown(results: dict) -> str:
                     "(start); the bfloat16 rows' MFU against it is in the targets."]
         out += [""]
     train = results.get("training", [])
+    out += _floor_lines(results.get("matmul_floor") or [], train)
     compare = [e for e in train if e["group"] == "compare"]
     if compare:
         e0 = compare[0]

@@ -66,11 +66,14 @@ def matmul_peak(plan, peak: dict | None = None, key: str = "gflops_start",
     return peak
 
 
-def compare(plan, peak: dict) -> list[dict]:
+def compare(plan, peak: dict, floors: list | None = None) -> list[dict]:
     """bert-train vs keras-hub (and their XLA variants) on the main step, A/B/A/B.
 
     A matmul worker takes a turn in every round too, so `peak["gflops_during_compare"]` is
-    measured under the same conditions as the steps.
+    measured under the same conditions as the steps. So do the matmul floors (`bench.floor`:
+    every matrix product of bert-train's step alone), one per precision the variants train
+    in; their entries are appended to `floors` and each bert-train row gets `matmul_share`,
+    its floor's time over its step time.
     """
     steps = [dataclasses.replace(plan.main, jit_compile=jit, mixed_precision=precision)
              for _, jit, precision in plan.variants]
@@ -80,23 +83,63 @@ def compare(plan, peak: dict) -> list[dict]:
                for (impl, *_), step in zip(plan.variants, steps, strict=True)]
     workers.append(Worker("matmul", {"n": plan.matmul_n}, plan.log_path))
     matmuls = max(1, plan.matmul_repeats // 2)
+    dtypes = ["float32"] + sorted({p for *_, p in plan.variants if p})
+    rows = 1 + plan.main.max_predictions  # bert-train's last layer: [CLS] + the predictions
+    workers += [Worker("matmul_floor", {"step": plan.main.to_json(), "dtype": dtype,
+                                        "last_layer_rows": rows}, plan.log_path)
+                for dtype in dtypes]
     try:
-        outcomes = measure.alternate(workers, warmup=plan.warmup, rounds=plan.rounds,
-                                     steps=[plan.steps] * len(steps) + [matmuls])
+        outcomes = measure.alternate(
+            workers, warmup=plan.warmup, rounds=plan.rounds,
+            steps=[plan.steps] * len(steps) + [matmuls] + [plan.steps] * len(dtypes))
     finally:
         for worker in workers:
             worker.close()
-    if "error" not in outcomes[-1]:
-        record_peak(peak, "gflops_during_compare", _matmul_gflops(outcomes[-1]))
+    matmul_outcome = outcomes[len(steps)]
+    if "error" not in matmul_outcome:
+        record_peak(peak, "gflops_during_compare", _matmul_gflops(matmul_outcome))
     fraction = _real_token_fraction(plan.main)
     entries = [measure.training_entry(step, impl, outcome, plan.steps, "compare", fraction)
-               for (impl, *_), step, outcome in zip(plan.variants, steps, outcomes[:-1],
-                                                    strict=True)]
+               for (impl, *_), step, outcome in zip(plan.variants, steps,
+                                                    outcomes[:len(steps)], strict=True)]
+    measured_floors = [_floor_entry(dtype, outcome, plan.steps)
+                       for dtype, outcome in zip(dtypes, outcomes[len(steps) + 1:], strict=True)]
+    attach_floors(entries, measured_floors)
+    if floors is not None:
+        floors += measured_floors
     for e in entries:
         say(f"  {e['implementation']} jit={e['jit_compile']} {e['mixed_precision']}: "
             f"{e['status']} "
             f"{e.get('sequences_per_s', 0):.1f} seq/s {e.get('note', '')[:200]}")
     return entries
+
+
+def _floor_entry(dtype: str, outcome: dict, steps: int) -> dict:
+    """One row of results["matmul_floor"] from a floor worker's outcome."""
+    if "error" in outcome:
+        return {"dtype": dtype, "status": "failed", "error": outcome["error"]}
+    info = outcome["build"]["info"]
+    times = [r["seconds"] / steps for r in outcome["runs"]]
+    seconds = statistics.median(times)
+    return {"dtype": dtype, "status": "ok", "products": info["products"],
+            "flops_per_step": info["flops_per_step"], "step_time_s": seconds,
+            "step_times_s": times, "gflops": info["flops_per_step"] / seconds / 1e9}
+
+
+def attach_floors(entries: list[dict], floors: list[dict]) -> None:
+    """Gives each bert-train row without XLA the time of its precision's matmul floor.
+
+    `matmul_share` = floor time / step time: the part of the step its matrix products alone
+    take. Only where the floor does exactly the FLOPs the step executes.
+    """
+    by_dtype = {f["dtype"]: f for f in floors if f["status"] == "ok"}
+    for e in entries:
+        floor = by_dtype.get(e.get("mixed_precision") or "float32")
+        if (e["implementation"] != "bert_train" or e["status"] != "ok" or e["jit_compile"]
+                or floor is None or floor["flops_per_step"] != e["executed_flops_per_step"]):
+            continue
+        e["matmul_floor_s"] = floor["step_time_s"]
+        e["matmul_share"] = floor["step_time_s"] / e["step_time_s"]
 
 
 def _best(entries: list[dict], implementation: str, group: str = "compare") -> dict | None:

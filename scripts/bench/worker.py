@@ -30,6 +30,7 @@ def _builders() -> dict:
         "keras_hub": "bench.keras_hub_step:build_from_params",
         "bert_train": "bench.bert_train_step:build_from_params",
         "matmul": "bench.peak:build",
+        "matmul_floor": "bench.floor:build",
         "pipeline": "bench.pipeline:build",
         "tokenizer": "bench.tokenizer_bench:build",
     }

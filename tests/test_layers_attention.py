@@ -218,6 +218,17 @@ def test_multi_head_attention_cross_attention_and_separate_key_equal_keras():
                                    theirs(query, DATA, attention_mask=mask, **kwargs), atol=1e-5)
 
 
+@pytest.mark.parametrize("kwargs", [{"output_shape": 6}, {"output_shape": (2, 3)},
+                                    {"use_bias": False}], ids=["width", "two_axes", "no_bias"])
+def test_multi_head_attention_output_projection_options_equal_keras(kwargs):
+    # One 2-D matmul + bias add for an [heads, head_dim, out] kernel; Keras' einsum otherwise.
+    ours, theirs = _attention_pair(DATA, DATA, **kwargs)
+    got = ours(DATA, DATA, attention_mask=MASK)
+    want = theirs(DATA, DATA, attention_mask=MASK)
+    assert got.shape == want.shape == (2, 5, *np.atleast_1d(kwargs.get("output_shape", 8)))
+    np.testing.assert_allclose(got, want, atol=1e-5)
+
+
 def test_multi_head_attention_gradients_equal_keras():
     ours, theirs = _attention_pair(DATA, DATA)
     direction = RNG.standard_normal(DATA.shape).astype("float32")

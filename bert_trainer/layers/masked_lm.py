@@ -106,8 +106,11 @@ class MaskedLM(keras.layers.Layer):
         dtype = (self.transform_dtype_policy.compute_dtype if self.projection_in_compute_dtype
                  else self.compute_dtype)
         table = ops.cast(self.embedding_table, dtype)
-        logits = ops.matmul(ops.cast(x, dtype), ops.transpose(table))  # (batch, P, vocab)
-        logits = ops.cast(logits, self.compute_dtype) + self.bias  # float32
+        # 2-D, with ops.add (BiasAdd): TensorFlow fuses the bias into the matmul in float32.
+        rows = ops.reshape(ops.cast(x, dtype), (-1, x.shape[-1]))
+        logits = ops.matmul(rows, ops.transpose(table))  # (batch * P, vocab)
+        logits = ops.add(ops.cast(logits, self.compute_dtype), self.bias)  # float32
+        logits = ops.reshape(logits, (*ops.shape(x)[:-1], -1))
         if self.output_type == "predictions":
             return ops.log_softmax(logits, axis=-1)
         return logits  # (batch, P, vocab)

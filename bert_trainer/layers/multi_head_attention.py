@@ -33,6 +33,8 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
       queries for a `[batch, 1, seq]` padding mask): one add instead of Keras' two selects
       over `[batch, heads, seq, seq]`. A query whose keys are all masked therefore attends
       uniformly, as in google-research/bert, where Keras would output zeros.
+    - The output projection is one 2-D matmul followed by its bias add, which TensorFlow
+      fuses into one kernel (Keras' einsum adds the bias after a reshape).
 
     Args:
       num_heads, key_dim, **kwargs: as `keras.layers.MultiHeadAttention`.
@@ -91,7 +93,25 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         probs = self._dropout_layer(ops.softmax(scores, axis=-1), training=training)
         context = ops.matmul(probs, v)  # (batch, heads, target, head_dim)
         context = ops.transpose(context, (0, 2, 1, 3))  # (batch, target, heads, head_dim)
-        return self.output_dense(context)  # (batch, target, out)
+        return self._output_projection(context)  # (batch, target, out)
+
+    def _output_projection(self, context):
+        """`output_dense` as one 2-D matmul and bias add (TensorFlow fuses the pair).
+
+        The einsum of Keras' `output_dense` is a reshape, a matmul and a reshape, with the
+        bias added after the last reshape: TensorFlow cannot fuse that add into the matmul.
+        A multi-axis `output_shape` or a quantized layer takes Keras' own call.
+        """
+        dense = self.output_dense
+        if len(dense.kernel.shape) != 3 or getattr(dense, "quantization_mode", None):
+            return dense(context)
+        kernel = ops.cast(dense.kernel, self.compute_dtype)  # (heads, head_dim, out)
+        width = self.num_heads * self.key_dim
+        shape = ops.shape(context)
+        y = ops.matmul(ops.reshape(context, (-1, width)), ops.reshape(kernel, (width, -1)))
+        if dense.bias is not None:
+            y = ops.add(y, ops.cast(dense.bias, self.compute_dtype))
+        return ops.reshape(y, (shape[0], shape[1], -1))
 
     def _project(self, query, key, value):
         """Q (pre-scaled), K and V, each `[batch, heads, seq, head_dim]`."""

@@ -1,6 +1,7 @@
 """One Transformer encoder block: self-attention then a two-layer feed-forward network."""
 
 import keras
+from keras import ops
 
 from bert_trainer.layers.dropout import Dropout
 from bert_trainer.layers.gelu import gelu
@@ -184,9 +185,14 @@ class TransformerEncoder(keras.layers.Layer):
             x = self.attention_layer_norm(x)
 
         ffn_input = self.output_layer_norm(x) if self.norm_first else x
-        inner = self.intermediate_dense(ffn_input)  # (batch, range, inner_dim)
+        # The FFN on [batch * range, hidden] rows: 2-D matmuls, which TensorFlow fuses with
+        # the bias adds that follow (on rank 3 a reshape sits between them).
+        shape = ops.shape(ffn_input)
+        rows = ops.reshape(ffn_input, (-1, ffn_input.shape[-1]))
+        inner = self.intermediate_dense(rows)  # (batch * range, inner_dim)
         inner = self.inner_dropout_layer(inner, training=training)
-        ffn = self.output_dropout_layer(self.output_dense(inner), training=training)
+        ffn = ops.reshape(self.output_dense(inner), shape)
+        ffn = self.output_dropout_layer(ffn, training=training)
         x = x + ffn
         if not self.norm_first:
             x = self.output_layer_norm(x)

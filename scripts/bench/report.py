@@ -96,6 +96,13 @@ def _targets_table(targets: list[dict]) -> list[str]:
     return lines
 
 
+def keras_hub_baseline(train: list[dict]) -> dict | None:
+    """keras-hub's default float32 TF step of the compare section (the targets' baseline)."""
+    return next((e for e in train if e["group"] == "compare" and e["status"] == "ok"
+                 and e["implementation"] == "keras_hub" and not e["jit_compile"]
+                 and not e["mixed_precision"]), None)
+
+
 def _floor_lines(floors: list[dict], train: list[dict]) -> list[str]:
     """What bert-train's step would take with only its matrix products left (bench/floor.py)."""
     ok = [f for f in floors if f["status"] == "ok"]
@@ -116,9 +123,7 @@ def _floor_lines(floors: list[dict], train: list[dict]) -> list[str]:
            f"operands; `scripts/bench/floor.py`), timed in the same rounds: "
            f"{'; '.join(parts)}. The rest of a step is elementwise work (dropout, LayerNorm, "
            "GELU, softmax, the loss, the optimizer update) and scheduling."]
-    base = next((e for e in train if e["group"] == "compare" and e["status"] == "ok"
-                 and e["implementation"] == "keras_hub" and not e["jit_compile"]
-                 and not e["mixed_precision"]), None)
+    base = keras_hub_baseline(train)
     fp32 = next((f for f in ok if f["dtype"] == "float32"), None)
     if base and fp32:
         out[-1] += (f" A float32 step of nothing but these products would be "

@@ -120,7 +120,7 @@ def _floor_entry(dtype: str, outcome: dict, steps: int) -> dict:
         return {"dtype": dtype, "status": "failed", "error": outcome["error"]}
     info = outcome["build"]["info"]
     times = [r["seconds"] / steps for r in outcome["runs"]]
-    seconds = statistics.median(times)
+    seconds = measure.median_unit_seconds(outcome["runs"], units=steps)
     return {"dtype": dtype, "status": "ok", "products": info["products"],
             "flops_per_step": info["flops_per_step"], "step_time_s": seconds,
             "step_times_s": times, "gflops": info["flops_per_step"] / seconds / 1e9}
@@ -261,9 +261,7 @@ def targets(results: dict) -> list[dict]:
     """
     train = results.get("training", [])
     ours = _best(train, "bert_train")
-    base = next((e for e in train if e["group"] == "compare" and e["status"] == "ok"
-                 and e["implementation"] == "keras_hub" and not e["jit_compile"]
-                 and not e["mixed_precision"]), None)
+    base = report.keras_hub_baseline(train)
     ours_sps = ours["sequences_per_s"] if ours else None
     quoted = ours_sps / PEER_FIGURES["pytorch_compiled"] if (
         ours and not results["settings"]["smoke"]) else None

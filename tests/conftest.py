@@ -24,6 +24,15 @@ def _reset_global_state():
     keras.config.set_dtype_policy("float32")
 
 
+@pytest.fixture(params=["off", "on"], ids=["tensorflow_ops", "fused_kernels"])
+def kernel_mode(request, monkeypatch):
+    """Runs a test with TensorFlow's own ops, then with the fused CPU kernels (required)."""
+    from bert_trainer import kernels
+
+    monkeypatch.setenv(kernels.MODE_ENV, request.param)
+    return request.param
+
+
 @pytest.fixture
 def shared_dir():
     """../shared: real data and fixtures. Absent on a user's machine; CI always has it."""

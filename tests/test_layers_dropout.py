@@ -1,15 +1,25 @@
-"""bert_trainer.layers.Dropout: Keras' Dropout with a 16-bit mask on TensorFlow."""
+"""bert_trainer.layers.Dropout: Keras' Dropout with a 16-bit mask on TensorFlow.
+
+These tests pin the fused CPU kernels off (the path GPU, XLA and `off` take); the fused
+dropout kernel is tested in test_kernels.py.
+"""
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from bert_trainer import kernels
 from bert_trainer.layers import Dropout
 
 RATE = 0.1
 THRESHOLD = round(RATE * 65536)  # 6554
 SCALE = 1.0 / (1.0 - THRESHOLD / 65536)
+
+
+@pytest.fixture(autouse=True)
+def _tensorflow_ops(monkeypatch):
+    monkeypatch.setenv(kernels.MODE_ENV, "off")
 
 
 def test_mask_statistics_and_scale():

@@ -1,5 +1,6 @@
 """gelu and LayerNormalization: Keras' values, hand-written gradients checked against Keras'
-automatic differentiation and against finite differences."""
+automatic differentiation and against finite differences, with TensorFlow's ops and with the
+fused CPU kernels (`kernel_mode`)."""
 
 import json
 import types
@@ -27,7 +28,7 @@ def _value_and_grads(fn, x, variables=()):
     return y, tape.gradient(loss, [x, *variables])
 
 
-def test_gelu_values_and_gradient_equal_keras_exact_gelu():
+def test_gelu_values_and_gradient_equal_keras_exact_gelu(kernel_mode):
     y, (dx,) = _value_and_grads(gelu, X)
     want_y, (want_dx,) = _value_and_grads(keras.activations.gelu, X)
     np.testing.assert_allclose(y, want_y, atol=1e-6)
@@ -47,7 +48,7 @@ def test_gelu_gradient_matches_finite_differences_in_float64():
     np.testing.assert_allclose(tape.gradient(y, x_t), numeric, atol=1e-8)
 
 
-def test_gelu_serializes_by_name_and_keeps_bfloat16():
+def test_gelu_serializes_by_name_and_keeps_bfloat16(kernel_mode):
     config = keras.activations.serialize(gelu)
     assert "bert_trainer>gelu" in json.dumps(config)
     assert keras.activations.deserialize(config) is gelu
@@ -65,7 +66,7 @@ def test_layer_normalization_layer_checks(tmp_path):
 @pytest.mark.parametrize("kwargs", [{}, {"epsilon": 1e-3}, {"center": False}, {"axis": 1},
                                     {"scale": False}],
                          ids=["default", "epsilon", "no_center", "axis_1", "no_scale"])
-def test_layer_normalization_equals_keras_in_values_and_gradients(kwargs):
+def test_layer_normalization_equals_keras_in_values_and_gradients(kwargs, kernel_mode):
     ours, theirs = LayerNormalization(**kwargs), keras.layers.LayerNormalization(**kwargs)
     ours.build(X.shape)
     theirs.build(X.shape)
@@ -103,7 +104,7 @@ def test_layer_normalization_gradient_matches_finite_differences_in_float64():
         assert abs((loss(bumped) - loss(lowered)) / (2 * eps) - analytic[i, j]) < 1e-6
 
 
-def test_layer_normalization_mixed_bfloat16_computes_in_float32():
+def test_layer_normalization_mixed_bfloat16_computes_in_float32(kernel_mode):
     layer = LayerNormalization(dtype="mixed_bfloat16")
     out = layer(tf.constant(X, tf.bfloat16))
     assert keras.backend.standardize_dtype(out.dtype) == "bfloat16"
@@ -112,7 +113,7 @@ def test_layer_normalization_mixed_bfloat16_computes_in_float32():
     np.testing.assert_allclose(np.asarray(out, "float32"), normed, atol=0.05)
 
 
-def test_transformer_encoder_gradients_equal_keras_sublayers():
+def test_transformer_encoder_gradients_equal_keras_sublayers(kernel_mode):
     """The fused sublayers change no number: the same layer with Keras' own LayerNorm
     computation and GELU swapped back in gives the same outputs and gradients."""
     data = RNG.standard_normal((2, 5, 8)).astype("float32")

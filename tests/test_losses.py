@@ -1,4 +1,5 @@
-"""bert_trainer.losses against TensorFlow's own softmax cross-entropy and argmax."""
+"""bert_trainer.losses against TensorFlow's own softmax cross-entropy and argmax, with
+TensorFlow's ops and with the fused CPU kernels (`kernel_mode`)."""
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ RNG = np.random.default_rng(0)
 
 
 @pytest.mark.parametrize("scale", [1.0, 80.0], ids=["moderate", "large_logits"])
-def test_cross_entropy_values_and_gradients_match_tensorflows(scale):
+def test_cross_entropy_values_and_gradients_match_tensorflows(scale, kernel_mode):
     logits = tf.constant(RNG.standard_normal((3, 4, 50)).astype("float32") * scale)
     labels = tf.constant(RNG.integers(0, 50, (3, 4)).astype("int32"))
     upstream = tf.constant(RNG.standard_normal((3, 4)).astype("float32"))
@@ -27,7 +28,7 @@ def test_cross_entropy_values_and_gradients_match_tensorflows(scale):
     np.testing.assert_allclose(tf.reduce_sum(grad, -1), 0.0, atol=1e-6)
 
 
-def test_cross_entropy_in_a_compiled_function_and_with_repeated_labels():
+def test_cross_entropy_in_a_compiled_function_and_with_repeated_labels(kernel_mode):
     logits = tf.constant(RNG.standard_normal((6, 7)).astype("float32"))
     labels = tf.constant([3, 3, 3, 0, 6, 3])
     compiled = tf.function(losses.sparse_softmax_cross_entropy, jit_compile=True)
@@ -36,7 +37,7 @@ def test_cross_entropy_in_a_compiled_function_and_with_repeated_labels():
         tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits), atol=1e-6)
 
 
-def test_label_is_top_is_the_argmax_hit_rate():
+def test_label_is_top_is_the_argmax_hit_rate(kernel_mode):
     logits = RNG.standard_normal((5, 6, 20)).astype("float32")
     labels = RNG.integers(0, 20, (5, 6)).astype("int32")
     labels[0] = logits[0].argmax(-1)  # some certain hits

@@ -19,7 +19,7 @@ import tempfile
 import tensorflow as tf
 from absl import logging
 
-from bert_trainer import checkpoint_layout
+from bert_trainer import checkpoint_layout, kernels
 from bert_trainer import model_dir as model_dir_lib
 from bert_trainer.errors import UserError
 from bert_trainer.export.serving import ClassifierServing, EncoderServing, ServingModule
@@ -181,7 +181,8 @@ def save(module: ServingModule, output: str, *, overwrite: bool = False) -> str:
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=".export-", dir=parent)
     try:
-        tf.saved_model.save(module, staging, signatures=module.signatures())
+        with kernels.disabled():  # a retrace during saving gets TensorFlow's ops too
+            tf.saved_model.save(module, staging, signatures=module.signatures())
         if os.path.isdir(output):
             shutil.rmtree(output)
         os.replace(staging, output)

@@ -11,9 +11,11 @@ The tokenizer is tensorflow-text's `FastBertTokenizer` built from the model dire
 the vocabulary its graph was built from.
 """
 
+import functools
+
 import tensorflow as tf
 
-from bert_trainer import features
+from bert_trainer import features, kernels
 from bert_trainer.data.classification_data import text_features
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import UserError
@@ -51,6 +53,18 @@ def byte_to_char(text: tf.Tensor, byte_offsets: tf.RaggedTensor) -> tf.RaggedTen
     offsets = tf.pad(byte_offsets.to_tensor(default_value=0), [[0, 0], [0, 1]])  # (b, n + 1)
     chars = tf.searchsorted(starts, offsets, side="left", out_type=tf.int64)
     return tf.RaggedTensor.from_tensor(chars, lengths=byte_offsets.row_lengths())
+
+
+def _tensorflow_ops_only(fn):
+    """`fn`, traced with TensorFlow's own ops (`kernels.disabled`): a SavedModel must load
+    and serve without bert-train's fused CPU kernels."""
+
+    @functools.wraps(fn)
+    def traced(*args, **kwargs):
+        with kernels.disabled():
+            return fn(*args, **kwargs)
+
+    return traced
 
 
 class _Functions:
@@ -117,7 +131,7 @@ class ServingModule(tf.Module):
         cache = self._functions.cache
         if name not in cache:
             fn, spec = self._specs()[name]
-            cache[name] = tf.function(fn, input_signature=spec)
+            cache[name] = tf.function(_tensorflow_ops_only(fn), input_signature=spec)
         return cache[name]
 
     def _encode(self, input_word_ids, input_mask, input_type_ids):

@@ -1,6 +1,8 @@
-"""Keras' Dropout with a cheaper random mask on TensorFlow: 16 random bits per element."""
+"""Keras' Dropout with a cheaper random mask on TensorFlow: a fused kernel, or 16 random bits."""
 
 import keras
+
+from bert_trainer import kernels
 
 _BITS = 16
 _LEVELS = 1 << _BITS
@@ -8,18 +10,25 @@ _LEVELS = 1 << _BITS
 
 @keras.saving.register_keras_serializable(package="bert_trainer")
 class Dropout(keras.layers.Dropout):
-    """`keras.layers.Dropout` (same arguments, seed generator and config), drawing fewer bits.
+    """`keras.layers.Dropout` (same arguments, seed generator and config), with a cheaper mask.
 
-    Keras' TensorFlow dropout draws one float32 uniform per element (a 32-bit Philox output)
-    and keeps the element when it is >= rate. Here one 32-bit Philox output decides two
-    elements, each by its own 16 bits: half the random numbers, which are most of dropout's
-    cost on CPU (measured: 1.4x on a [32, 4, 128, 128] attention dropout, forward and
-    backward). An element is kept when its 16 bits are >= round(rate * 65536), so the rate
-    is `round(rate * 65536) / 65536` (0.1 -> 0.100006) and the kept elements are scaled by
-    1 / (1 - that rate): the expectation is exact in float32 (in bfloat16 the scale rounds,
-    as in Keras' dropout). A rate that 16 bits cannot hold within
-    0.1 % (of the rate and of the keep probability: below about 0.008 or above 0.992), other
-    backends and `noise_shape` use Keras' own dropout.
+    Where the fused CPU kernels run (`bert_trainer.kernels`), one kernel draws each
+    element's keep bit from a hash of (seed, element index) and applies it, and the gradient
+    is the same kernel on the upstream gradient: no mask is stored, and the rate is exact
+    to 2^-32.
+
+    Elsewhere (GPU, XLA, kernels off): Keras' TensorFlow dropout draws one float32 uniform
+    per element (a 32-bit Philox output) and keeps the element when it is >= rate. Here one
+    32-bit Philox output decides two elements, each by its own 16 bits: half the random
+    numbers, which are most of dropout's cost on CPU (measured: 1.4x on a [32, 4, 128, 128]
+    attention dropout, forward and backward). An element is kept when its 16 bits are
+    >= round(rate * 65536), so the rate is `round(rate * 65536) / 65536` (0.1 -> 0.100006)
+    and the kept elements are scaled by 1 / (1 - that rate): the expectation is exact in
+    float32 (in bfloat16 the scale rounds, as in Keras' dropout).
+
+    A rate that 16 bits cannot hold within 0.1 % (of the rate and of the keep probability:
+    below about 0.008 or above 0.992), other backends and `noise_shape` use Keras' own
+    dropout.
     """
 
     def call(self, inputs, training=False):
@@ -27,6 +36,8 @@ class Dropout(keras.layers.Dropout):
         if (not training or threshold is None or self.noise_shape is not None
                 or keras.backend.backend() != "tensorflow"):
             return super().call(inputs, training=training)
+        if kernels.active(inputs.dtype):
+            return kernels.dropout(inputs, self.rate, self.seed_generator.next())
         return _dropout_16bit(inputs, threshold, self.seed_generator.next())
 
 

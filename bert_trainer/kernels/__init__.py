@@ -1,0 +1,181 @@
+"""Fused CPU kernels for the training step, with TensorFlow's own ops as the fallback.
+
+Without XLA, every elementwise op of a TensorFlow step is a separate pass over memory, and
+the pip wheel compiles those ops for a baseline x86 CPU. `cpu_kernels.cc` holds one-pass
+kernels for the elementwise work of a BERT step that `tf.matmul` does not cover: dropout
+(with a mask recomputed from its seed instead of stored), LayerNorm, exact GELU and the
+masked LM's softmax cross-entropy, each forward and backward. They are compiled on first use
+for the machine's own CPU (`build.py`) and used where they can run:
+
+- `BERT_TRAIN_FUSED_KERNELS=auto` (the default): when the library builds, no GPU or TPU is
+  visible, and the code is not being compiled by XLA (`jit_compile=True` or a TPU); else
+  TensorFlow's ops, the same computation, are used.
+- `off`: never.
+- `on`: as `auto`, but a library that cannot be built is an error instead of a warning.
+
+Graphs that are saved for serving are traced inside `disabled()` (the exporter does), so a
+SavedModel holds only TensorFlow's own ops and needs no extra library to load.
+"""
+
+import contextlib
+import os
+import threading
+
+from absl import logging
+
+MODE_ENV = "BERT_TRAIN_FUSED_KERNELS"
+MODES = ("auto", "on", "off")
+# What the elementwise kernels (dropout, GELU) take; LayerNorm and the cross-entropy are
+# float32 (their layers compute in float32 under mixed precision).
+ELEMENTWISE_DTYPES = ("float32", "bfloat16", "float16")
+
+_state = threading.local()
+_lock = threading.Lock()
+_library = None
+_error: str | None = None
+
+
+def mode() -> str:
+    value = os.environ.get(MODE_ENV, "auto").strip().lower() or "auto"
+    if value not in MODES:
+        raise ValueError(f"{MODE_ENV}={value!r}: expected one of {', '.join(MODES)}")
+    return value
+
+
+@contextlib.contextmanager
+def disabled():
+    """Within this block (this thread), `active()` is False: TensorFlow's own ops only."""
+    depth = getattr(_state, "disabled", 0)
+    _state.disabled = depth + 1
+    try:
+        yield
+    finally:
+        _state.disabled = depth
+
+
+def library():
+    """The loaded op library, building it on first call; None if it cannot be built."""
+    global _library, _error
+    with _lock:
+        if _library is None and _error is None:
+            from bert_trainer.kernels import build  # noqa: PLC0415 - imports TensorFlow
+
+            try:
+                _library = build.load()
+                logging.info("Fused CPU kernels loaded from %s", build.library_path())
+            except build.BuildError as e:
+                _error = str(e)
+                if mode() != "on":
+                    logging.warning("Fused CPU kernels unavailable, using TensorFlow's ops: "
+                                    "%s", _error)
+        if _library is None and mode() == "on":
+            raise RuntimeError(f"{MODE_ENV}=on but the fused CPU kernels are unavailable: "
+                               f"{_error}")
+        return _library
+
+
+def active(dtype=None) -> bool:
+    """Whether ops created here, now, should be the fused kernels.
+
+    Args:
+      dtype: if given, also require it to be one of `ELEMENTWISE_DTYPES`.
+    """
+    if dtype is not None and _dtype_name(dtype) not in ELEMENTWISE_DTYPES:
+        return False
+    if getattr(_state, "disabled", 0) or mode() == "off":
+        return False
+    if _under_xla() or _accelerators_visible():
+        return False
+    return library() is not None
+
+
+def _dtype_name(dtype) -> str:
+    import tensorflow as tf  # noqa: PLC0415
+
+    return tf.as_dtype(dtype).name
+
+
+def _under_xla() -> bool:
+    """True while tracing for XLA (`jit_compile=True`, TPU): custom ops cannot compile there."""
+    import tensorflow as tf  # noqa: PLC0415
+
+    try:
+        from tensorflow.python.ops import control_flow_util  # noqa: PLC0415
+    except ImportError:  # private API gone: do not guess
+        return True
+    return bool(control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))
+
+
+def _accelerators_visible() -> bool:
+    import tensorflow as tf  # noqa: PLC0415
+
+    return bool(tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU"))
+
+
+# ------------------------------------------------------------------------------- the ops
+# Each wrapper emits its op; call it only when `active()`. Gradients are registered by op
+# name, so they apply wherever the op appears in a graph.
+
+
+def dropout(x, rate: float, seed):
+    """`x * keep / (1 - rate)`, keep ~ Bernoulli(1 - rate) from a hash of (seed, index).
+
+    Args:
+      x: float32, bfloat16 or float16 tensor.
+      rate: the drop probability, in [0, 1).
+      seed: 2 integers; the same seed gives the same mask.
+    """
+    import tensorflow as tf  # noqa: PLC0415
+
+    return library().bert_fused_dropout(x, tf.cast(tf.reshape(seed, [2]), tf.int64),
+                                        rate=float(rate))
+
+
+def layer_norm(x, gamma, beta, epsilon: float):
+    """float32 LayerNorm over the last axis of `x`, `gamma` and `beta` `[width]`."""
+    return library().bert_layer_norm(x, gamma, beta, epsilon=float(epsilon))[0]
+
+
+def gelu(x):
+    """Exact GELU, `x * Phi(x)`."""
+    return library().bert_gelu(x)
+
+
+def sparse_softmax_cross_entropy(labels, logits):
+    """(`-log softmax(logits)[label]`, 1.0 where the label's logit is the highest) per row.
+
+    Args:
+      labels: int32 or int64 `[rows]`, each in `[0, classes)`.
+      logits: float32 `[rows, classes]`.
+    """
+    loss, label_is_top, _, _ = library().bert_sparse_softmax_xent(logits, labels)
+    return loss, label_is_top
+
+
+def _register_gradients():
+    import tensorflow as tf  # noqa: PLC0415
+
+    @tf.RegisterGradient("BertFusedDropout")
+    def _dropout_grad(op, dy):
+        return [library().bert_fused_dropout(dy, op.inputs[1], rate=op.get_attr("rate")), None]
+
+    @tf.RegisterGradient("BertLayerNorm")
+    def _layer_norm_grad(op, dy, *_):  # mean and rstd are internal outputs
+        dx, dgamma, dbeta = library().bert_layer_norm_grad(
+            dy, op.inputs[0], op.inputs[1], op.outputs[1], op.outputs[2])
+        return [dx, dgamma, dbeta]
+
+    @tf.RegisterGradient("BertGelu")
+    def _gelu_grad(op, dy):
+        return [library().bert_gelu_grad(dy, op.inputs[0])]
+
+    @tf.RegisterGradient("BertSparseSoftmaxXent")
+    def _xent_grad(op, dloss, *_):  # label_is_top, row_max and log_sum have no gradient
+        logits, labels = op.inputs
+        if dloss is None:
+            return [tf.zeros_like(logits), None]
+        return [library().bert_sparse_softmax_xent_grad(
+            logits, labels, op.outputs[2], op.outputs[3], dloss), None]
+
+
+_register_gradients()

@@ -1,0 +1,557 @@
+// Fused CPU kernels for bert-train's training step (see bert_trainer/kernels/__init__.py).
+//
+// TensorFlow's pip wheel compiles its elementwise kernels for a baseline x86 CPU, and without
+// XLA every elementwise op of the step is its own pass over memory. Each op here does one
+// pass with the vector units the build machine has (-march=native), split over the op's
+// intra-op thread pool:
+//
+//   BertFusedDropout      y = x * keep / (1 - rate); the mask is a counter-based hash of
+//                         (seed, element index), so the gradient is the same op on dy with
+//                         the same seed and no mask is stored.
+//   BertLayerNorm(+Grad)  LayerNorm over the last axis, with the closed-form gradient.
+//   BertGelu(+Grad)       exact (erf) GELU.
+//   BertSparseSoftmaxXent(+Grad)
+//                         -log softmax(logits)[label] per row, whether the label scored
+//                         highest, and each row's max and log(sum(exp(logit - max))); the
+//                         gradient recomputes the softmax from those instead of storing it.
+//
+// Reductions accumulate in float32; half-precision inputs are computed in float32.
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "Eigen/Core"
+#include "unsupported/Eigen/SpecialFunctions"
+#include "tensorflow/core/framework/common_shape_fns.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+namespace bert_trainer {
+namespace {
+
+using ::tensorflow::DEVICE_CPU;
+using ::tensorflow::OpKernel;
+using ::tensorflow::OpKernelConstruction;
+using ::tensorflow::OpKernelContext;
+using ::tensorflow::Tensor;
+using ::tensorflow::TensorShape;
+using ::tensorflow::errors::InvalidArgument;
+using ::tensorflow::shape_inference::DimensionHandle;
+using ::tensorflow::shape_inference::InferenceContext;
+using ::tensorflow::shape_inference::ShapeHandle;
+
+using Array = Eigen::Map<Eigen::ArrayXf>;
+using ConstArray = Eigen::Map<const Eigen::ArrayXf>;
+
+constexpr int64_t kChunk = 1024;  // elements per inner block of the elementwise kernels
+
+// fn(begin, end) over [0, total) on the op's intra-op thread pool.
+void ParallelFor(OpKernelContext* ctx, int64_t total, int64_t cost_per_unit,
+                 const std::function<void(int64_t, int64_t)>& fn) {
+  if (total <= 0) return;
+  auto* pool = ctx->device()->tensorflow_cpu_worker_threads()->workers;
+  using Pool = tsl::thread::ThreadPool;
+  pool->ParallelFor(
+      total,
+      Pool::SchedulingParams(Pool::SchedulingStrategy::kAdaptive, cost_per_unit, std::nullopt),
+      fn);
+}
+
+// Elementwise work in blocks of kChunk elements: fn(first, count).
+void ParallelChunks(OpKernelContext* ctx, int64_t n, int64_t cost_per_element,
+                    const std::function<void(int64_t, int64_t)>& fn) {
+  ParallelFor(ctx, (n + kChunk - 1) / kChunk, kChunk * cost_per_element,
+              [&](int64_t begin, int64_t end) {
+                for (int64_t c = begin; c < end; ++c) {
+                  const int64_t first = c * kChunk;
+                  fn(first, std::min(kChunk, n - first));
+                }
+              });
+}
+
+template <typename T>
+inline void Load(const T* src, int64_t n, float* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+}
+
+template <typename T>
+inline void Store(const float* src, int64_t n, T* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(src[i]);
+}
+
+// ---------------------------------------------------------------------------------------
+// Dropout.
+
+inline uint64_t Mix64(uint64_t z) {  // splitmix64's finalizer
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+inline uint32_t Fmix32(uint32_t h) {  // murmur3's finalizer
+  h ^= h >> 16;
+  h *= 0x85ebca6bu;
+  h ^= h >> 13;
+  h *= 0xc2b2ae35u;
+  return h ^ (h >> 16);
+}
+
+// 32 random bits for element `index` of the stream keyed (k0, k1): two keyed rounds of the
+// finalizer. `high_key` folds the index's high 32 bits into k1 (HighKey), once per chunk: a
+// chunk of kChunk elements never crosses a multiple of 2^32, and the per-element work stays in
+// 32-bit lanes, which the compiler vectorizes.
+inline uint32_t HighKey(uint64_t first, uint32_t k1) {
+  return k1 ^ (static_cast<uint32_t>(first >> 32) * 0x9e3779b9u);
+}
+
+inline uint32_t RandomBits(uint32_t low_index, uint32_t k0, uint32_t high_key) {
+  return Fmix32(Fmix32(low_index ^ k0) ^ high_key);
+}
+
+// out[i] = in[i] * (kept ? scale : 0) for elements [first, first + count) of the stream.
+// Values, not references, so the compiler knows nothing aliases them and vectorizes.
+template <typename T>
+void DropoutChunk(const T* in, T* out, int64_t first, int64_t count, uint32_t k0, uint32_t k1,
+                  uint32_t threshold, float scale) {
+  float keep[kChunk];
+  const uint32_t low = static_cast<uint32_t>(first), high_key = HighKey(first, k1);
+  const uint32_t n = static_cast<uint32_t>(count);
+  for (uint32_t i = 0; i < n; ++i) {
+    keep[i] = RandomBits(low + i, k0, high_key) >= threshold ? scale : 0.0f;
+  }
+  for (uint32_t i = 0; i < n; ++i) {
+    out[first + i] = static_cast<T>(static_cast<float>(in[first + i]) * keep[i]);
+  }
+}
+
+template <typename T>
+class FusedDropoutOp : public OpKernel {
+ public:
+  explicit FusedDropoutOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    float rate;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("rate", &rate));
+    OP_REQUIRES(ctx, rate >= 0.0f && rate < 1.0f,
+                InvalidArgument("BertFusedDropout: rate must be in [0, 1), got ", rate));
+    // Drop when the 32 bits are below the threshold: P(drop) = threshold / 2^32.
+    threshold_ = static_cast<uint32_t>(
+        std::min(std::llround(static_cast<double>(rate) * 4294967296.0), 4294967295LL));
+    scale_ = static_cast<float>(1.0 / (1.0 - static_cast<double>(rate)));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    const Tensor& seed = ctx->input(1);
+    OP_REQUIRES(ctx, seed.NumElements() == 2,
+                InvalidArgument("BertFusedDropout: seed must have 2 elements, got shape ",
+                                seed.shape().DebugString()));
+    const auto s = seed.flat<int64_t>();
+    const uint64_t key = Mix64(Mix64(static_cast<uint64_t>(s(0))) ^ static_cast<uint64_t>(s(1)));
+    const uint32_t k0 = static_cast<uint32_t>(key), k1 = static_cast<uint32_t>(key >> 32);
+    Tensor* y = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 0, x.shape(), &y));
+    const T* in = x.flat<T>().data();
+    T* out = y->flat<T>().data();
+    const uint32_t threshold = threshold_;
+    const float scale = scale_;
+    ParallelChunks(ctx, x.NumElements(), 4, [=](int64_t first, int64_t count) {
+      DropoutChunk(in, out, first, count, k0, k1, threshold, scale);
+    });
+  }
+
+ private:
+  uint32_t threshold_;
+  float scale_;
+};
+
+// ---------------------------------------------------------------------------------------
+// LayerNorm over the last axis.
+
+class LayerNormOp : public OpKernel {
+ public:
+  explicit LayerNormOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("epsilon", &epsilon_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    const Tensor& gamma = ctx->input(1);
+    const Tensor& beta = ctx->input(2);
+    OP_REQUIRES(ctx, x.dims() >= 1, InvalidArgument("BertLayerNorm: x must have rank >= 1"));
+    const int64_t width = x.dim_size(x.dims() - 1);
+    OP_REQUIRES(ctx, gamma.dims() == 1 && gamma.dim_size(0) == width && beta.dims() == 1 &&
+                         beta.dim_size(0) == width,
+                InvalidArgument("BertLayerNorm: gamma and beta must be [", width, "], got ",
+                                gamma.shape().DebugString(), " and ",
+                                beta.shape().DebugString()));
+    TensorShape row_shape = x.shape();
+    row_shape.RemoveLastDims(1);
+    Tensor *y = nullptr, *mean = nullptr, *rstd = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, x.shape(), &y));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, row_shape, &mean));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, row_shape, &rstd));
+    if (width == 0) return;
+    const int64_t rows = x.NumElements() / width;
+    const float* xs = x.flat<float>().data();
+    float* ys = y->flat<float>().data();
+    float* means = mean->flat<float>().data();
+    float* rstds = rstd->flat<float>().data();
+    const ConstArray g(gamma.flat<float>().data(), width);
+    const ConstArray b(beta.flat<float>().data(), width);
+    const float epsilon = epsilon_;
+    ParallelFor(ctx, rows, width * 6, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const ConstArray xr(xs + r * width, width);
+        const float m = xr.mean();
+        const float inv = 1.0f / std::sqrt((xr - m).square().mean() + epsilon);
+        Array(ys + r * width, width) = (xr - m) * inv * g + b;
+        means[r] = m;
+        rstds[r] = inv;
+      }
+    });
+  }
+
+ private:
+  float epsilon_;
+};
+
+class LayerNormGradOp : public OpKernel {
+ public:
+  explicit LayerNormGradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& dy = ctx->input(0);
+    const Tensor& x = ctx->input(1);
+    const Tensor& gamma = ctx->input(2);
+    const Tensor& mean = ctx->input(3);
+    const Tensor& rstd = ctx->input(4);
+    OP_REQUIRES(ctx, dy.shape() == x.shape() && x.dims() >= 1,
+                InvalidArgument("BertLayerNormGrad: dy and x must have one shape"));
+    const int64_t width = x.dim_size(x.dims() - 1);
+    OP_REQUIRES(ctx, gamma.NumElements() == width,
+                InvalidArgument("BertLayerNormGrad: gamma must be [", width, "]"));
+    const int64_t rows = width == 0 ? 0 : x.NumElements() / width;
+    OP_REQUIRES(ctx, mean.NumElements() == rows && rstd.NumElements() == rows,
+                InvalidArgument("BertLayerNormGrad: mean and rstd must have ", rows,
+                                " elements"));
+    Tensor *dx = nullptr, *dgamma = nullptr, *dbeta = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, x.shape(), &dx));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, gamma.shape(), &dgamma));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, gamma.shape(), &dbeta));
+    Array dg(dgamma->flat<float>().data(), width);
+    Array db(dbeta->flat<float>().data(), width);
+    dg.setZero();
+    db.setZero();
+    if (rows == 0) return;
+    // Row blocks, each with its own dgamma/dbeta partial sums, added up at the end.
+    const int64_t blocks = std::min<int64_t>(rows, 16);
+    std::vector<float> partial(static_cast<size_t>(blocks * 2 * width), 0.0f);
+    const float* dys = dy.flat<float>().data();
+    const float* xs = x.flat<float>().data();
+    const float* ms = mean.flat<float>().data();
+    const float* rs = rstd.flat<float>().data();
+    float* dxs = dx->flat<float>().data();
+    const ConstArray g(gamma.flat<float>().data(), width);
+    const int64_t rows_per_block = (rows + blocks - 1) / blocks;
+    ParallelFor(ctx, blocks, rows_per_block * width * 12, [&](int64_t begin, int64_t end) {
+      Eigen::ArrayXf xhat(width), gdy(width);
+      for (int64_t k = begin; k < end; ++k) {
+        Array pg(partial.data() + k * 2 * width, width);
+        Array pb(partial.data() + (k * 2 + 1) * width, width);
+        const int64_t last = std::min(rows, (k + 1) * rows_per_block);
+        for (int64_t r = k * rows_per_block; r < last; ++r) {
+          const ConstArray xr(xs + r * width, width);
+          const ConstArray dyr(dys + r * width, width);
+          const float inv = rs[r];
+          xhat = (xr - ms[r]) * inv;
+          gdy = dyr * g;
+          const float a = gdy.mean();
+          const float c = (gdy * xhat).mean();
+          Array(dxs + r * width, width) = inv * (gdy - a - xhat * c);
+          pg += dyr * xhat;
+          pb += dyr;
+        }
+      }
+    });
+    for (int64_t k = 0; k < blocks; ++k) {
+      dg += ConstArray(partial.data() + k * 2 * width, width);
+      db += ConstArray(partial.data() + (k * 2 + 1) * width, width);
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------------------
+// Exact GELU: x * Phi(x), Phi the standard normal CDF.
+
+constexpr float kSqrtHalf = 0.70710678118654752f;
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;
+
+template <typename T>
+class GeluOp : public OpKernel {
+ public:
+  explicit GeluOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    Tensor* y = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 0, x.shape(), &y));
+    const T* in = x.flat<T>().data();
+    T* out = y->flat<T>().data();
+    ParallelChunks(ctx, x.NumElements(), 20, [&](int64_t first, int64_t count) {
+      float buffer[kChunk];
+      Load(in + first, count, buffer);
+      Array v(buffer, count);
+      v = v * (0.5f * (1.0f + (v * kSqrtHalf).erf()));
+      Store(buffer, count, out + first);
+    });
+  }
+};
+
+template <typename T>
+class GeluGradOp : public OpKernel {
+ public:
+  explicit GeluGradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& dy = ctx->input(0);
+    const Tensor& x = ctx->input(1);
+    OP_REQUIRES(ctx, dy.shape() == x.shape(),
+                InvalidArgument("BertGeluGrad: dy and x must have one shape"));
+    Tensor* dx = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 0, x.shape(), &dx));
+    const T* dys = dy.flat<T>().data();
+    const T* xs = x.flat<T>().data();
+    T* out = dx->flat<T>().data();
+    ParallelChunks(ctx, x.NumElements(), 30, [&](int64_t first, int64_t count) {
+      float xb[kChunk], gb[kChunk];
+      Load(xs + first, count, xb);
+      Load(dys + first, count, gb);
+      const Array v(xb, count);
+      Array g(gb, count);
+      // d/dx x * Phi(x) = Phi(x) + x * phi(x)
+      g *= 0.5f * (1.0f + (v * kSqrtHalf).erf()) + v * ((-0.5f * v.square()).exp() * kInvSqrt2Pi);
+      Store(gb, count, out + first);
+    });
+  }
+};
+
+// ---------------------------------------------------------------------------------------
+// Sparse softmax cross-entropy over the last axis of [rows, classes] float32 logits.
+
+template <typename Label>
+bool LabelsInRange(OpKernelContext* ctx, const Tensor& labels, int64_t classes) {
+  const auto l = labels.flat<Label>();
+  for (int64_t r = 0; r < l.size(); ++r) {
+    if (l(r) < 0 || l(r) >= classes) {
+      ctx->CtxFailure(InvalidArgument("BertSparseSoftmaxXent: label ", l(r), " at row ", r,
+                                      " is outside the valid range [0, ", classes, ")"));
+      return false;
+    }
+  }
+  return true;
+}
+
+template <typename Label>
+class SparseSoftmaxXentOp : public OpKernel {
+ public:
+  explicit SparseSoftmaxXentOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& logits = ctx->input(0);
+    const Tensor& labels = ctx->input(1);
+    OP_REQUIRES(ctx, logits.dims() == 2 && labels.dims() == 1 &&
+                         labels.dim_size(0) == logits.dim_size(0),
+                InvalidArgument("BertSparseSoftmaxXent: logits must be [rows, classes] and "
+                                "labels [rows], got ", logits.shape().DebugString(), " and ",
+                                labels.shape().DebugString()));
+    const int64_t rows = logits.dim_size(0), classes = logits.dim_size(1);
+    OP_REQUIRES(ctx, classes > 0, InvalidArgument("BertSparseSoftmaxXent: no classes"));
+    if (!LabelsInRange<Label>(ctx, labels, classes)) return;
+    Tensor *loss = nullptr, *top = nullptr, *row_max = nullptr, *log_sum = nullptr;
+    const TensorShape row_shape({rows});
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, row_shape, &loss));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, row_shape, &top));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, row_shape, &row_max));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(3, row_shape, &log_sum));
+    const float* ls = logits.flat<float>().data();
+    const Label* ys = labels.flat<Label>().data();
+    float* losses = loss->flat<float>().data();
+    float* tops = top->flat<float>().data();
+    float* maxes = row_max->flat<float>().data();
+    float* log_sums = log_sum->flat<float>().data();
+    ParallelFor(ctx, rows, classes * 12, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const ConstArray row(ls + r * classes, classes);
+        const float max = row.maxCoeff();
+        const float log_sum_shifted = std::log((row - max).exp().sum());
+        const float label_logit = row(static_cast<int64_t>(ys[r]));
+        // (max - label) + log_sum: exact when the label holds the max.
+        losses[r] = (max - label_logit) + log_sum_shifted;
+        tops[r] = label_logit >= max ? 1.0f : 0.0f;
+        maxes[r] = max;
+        log_sums[r] = log_sum_shifted;
+      }
+    });
+  }
+};
+
+template <typename Label>
+class SparseSoftmaxXentGradOp : public OpKernel {
+ public:
+  explicit SparseSoftmaxXentGradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& logits = ctx->input(0);
+    const Tensor& labels = ctx->input(1);
+    const Tensor& row_max = ctx->input(2);
+    const Tensor& log_sum = ctx->input(3);
+    const Tensor& upstream = ctx->input(4);
+    OP_REQUIRES(ctx, logits.dims() == 2, InvalidArgument("BertSparseSoftmaxXentGrad: logits "
+                                                         "must be [rows, classes]"));
+    const int64_t rows = logits.dim_size(0), classes = logits.dim_size(1);
+    OP_REQUIRES(ctx, labels.NumElements() == rows && row_max.NumElements() == rows &&
+                         log_sum.NumElements() == rows && upstream.NumElements() == rows,
+                InvalidArgument("BertSparseSoftmaxXentGrad: labels, row_max, log_sum and "
+                                "upstream must have ", rows, " elements"));
+    if (!LabelsInRange<Label>(ctx, labels, classes)) return;
+    Tensor* dlogits = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, logits.shape(), &dlogits));
+    const float* ls = logits.flat<float>().data();
+    const Label* ys = labels.flat<Label>().data();
+    const float* maxes = row_max.flat<float>().data();
+    const float* log_sums = log_sum.flat<float>().data();
+    const float* ups = upstream.flat<float>().data();
+    float* out = dlogits->flat<float>().data();
+    ParallelFor(ctx, rows, classes * 10, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        Array d(out + r * classes, classes);
+        d = ((ConstArray(ls + r * classes, classes) - maxes[r]) - log_sums[r]).exp() * ups[r];
+        d(static_cast<int64_t>(ys[r])) -= ups[r];
+      }
+    });
+  }
+};
+
+// ---------------------------------------------------------------------------------------
+// Registration.
+
+tensorflow::Status RowsShape(InferenceContext* c, int input, int first_output, int count) {
+  ShapeHandle x;
+  TF_RETURN_IF_ERROR(c->WithRankAtLeast(c->input(input), 1, &x));
+  ShapeHandle rows;
+  TF_RETURN_IF_ERROR(c->Subshape(x, 0, -1, &rows));
+  for (int i = 0; i < count; ++i) c->set_output(first_output + i, rows);
+  return tensorflow::OkStatus();
+}
+
+REGISTER_OP("BertFusedDropout")
+    .Input("x: T")
+    .Input("seed: int64")
+    .Output("y: T")
+    .Attr("rate: float")
+    .Attr("T: {float, bfloat16, half}")
+    .SetShapeFn(::tensorflow::shape_inference::UnchangedShape);
+
+REGISTER_OP("BertLayerNorm")
+    .Input("x: float")
+    .Input("gamma: float")
+    .Input("beta: float")
+    .Output("y: float")
+    .Output("mean: float")
+    .Output("rstd: float")
+    .Attr("epsilon: float")
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->input(0));
+      return RowsShape(c, 0, 1, 2);
+    });
+
+REGISTER_OP("BertLayerNormGrad")
+    .Input("dy: float")
+    .Input("x: float")
+    .Input("gamma: float")
+    .Input("mean: float")
+    .Input("rstd: float")
+    .Output("dx: float")
+    .Output("dgamma: float")
+    .Output("dbeta: float")
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->input(1));
+      c->set_output(1, c->input(2));
+      c->set_output(2, c->input(2));
+      return tensorflow::OkStatus();
+    });
+
+REGISTER_OP("BertGelu")
+    .Input("x: T")
+    .Output("y: T")
+    .Attr("T: {float, bfloat16, half}")
+    .SetShapeFn(::tensorflow::shape_inference::UnchangedShape);
+
+REGISTER_OP("BertGeluGrad")
+    .Input("dy: T")
+    .Input("x: T")
+    .Output("dx: T")
+    .Attr("T: {float, bfloat16, half}")
+    .SetShapeFn(::tensorflow::shape_inference::UnchangedShape);
+
+REGISTER_OP("BertSparseSoftmaxXent")
+    .Input("logits: float")
+    .Input("labels: Tlabels")
+    .Output("loss: float")
+    .Output("label_is_top: float")
+    .Output("row_max: float")
+    .Output("log_sum: float")
+    .Attr("Tlabels: {int32, int64}")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle logits;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &logits));
+      ShapeHandle rows = c->Vector(c->Dim(logits, 0));
+      for (int i = 0; i < 4; ++i) c->set_output(i, rows);
+      return tensorflow::OkStatus();
+    });
+
+REGISTER_OP("BertSparseSoftmaxXentGrad")
+    .Input("logits: float")
+    .Input("labels: Tlabels")
+    .Input("row_max: float")
+    .Input("log_sum: float")
+    .Input("upstream: float")
+    .Output("dlogits: float")
+    .Attr("Tlabels: {int32, int64}")
+    .SetShapeFn(::tensorflow::shape_inference::UnchangedShape);
+
+#define REGISTER_FLOAT_KERNELS(T)                                                         \
+  REGISTER_KERNEL_BUILDER(                                                                \
+      Name("BertFusedDropout").Device(DEVICE_CPU).TypeConstraint<T>("T"),                 \
+      FusedDropoutOp<T>);                                                                 \
+  REGISTER_KERNEL_BUILDER(Name("BertGelu").Device(DEVICE_CPU).TypeConstraint<T>("T"),     \
+                          GeluOp<T>);                                                     \
+  REGISTER_KERNEL_BUILDER(Name("BertGeluGrad").Device(DEVICE_CPU).TypeConstraint<T>("T"), \
+                          GeluGradOp<T>);
+
+REGISTER_FLOAT_KERNELS(float)
+REGISTER_FLOAT_KERNELS(::tensorflow::bfloat16)
+REGISTER_FLOAT_KERNELS(Eigen::half)
+
+#define REGISTER_LABEL_KERNELS(L)                                                          \
+  REGISTER_KERNEL_BUILDER(                                                                 \
+      Name("BertSparseSoftmaxXent").Device(DEVICE_CPU).TypeConstraint<L>("Tlabels"),       \
+      SparseSoftmaxXentOp<L>);                                                             \
+  REGISTER_KERNEL_BUILDER(                                                                 \
+      Name("BertSparseSoftmaxXentGrad").Device(DEVICE_CPU).TypeConstraint<L>("Tlabels"),   \
+      SparseSoftmaxXentGradOp<L>);
+
+REGISTER_LABEL_KERNELS(int32_t)
+REGISTER_LABEL_KERNELS(int64_t)
+
+REGISTER_KERNEL_BUILDER(Name("BertLayerNorm").Device(DEVICE_CPU), LayerNormOp);
+REGISTER_KERNEL_BUILDER(Name("BertLayerNormGrad").Device(DEVICE_CPU), LayerNormGradOp);
+
+}  // namespace
+}  // namespace bert_trainer

@@ -24,7 +24,8 @@ from bert_trainer.layers import Dropout, LayerNormalization, TransformerEncoder,
 REPO = pathlib.Path(__file__).resolve().parents[1]
 RNG = np.random.default_rng(0)
 FUSED_OPS = {"BertFusedDropout", "BertLayerNorm", "BertLayerNormGrad", "BertGelu",
-             "BertGeluGrad", "BertSparseSoftmaxXent", "BertSparseSoftmaxXentGrad"}
+             "BertGeluGrad", "BertSplitHeads", "BertMergeHeads", "BertSparseSoftmaxXent",
+             "BertSparseSoftmaxXentGrad"}
 
 
 @pytest.fixture(autouse=True)
@@ -173,6 +174,28 @@ def test_cross_entropy_names_a_label_out_of_range():
         kernels.sparse_softmax_cross_entropy(tf.constant([0, 50, 2]), logits)
 
 
+@pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
+def test_split_and_merge_heads_are_the_reshape_transpose_and_split(dtype):
+    batch, seq, heads, dim = 2, 5, 4, 6
+    x = tf.cast(tf.random.normal([batch, seq, 3 * heads * dim], seed=2), dtype)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        q, k, v = kernels.split_heads(x, 3, heads)
+        loss = tf.reduce_sum(tf.cast(q, tf.float32)) + 2.0 * tf.reduce_sum(tf.cast(v, tf.float32))
+    want = tf.split(tf.transpose(tf.reshape(x, [batch, seq, 3 * heads, dim]), [0, 2, 1, 3]), 3,
+                    axis=1)
+    for got, expected in zip((q, k, v), want, strict=True):
+        assert got.shape == (batch, heads, seq, dim) and got.dtype == dtype
+        np.testing.assert_array_equal(tf.cast(got, tf.float32), tf.cast(expected, tf.float32))
+    # The gradient is the merge of (1, 0, 2): the three thirds of each row.
+    grad = tf.reshape(tf.cast(tape.gradient(loss, x), tf.float32), [batch, seq, 3, -1]).numpy()
+    assert [set(np.unique(grad[:, :, i])) for i in range(3)] == [{1.0}, {0.0}, {2.0}]
+    np.testing.assert_array_equal(tf.cast(kernels.merge_heads([q, k, v]), tf.float32),
+                                  tf.cast(x, tf.float32))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"x must be \[batch, seq, 3 \* 5"):
+        kernels.library().bert_split_heads(tf.ones([2, 3, 16]), N=3, num_heads=5)
+
+
 # ------------------------------------------------------------------------- where they run
 
 
@@ -183,7 +206,8 @@ def test_a_training_step_of_the_encoder_runs_on_the_kernels():
     layer(data)
     types = _traced_op_types(_encoder_step(layer, data), data)
     assert {"BertFusedDropout", "BertLayerNorm", "BertLayerNormGrad", "BertGelu",
-            "BertGeluGrad"} <= types
+            "BertGeluGrad", "BertSplitHeads", "BertMergeHeads"} <= types
+
     # ... and the pretraining loss with its accuracy is one cross-entropy op.
     logits = tf.zeros([2, 3, 40])
     labels = tf.zeros([2, 3], tf.int32)

@@ -87,7 +87,7 @@ def _reference(layer, data, mask):
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
-def test_transformer_encoder_matches_numpy_reference(norm_first):
+def test_transformer_encoder_matches_numpy_reference(norm_first, kernel_mode):
     layer = TransformerEncoder(**LAYER_ARGS, norm_first=norm_first, norm_epsilon=1e-6)
     layer([DATA, MASK])
     _randomize(layer)
@@ -118,7 +118,8 @@ def test_output_range_equals_the_first_positions_of_the_full_output():
 
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("mask", [PADDING, MASK], ids=["padding_mask", "3d_mask"])
-def test_output_positions_are_the_full_outputs_rows_and_get_the_same_gradients(norm_first, mask):
+def test_output_positions_are_the_full_outputs_rows_and_get_the_same_gradients(
+        norm_first, mask, kernel_mode):
     layer = TransformerEncoder(**LAYER_ARGS, norm_first=norm_first)
     layer([DATA, MASK])
     _randomize(layer)
@@ -168,7 +169,7 @@ def test_wrong_data_rank_names_the_shape():
         TransformerEncoder(**LAYER_ARGS)(DATA[:, 0])
 
 
-def test_mixed_bfloat16_keeps_layer_norm_in_float32():
+def test_mixed_bfloat16_keeps_layer_norm_in_float32(kernel_mode):
     layer = TransformerEncoder(**LAYER_ARGS, dtype="mixed_bfloat16")
     output = layer([DATA, MASK])
     assert keras.backend.standardize_dtype(output.dtype) == "bfloat16"
@@ -194,7 +195,7 @@ def _attention_pair(query, value, **kwargs):
 
 @pytest.mark.parametrize("mask", [MASK, PADDING[:, None, :], None],
                          ids=["full_mask", "padding_mask", "no_mask"])
-def test_multi_head_attention_self_attention_equals_keras(mask):
+def test_multi_head_attention_self_attention_equals_keras(mask, kernel_mode):
     ours, theirs = _attention_pair(DATA, DATA)
     # The same tensor as query, key and value takes the fused Q/K/V projection.
     got = ours(DATA, DATA, attention_mask=mask)
@@ -208,7 +209,7 @@ def test_multi_head_attention_self_attention_equals_keras(mask):
                                    atol=1e-5)
 
 
-def test_multi_head_attention_cross_attention_and_separate_key_equal_keras():
+def test_multi_head_attention_cross_attention_and_separate_key_equal_keras(kernel_mode):
     query = DATA[:, :2]  # (batch, 2, hidden): fewer targets than sources
     key = RNG.standard_normal(DATA.shape).astype("float32")
     ours, theirs = _attention_pair(query, DATA)
@@ -220,7 +221,7 @@ def test_multi_head_attention_cross_attention_and_separate_key_equal_keras():
 
 @pytest.mark.parametrize("kwargs", [{"output_shape": 6}, {"output_shape": (2, 3)},
                                     {"use_bias": False}], ids=["width", "two_axes", "no_bias"])
-def test_multi_head_attention_output_projection_options_equal_keras(kwargs):
+def test_multi_head_attention_output_projection_options_equal_keras(kwargs, kernel_mode):
     # One 2-D matmul + bias add for an [heads, head_dim, out] kernel; Keras' einsum otherwise.
     ours, theirs = _attention_pair(DATA, DATA, **kwargs)
     got = ours(DATA, DATA, attention_mask=MASK)
@@ -229,7 +230,7 @@ def test_multi_head_attention_output_projection_options_equal_keras(kwargs):
     np.testing.assert_allclose(got, want, atol=1e-5)
 
 
-def test_multi_head_attention_gradients_equal_keras():
+def test_multi_head_attention_gradients_equal_keras(kernel_mode):
     ours, theirs = _attention_pair(DATA, DATA)
     direction = RNG.standard_normal(DATA.shape).astype("float32")
     grads = []

@@ -39,7 +39,7 @@ def test_masked_lm_layer_checks(tmp_path):
                    tmp_path=tmp_path, atol=1e-5)
 
 
-def test_logits_match_numpy_reference_and_table_is_tied():
+def test_logits_match_numpy_reference_and_table_is_tied(kernel_mode):
     table = _table()
     mlm = MaskedLM(embedding_table=table, activation="gelu")
     mlm(SEQUENCE, masked_positions=POSITIONS)
@@ -77,7 +77,7 @@ def test_from_config_owns_a_table_of_the_recorded_shape():
     assert revived.embedding_table is not mlm.embedding_table
 
 
-def test_mixed_bfloat16_gives_float32_logits_from_the_unrounded_table():
+def test_mixed_bfloat16_gives_float32_logits_from_the_unrounded_table(kernel_mode):
     # Table values that bfloat16 cannot hold (8 bits of mantissa): 1 + 2^-12.
     table = keras.Variable(np.full((VOCAB, WIDTH), 1.0 + 2.0 ** -12, "float32"))
     mlm = MaskedLM(embedding_table=table, dtype="mixed_bfloat16")

@@ -141,6 +141,17 @@ def gelu(x):
     return library().bert_gelu(x)
 
 
+def split_heads(x, num_splits: int, num_heads: int) -> list:
+    """`[batch, seq, num_splits * num_heads * dim]` -> num_splits x `[batch, heads, seq, dim]`."""
+    return library().bert_split_heads(x, N=num_splits, num_heads=num_heads)
+
+
+def merge_heads(heads: list):
+    """n x `[batch, heads, seq, dim]` -> `[batch, seq, n * heads * dim]` (`split_heads`'
+    inverse)."""
+    return library().bert_merge_heads(heads)
+
+
 def sparse_softmax_cross_entropy(labels, logits):
     """(`-log softmax(logits)[label]`, 1.0 where the label's logit is the highest) per row.
 
@@ -168,6 +179,17 @@ def _register_gradients():
     @tf.RegisterGradient("BertGelu")
     def _gelu_grad(op, dy):
         return [library().bert_gelu_grad(dy, op.inputs[0])]
+
+    @tf.RegisterGradient("BertSplitHeads")
+    def _split_heads_grad(op, *dys):
+        dys = [tf.zeros_like(y) if dy is None else dy
+               for y, dy in zip(op.outputs, dys, strict=True)]
+        return [library().bert_merge_heads(dys)]
+
+    @tf.RegisterGradient("BertMergeHeads")
+    def _merge_heads_grad(op, dx):
+        heads = op.inputs[0].shape[1]  # static: the layer's num_heads
+        return library().bert_split_heads(dx, N=len(op.inputs), num_heads=int(heads))
 
     @tf.RegisterGradient("BertSparseSoftmaxXent")
     def _xent_grad(op, dloss, *_):  # label_is_top, row_max and log_sum have no gradient

@@ -10,6 +10,10 @@
 //                         the same seed and no mask is stored.
 //   BertLayerNorm(+Grad)  LayerNorm over the last axis, with the closed-form gradient.
 //   BertGelu(+Grad)       exact (erf) GELU.
+//   BertSplitHeads / BertMergeHeads
+//                         [batch, seq, n * heads * dim] <-> n x [batch, heads, seq, dim]:
+//                         the attention projections' reshape, transpose and split (or
+//                         concat) as one copy; each is the other's gradient.
 //   BertSparseSoftmaxXent(+Grad)
 //                         -log softmax(logits)[label] per row, whether the label scored
 //                         highest, and each row's max and log(sum(exp(logit - max))); the
@@ -439,6 +443,89 @@ class SparseSoftmaxXentGradOp : public OpKernel {
 };
 
 // ---------------------------------------------------------------------------------------
+// Attention heads: [batch, seq, n * heads * dim] <-> n x [batch, heads, seq, dim].
+
+// Copies each `dim`-long run between the packed layout (`packed`) and the per-head outputs
+// (`split`); to_split chooses the direction. Parallel over (batch, seq) rows.
+template <typename T>
+void CopyHeads(OpKernelContext* ctx, int64_t batch, int64_t seq, int64_t n, int64_t heads,
+               int64_t dim, T* packed, const std::vector<T*>& split, bool to_split) {
+  const int64_t width = n * heads * dim;
+  ParallelFor(ctx, batch * seq, width * 2, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t b = row / seq, s = row % seq;
+      T* packed_row = packed + row * width;
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t h = 0; h < heads; ++h) {
+          T* head = split[i] + ((b * heads + h) * seq + s) * dim;
+          T* run = packed_row + (i * heads + h) * dim;
+          if (to_split) {
+            std::copy(run, run + dim, head);
+          } else {
+            std::copy(head, head + dim, run);
+          }
+        }
+      }
+    }
+  });
+}
+
+template <typename T>
+class SplitHeadsOp : public OpKernel {
+ public:
+  explicit SplitHeadsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_heads", &heads_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("N", &n_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    OP_REQUIRES(ctx, x.dims() == 3 && x.dim_size(2) % (n_ * heads_) == 0,
+                InvalidArgument("BertSplitHeads: x must be [batch, seq, ", n_, " * ", heads_,
+                                " * dim], got ", x.shape().DebugString()));
+    const int64_t batch = x.dim_size(0), seq = x.dim_size(1);
+    const int64_t dim = x.dim_size(2) / (n_ * heads_);
+    std::vector<T*> outputs(n_);
+    for (int i = 0; i < n_; ++i) {
+      Tensor* y = nullptr;
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(i, TensorShape({batch, heads_, seq, dim}), &y));
+      outputs[i] = y->flat<T>().data();
+    }
+    CopyHeads<T>(ctx, batch, seq, n_, heads_, dim, const_cast<T*>(x.flat<T>().data()), outputs,
+                 /*to_split=*/true);
+  }
+
+ private:
+  int heads_, n_;
+};
+
+template <typename T>
+class MergeHeadsOp : public OpKernel {
+ public:
+  explicit MergeHeadsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    const int n = ctx->num_inputs();
+    const Tensor& first = ctx->input(0);
+    OP_REQUIRES(ctx, first.dims() == 4,
+                InvalidArgument("BertMergeHeads: inputs must be [batch, heads, seq, dim], got ",
+                                first.shape().DebugString()));
+    std::vector<T*> inputs(n);
+    for (int i = 0; i < n; ++i) {
+      OP_REQUIRES(ctx, ctx->input(i).shape() == first.shape(),
+                  InvalidArgument("BertMergeHeads: inputs must have one shape"));
+      inputs[i] = const_cast<T*>(ctx->input(i).flat<T>().data());
+    }
+    const int64_t batch = first.dim_size(0), heads = first.dim_size(1);
+    const int64_t seq = first.dim_size(2), dim = first.dim_size(3);
+    Tensor* x = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({batch, seq, n * heads * dim}), &x));
+    CopyHeads<T>(ctx, batch, seq, n, heads, dim, x->flat<T>().data(), inputs,
+                 /*to_split=*/false);
+  }
+};
+
+// ---------------------------------------------------------------------------------------
 // Registration.
 
 tensorflow::Status RowsShape(InferenceContext* c, int input, int first_output, int count) {
@@ -500,6 +587,41 @@ REGISTER_OP("BertGeluGrad")
     .Attr("T: {float, bfloat16, half}")
     .SetShapeFn(::tensorflow::shape_inference::UnchangedShape);
 
+REGISTER_OP("BertSplitHeads")
+    .Input("x: T")
+    .Output("y: N * T")
+    .Attr("N: int >= 1")
+    .Attr("num_heads: int >= 1")
+    .Attr("T: {float, bfloat16, half}")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle x;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 3, &x));
+      int n, heads;
+      TF_RETURN_IF_ERROR(c->GetAttr("N", &n));
+      TF_RETURN_IF_ERROR(c->GetAttr("num_heads", &heads));
+      DimensionHandle dim;
+      TF_RETURN_IF_ERROR(c->Divide(c->Dim(x, 2), static_cast<int64_t>(n) * heads,
+                                   /*evenly_divisible=*/true, &dim));
+      ShapeHandle y = c->MakeShape({c->Dim(x, 0), c->MakeDim(heads), c->Dim(x, 1), dim});
+      for (int i = 0; i < n; ++i) c->set_output(i, y);
+      return tensorflow::OkStatus();
+    });
+
+REGISTER_OP("BertMergeHeads")
+    .Input("y: N * T")
+    .Output("x: T")
+    .Attr("N: int >= 1")
+    .Attr("T: {float, bfloat16, half}")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle y;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 4, &y));
+      DimensionHandle width;
+      TF_RETURN_IF_ERROR(c->Multiply(c->Dim(y, 1), c->Dim(y, 3), &width));
+      TF_RETURN_IF_ERROR(c->Multiply(width, c->num_inputs(), &width));
+      c->set_output(0, c->MakeShape({c->Dim(y, 0), c->Dim(y, 2), width}));
+      return tensorflow::OkStatus();
+    });
+
 REGISTER_OP("BertSparseSoftmaxXent")
     .Input("logits: float")
     .Input("labels: Tlabels")
@@ -533,7 +655,11 @@ REGISTER_OP("BertSparseSoftmaxXentGrad")
   REGISTER_KERNEL_BUILDER(Name("BertGelu").Device(DEVICE_CPU).TypeConstraint<T>("T"),     \
                           GeluOp<T>);                                                     \
   REGISTER_KERNEL_BUILDER(Name("BertGeluGrad").Device(DEVICE_CPU).TypeConstraint<T>("T"), \
-                          GeluGradOp<T>);
+                          GeluGradOp<T>);                                                 \
+  REGISTER_KERNEL_BUILDER(                                                                \
+      Name("BertSplitHeads").Device(DEVICE_CPU).TypeConstraint<T>("T"), SplitHeadsOp<T>); \
+  REGISTER_KERNEL_BUILDER(                                                                \
+      Name("BertMergeHeads").Device(DEVICE_CPU).TypeConstraint<T>("T"), MergeHeadsOp<T>);
 
 REGISTER_FLOAT_KERNELS(float)
 REGISTER_FLOAT_KERNELS(::tensorflow::bfloat16)

@@ -5,6 +5,7 @@ import math
 import keras
 from keras import ops
 
+from bert_trainer import kernels
 from bert_trainer.layers.dropout import Dropout
 
 # Added to the scores of masked keys: large enough that exp() underflows to 0, small enough
@@ -92,19 +93,24 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         # Keras' own dropout sublayer (built by the parent; it holds the seed generator).
         probs = self._dropout_layer(ops.softmax(scores, axis=-1), training=training)
         context = ops.matmul(probs, v)  # (batch, heads, target, head_dim)
-        context = ops.transpose(context, (0, 2, 1, 3))  # (batch, target, heads, head_dim)
         return self._output_projection(context)  # (batch, target, out)
 
     def _output_projection(self, context):
-        """`output_dense` as one 2-D matmul and bias add (TensorFlow fuses the pair).
+        """`output_dense` of `[batch, heads, target, head_dim]` as one 2-D matmul and bias add
+        (TensorFlow fuses the pair).
 
         The einsum of Keras' `output_dense` is a reshape, a matmul and a reshape, with the
         bias added after the last reshape: TensorFlow cannot fuse that add into the matmul.
-        A multi-axis `output_shape` or a quantized layer takes Keras' own call.
+        A multi-axis `output_shape` or a quantized layer takes Keras' own call. The heads
+        are moved next to each other by the fused kernel where it runs (`kernels`).
         """
         dense = self.output_dense
         if len(dense.kernel.shape) != 3 or getattr(dense, "quantization_mode", None):
-            return dense(context)
+            return dense(ops.transpose(context, (0, 2, 1, 3)))
+        if kernels.active(context.dtype):
+            context = kernels.merge_heads([context])  # (batch, target, heads * head_dim)
+        else:
+            context = ops.transpose(context, (0, 2, 1, 3))  # (batch, target, heads, head_dim)
         kernel = ops.cast(dense.kernel, self.compute_dtype)  # (heads, head_dim, out)
         width = self.num_heads * self.key_dim
         shape = ops.shape(context)
@@ -154,6 +160,8 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
                 [scaled(layer.bias, f) for layer, f in zip(layers, scales, strict=True)], axis=0)
             # ops.add of a vector: TensorFlow's BiasAdd, whose gradient is a fast row sum.
             y = ops.add(y, ops.reshape(bias, (-1,)))
+        if kernels.active(y.dtype):  # reshape, transpose and split as one copy
+            return kernels.split_heads(y, len(layers), heads)
         shape = ops.shape(x)
         y = ops.reshape(y, (shape[0], shape[1], len(layers) * heads, dim))
         y = ops.transpose(y, (0, 2, 1, 3))  # (batch, n * heads, seq, dim)

@@ -73,10 +73,12 @@ def make_plan(args) -> Plan:
     size = spec_lib.SIZES["nano" if args.smoke else "mini"]
     if args.smoke:
         main = spec_lib.StepSpec(size, batch_size=4, seq_length=16, max_predictions=3)
-        variants = (("bert_train", False, None), ("keras_hub", False, None))
+        variants = (("bert_train", False, None), ("bert_train_tf_ops", False, None),
+                    ("keras_hub", False, None))
     else:
         main = spec_lib.StepSpec(size)
         variants = (("bert_train", False, None), ("bert_train", True, None),
+                    ("bert_train_tf_ops", False, None),
                     ("keras_hub", False, None), ("keras_hub", True, None))
         if report.machine_info()["bf16_instructions"]:  # bfloat16 where the hardware has it.
             variants += (("bert_train", False, "bfloat16"),)

@@ -193,7 +193,7 @@ def test_smoke_training_entries_are_consistent(smoke):
     assert groups == {"compare", "size_growth", "seq_growth"}
     wired = importlib.util.find_spec("bert_trainer.tasks.pretraining") is not None
     for e in train:
-        if e["implementation"] == "bert_train" and not wired:
+        if e["implementation"].startswith("bert_train") and not wired:
             assert e["status"] == "skipped" and e["note"].startswith("NotAvailable")
             continue
         assert e["status"] == "ok", e
@@ -206,7 +206,7 @@ def test_smoke_training_entries_are_consistent(smoke):
         assert e["tokens_per_s"] == pytest.approx(e["sequences_per_s"] * e["seq_length"])
         # bert-train's pretrainer computes its last layer at [CLS] + the masked positions
         # only: the FLOPs it executes are the formula's less those rows; keras-hub's are all.
-        rows = 1 + step.max_predictions if e["implementation"] == "bert_train" else None
+        rows = 1 + step.max_predictions if e["implementation"].startswith("bert_train") else None
         assert e["executed_flops_per_step"] == spec_lib.train_flops(step, last_layer_rows=rows)
         assert (e["executed_flops_per_step"] < e["flops_per_step"]) == (rows is not None)
         assert e["gflops"] == pytest.approx(
@@ -216,7 +216,7 @@ def test_smoke_training_entries_are_consistent(smoke):
         assert np.isfinite(e["final_loss"]) and e["final_loss"] > 0
     compare = [e for e in train if e["group"] == "compare"]
     assert {(e["implementation"], e["jit_compile"]) for e in compare} == {
-        ("bert_train", False), ("keras_hub", False)}
+        ("bert_train", False), ("bert_train_tf_ops", False), ("keras_hub", False)}
     # The matmul floor ran in the same rounds and does exactly the FLOPs bert-train executes.
     (fp32,) = results["matmul_floor"]
     assert fp32["status"] == "ok" and fp32["dtype"] == "float32"
@@ -256,9 +256,16 @@ def test_smoke_table_has_a_row_per_measurement(smoke):
     results, text = smoke
     assert text.startswith("# Benchmarks\nhand-written prose\n")  # prose kept
     assert results["machine"]["cpu_model"] in text and "SMOKE RUN" in text
-    compare_rows = [line for line in text.splitlines()
-                    if line.startswith("| bert-train |") or line.startswith("| keras-hub |")]
-    assert len(compare_rows) == 2
+    compare_rows = [line for line in text.splitlines() if line.startswith(
+        ("| bert-train |", "| bert-train, TF ops only |", "| keras-hub |"))]
+    assert len(compare_rows) == 3
+    # What the fused kernels buy, from the two bert-train rows of the same rounds.
+    fused, tf_ops = (next(e for e in results["training"] if e["group"] == "compare"
+                          and e["implementation"] == name) for name in
+                     ("bert_train", "bert_train_tf_ops"))
+    assert (f"**{fused['step_time_s']:.3f} s** with them and {tf_ops['step_time_s']:.3f} s on "
+            f"TensorFlow's own ops (`BERT_TRAIN_FUSED_KERNELS=off`), same rounds: "
+            f"**{tf_ops['step_time_s'] / fused['step_time_s']:.2f}x**") in text
     assert text.count("| nano, seq ") == 2 and "| nano L1/H32, seq 16 |" in text
     for target in results["targets"]:
         assert f"| {target['name']} |" in text

@@ -10,6 +10,7 @@ Everything else - model, losses, metrics, optimizer, clipping, NaN guard, XLA - 
 code as `bert-train pretrain` runs it.
 """
 
+import os
 import tempfile
 
 import numpy as np
@@ -116,4 +117,14 @@ def build(step: spec_lib.StepSpec):
 
 def build_from_params(step: dict):
     """Worker entry point: `build` from a JSON `StepSpec`."""
+    return build(spec_lib.StepSpec.from_json(step))
+
+
+def build_tf_ops_from_params(step: dict):
+    """Worker entry point: `build` with the fused CPU kernels off (TensorFlow's own ops), the
+    baseline that measures what the kernels buy. A worker is its own process, so the
+    setting is this worker's alone."""
+    from bert_trainer import kernels
+
+    os.environ[kernels.MODE_ENV] = "off"
     return build(spec_lib.StepSpec.from_json(step))

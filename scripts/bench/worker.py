@@ -29,6 +29,7 @@ def _builders() -> dict:
     return {
         "keras_hub": "bench.keras_hub_step:build_from_params",
         "bert_train": "bench.bert_train_step:build_from_params",
+        "bert_train_tf_ops": "bench.bert_train_step:build_tf_ops_from_params",
         "matmul": "bench.peak:build",
         "matmul_floor": "bench.floor:build",
         "pipeline": "bench.pipeline:build",

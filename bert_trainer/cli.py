@@ -57,6 +57,13 @@ def main(argv=None) -> int:
         tf.config.list_physical_devices()
 
         module = importlib.import_module(f"bert_trainer.commands.{name}")
+    from bert_trainer import kernels  # noqa: PLC0415
+
+    try:
+        kernels.mode()  # a bad BERT_TRAIN_FUSED_KERNELS stops here, not inside a traced step
+    except ValueError as e:
+        print(f"bert-train: {e}", file=sys.stderr)
+        return 2
     return run_command(module, [f"bert-train {name}"] + argv[2:])
 
 

@@ -181,9 +181,12 @@ def test_smoke_results_have_every_section(smoke):
     assert results["settings"]["smoke"] is True
     peak = results["matmul_peak"]
     assert peak["gflops"] == max(peak["gflops_start"], peak["gflops_during_compare"]) > 0
-    assert [t["goal"] for t in results["targets"]] == [1.5, 1.0, 65.0, 65.0, 5.0, 1.0]
+    assert [t["goal"] for t in results["targets"]] == [1.5, 1.5, 1.0, 65.0, 65.0, 5.0, 1.0]
+    # The smoke plan trains float32 only: both speed rows are its bert-train fp32 row.
+    assert results["targets"][1]["value"] == pytest.approx(results["targets"][0]["value"])
+    assert results["targets"][1]["detail"] == "bert-train (fp32) vs keras-hub"
     # The smoke run has no bfloat16 variant: that MFU row is empty, not invented.
-    assert results["targets"][3]["value"] is None and "gflops_bfloat16" not in peak
+    assert results["targets"][4]["value"] is None and "gflops_bfloat16" not in peak
 
 
 def test_smoke_training_entries_are_consistent(smoke):

@@ -2,10 +2,11 @@
 
 Without XLA, every elementwise op of a TensorFlow step is a separate pass over memory, and
 the pip wheel compiles those ops for a baseline x86 CPU. `cpu_kernels.cc` holds one-pass
-kernels for the elementwise work of a BERT step that `tf.matmul` does not cover: dropout
-(with a mask recomputed from its seed instead of stored), LayerNorm, exact GELU and the
-masked LM's softmax cross-entropy, each forward and backward. They are compiled on first use
-for the machine's own CPU (`build.py`) and used where they can run:
+kernels for the work of a BERT step that `tf.matmul` does not cover: dropout (with a mask
+recomputed from its seed instead of stored), LayerNorm, exact GELU, the attention heads'
+layout (split / merge) and the masked LM's softmax cross-entropy, each forward and backward.
+They are compiled on first use for the machine's own CPU (`build.py`) and used where they can
+run:
 
 - `BERT_TRAIN_FUSED_KERNELS=auto` (the default): when the library builds, no GPU or TPU is
   visible, and the code is not being compiled by XLA (`jit_compile=True` or a TPU); else

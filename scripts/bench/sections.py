@@ -256,7 +256,8 @@ def targets(results: dict) -> list[dict]:
     """Issue 7's targets against what this run measured (None where not measured).
 
     bert-train counts with its fastest compare variant (named in each row's detail), against
-    keras-hub's default float32 TF step. The quoted peer figures are for the mini config, so a
+    keras-hub's default float32 TF step, and the speed target again with float32 alone. The
+    quoted peer figures are for the mini config, so a
     --smoke run leaves that row empty.
     """
     train = results.get("training", [])
@@ -273,6 +274,10 @@ def targets(results: dict) -> list[dict]:
         _target("bert-train / keras-hub TF step (seq/s)",
                 ours_sps / base["sequences_per_s"] if ours and base else None,
                 GOALS["vs_keras_hub"], detail=f"{variant} vs keras-hub" if base else ""),
+        _target("bert-train fp32 / keras-hub TF step (seq/s)",
+                fp32["sequences_per_s"] / base["sequences_per_s"] if fp32 and base else None,
+                GOALS["vs_keras_hub"], detail=f"{report.label(fp32)} (fp32) vs keras-hub"
+                if fp32 and base else ""),
         _target("bert-train / PyTorch compiled figure (19 seq/s, quoted)", quoted,
                 GOALS["vs_pytorch_compiled"], detail=variant),
         _target("bert-train MFU vs same-run matmul peak",

@@ -30,6 +30,8 @@ def kernel_mode(request, monkeypatch):
     from bert_trainer import kernels
 
     monkeypatch.setenv(kernels.MODE_ENV, request.param)
+    # CPU kernels run (on the CPU) where a GPU is visible too; `auto` only skips them there.
+    monkeypatch.setattr(kernels, "_accelerators_visible", lambda: False)
     return request.param
 
 

@@ -31,6 +31,9 @@ FUSED_OPS = {"BertFusedDropout", "BertLayerNorm", "BertLayerNormGrad", "BertGelu
 @pytest.fixture(autouse=True)
 def _required(monkeypatch):
     monkeypatch.setenv(kernels.MODE_ENV, "on")
+    # The kernels run on the CPU wherever they are asked to; `auto` skips them when a GPU is
+    # visible (tested below), which would leave these tests checking TensorFlow's ops.
+    monkeypatch.setattr(kernels, "_accelerators_visible", lambda: False)
 
 
 def _graph_op_types(graph_def) -> set:
@@ -101,6 +104,14 @@ def test_dropout_layer_uses_the_kernel_in_training_only():
     assert abs(float(tf.reduce_mean(first)) - 1.0) < 0.2
 
 
+def test_dropout_layer_uses_the_kernel_for_rates_16_bits_cannot_hold():
+    layer = Dropout(0.005, seed=5)
+    assert "BertFusedDropout" in _traced_op_types(lambda v: layer(v, training=True),
+                                                  tf.ones([4, 64]))
+    dropped = (layer(tf.ones([256, 1024]), training=True).numpy() == 0).mean()
+    assert abs(dropped - 0.005) < 0.001  # 262 k draws: standard deviation 0.00014
+
+
 def test_dropout_rejects_a_bad_rate_and_seed():
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"rate must be in \[0, 1\), got 1"):
         kernels.dropout(tf.ones([3]), 1.0, [1, 2])
@@ -112,9 +123,11 @@ def test_dropout_rejects_a_bad_rate_and_seed():
 # ------------------------------------------------------------ LayerNorm, GELU, cross-entropy
 
 
-@pytest.mark.parametrize("width", [256, 1000])
-def test_layer_norm_matches_the_formula_and_its_gradient(width):
-    x = tf.constant(RNG.standard_normal((3, 7, width)).astype("float32") * 3.0 + 1.0)
+@pytest.mark.parametrize("shape", [(3, 7, 256), (3, 7, 1000), (2, 64)],
+                         ids=["21_rows", "width_1000", "2_rows"])
+def test_layer_norm_matches_the_formula_and_its_gradient(shape):
+    width = shape[-1]
+    x = tf.constant(RNG.standard_normal(shape).astype("float32") * 3.0 + 1.0)
     gamma = tf.constant(RNG.normal(1.0, 0.3, width).astype("float32"))
     beta = tf.constant(RNG.normal(0.0, 0.3, width).astype("float32"))
     upstream = tf.constant(RNG.standard_normal(x.shape).astype("float32"))
@@ -134,6 +147,15 @@ def test_layer_norm_matches_the_formula_and_its_gradient(width):
         np.testing.assert_allclose(got, want, atol=2e-4, rtol=1e-4)
 
 
+def test_layer_norm_of_zero_width_is_empty_and_differentiable():
+    x, empty = tf.zeros([3, 0]), tf.zeros([0])
+    y, mean, rstd = kernels.library().bert_layer_norm(x, empty, empty, epsilon=1e-12)
+    assert y.shape == (3, 0) and mean.shape == rstd.shape == (3,)
+    assert np.all(np.isnan(mean)) and np.all(np.isnan(rstd))  # the moments of nothing
+    dx, dgamma, dbeta = kernels.library().bert_layer_norm_grad(x, x, empty, mean, rstd)
+    assert dx.shape == (3, 0) and dgamma.shape == dbeta.shape == (0,)
+
+
 def test_gelu_matches_tensorflows_exact_gelu_in_every_dtype():
     x = tf.constant(np.linspace(-8.0, 8.0, 4001, dtype="float32"))
     with tf.GradientTape(persistent=True) as tape:
@@ -147,6 +169,16 @@ def test_gelu_matches_tensorflows_exact_gelu_in_every_dtype():
         assert out.dtype == dtype  # computed in float32, rounded once: within one rounding
         want = tf.nn.gelu(tf.cast(low, tf.float32), approximate=False)
         np.testing.assert_allclose(out.numpy().astype("float32"), want,
+                                   rtol=2.0 ** -mantissa_bits, atol=1e-6)
+        with tf.GradientTape() as tape:  # the gradient too: float32 math, rounded once
+            tape.watch(low)
+            grad = tape.gradient(kernels.gelu(low), low)
+        low32 = tf.cast(low, tf.float32)
+        with tf.GradientTape() as tape:
+            tape.watch(low32)
+            want_grad = tape.gradient(tf.nn.gelu(low32, approximate=False), low32)
+        assert grad.dtype == dtype
+        np.testing.assert_allclose(grad.numpy().astype("float32"), want_grad,
                                    rtol=2.0 ** -mantissa_bits, atol=1e-6)
 
 
@@ -194,6 +226,8 @@ def test_split_and_merge_heads_are_the_reshape_transpose_and_split(dtype):
                                   tf.cast(x, tf.float32))
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"x must be \[batch, seq, 3 \* 5"):
         kernels.library().bert_split_heads(tf.ones([2, 3, 16]), N=3, num_heads=5)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"inputs must be \[batch, 5, seq"):
+        kernels.library().bert_merge_heads([tf.ones([2, 4, 3, 6])], num_heads=5)
 
 
 # ------------------------------------------------------------------------- where they run
@@ -242,6 +276,30 @@ def test_tensorflow_ops_under_xla_inside_disabled_and_when_off(monkeypatch):
         kernels.active()
 
 
+@pytest.mark.parametrize("jit_compile", [False, True], ids=["tensorflow", "xla"])
+def test_the_trainers_pretraining_step_runs_with_the_kernels_required(jit_compile):
+    """The real trainer and pretraining task (as the benchmark builds them): on TensorFlow
+    the step runs the kernels, and its XLA step, traced inside the compiled function, leaves
+    them out instead of failing to compile."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    from bench import bert_train_step, spec  # noqa: PLC0415
+
+    step = spec.StepSpec(spec.SIZES["nano"], batch_size=4, seq_length=16, max_predictions=3,
+                         jit_compile=jit_compile)
+    _, run = bert_train_step.build(step)
+    losses = [run(2)["loss"] for _ in range(2)]
+    assert all(np.isfinite(loss) and loss > 0 for loss in losses)
+
+
+def test_a_visible_accelerator_leaves_the_kernels_off(monkeypatch):
+    monkeypatch.setenv(kernels.MODE_ENV, "auto")
+    assert kernels.active()
+    monkeypatch.setattr(kernels, "_accelerators_visible", lambda: True)
+    assert not kernels.active()
+    layer = Dropout(0.1, seed=1)
+    assert not FUSED_OPS & _traced_op_types(lambda v: layer(v, training=True), tf.ones([2, 8]))
+
+
 def test_exported_saved_model_holds_only_tensorflow_ops(tmp_path):
     path, model = make_model_dir(tmp_path / "cls", "classification", pair=True, seq_length=16)
     assert kernels.active()  # so the export below had them available, and left them out
@@ -256,6 +314,11 @@ def test_exported_saved_model_holds_only_tensorflow_ops(tmp_path):
 # ----------------------------------------------------------------------------------- build
 
 
+def test_the_cached_library_is_readable_by_every_user():
+    kernels.library()
+    assert build.library_path().stat().st_mode & 0o777 == 0o755
+
+
 def test_the_cache_key_follows_the_source_and_the_cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv(build.CACHE_ENV, str(tmp_path / "cache"))
     first = build.library_path()
@@ -264,6 +327,10 @@ def test_the_cache_key_follows_the_source_and_the_cache_dir(tmp_path, monkeypatc
     edited.write_text(build.SOURCE.read_text() + "\n// edited\n")
     monkeypatch.setattr(build, "SOURCE", edited)
     assert build.library_path() != first
+    # ... and needs no compiler: a library built ahead of time loads without one.
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("CXX", raising=False)
+    assert build.library_path().parent == tmp_path / "cache"
 
 
 def _run_python(code: str, **env) -> subprocess.CompletedProcess:

@@ -62,7 +62,9 @@ def library():
             from bert_trainer.kernels import build  # noqa: PLC0415 - imports TensorFlow
 
             try:
-                _library = build.load()
+                lib = build.load()
+                _register_gradients(lib)
+                _library = lib
                 logging.info("Fused CPU kernels loaded from %s", build.library_path())
             except build.BuildError as e:
                 _error = str(e)
@@ -97,7 +99,12 @@ def _dtype_name(dtype) -> str:
 
 
 def _under_xla() -> bool:
-    """True while tracing for XLA (`jit_compile=True`, TPU): custom ops cannot compile there."""
+    """True while tracing for XLA (`jit_compile=True`, TPU): custom ops cannot compile there.
+
+    A decision at trace time: a plain `tf.function` traced outside XLA and later called from
+    a `jit_compile=True` one would keep its trace. The trainer traces its XLA step afresh
+    inside the compiled function (`TrainStep`), so its layers see the XLA context.
+    """
     import tensorflow as tf  # noqa: PLC0415
 
     try:
@@ -149,8 +156,11 @@ def split_heads(x, num_splits: int, num_heads: int) -> list:
 
 def merge_heads(heads: list):
     """n x `[batch, heads, seq, dim]` -> `[batch, seq, n * heads * dim]` (`split_heads`'
-    inverse)."""
-    return library().bert_merge_heads(heads)
+    inverse); the head count must be static."""
+    num_heads = heads[0].shape[1]
+    if num_heads is None:
+        raise ValueError("merge_heads: the head axis (1) must have a static size")
+    return library().bert_merge_heads(heads, num_heads=int(num_heads))
 
 
 def sparse_softmax_cross_entropy(labels, logits):
@@ -164,41 +174,38 @@ def sparse_softmax_cross_entropy(labels, logits):
     return loss, label_is_top
 
 
-def _register_gradients():
+def _register_gradients(lib) -> None:
+    """Gradients by op name (TensorFlow's registry), once, when the library loads."""
     import tensorflow as tf  # noqa: PLC0415
 
     @tf.RegisterGradient("BertFusedDropout")
     def _dropout_grad(op, dy):
-        return [library().bert_fused_dropout(dy, op.inputs[1], rate=op.get_attr("rate")), None]
+        return [lib.bert_fused_dropout(dy, op.inputs[1], rate=op.get_attr("rate")), None]
 
     @tf.RegisterGradient("BertLayerNorm")
     def _layer_norm_grad(op, dy, *_):  # mean and rstd are internal outputs
-        dx, dgamma, dbeta = library().bert_layer_norm_grad(
+        dx, dgamma, dbeta = lib.bert_layer_norm_grad(
             dy, op.inputs[0], op.inputs[1], op.outputs[1], op.outputs[2])
         return [dx, dgamma, dbeta]
 
     @tf.RegisterGradient("BertGelu")
     def _gelu_grad(op, dy):
-        return [library().bert_gelu_grad(dy, op.inputs[0])]
+        return [lib.bert_gelu_grad(dy, op.inputs[0])]
 
     @tf.RegisterGradient("BertSplitHeads")
     def _split_heads_grad(op, *dys):
         dys = [tf.zeros_like(y) if dy is None else dy
                for y, dy in zip(op.outputs, dys, strict=True)]
-        return [library().bert_merge_heads(dys)]
+        return [lib.bert_merge_heads(dys, num_heads=op.get_attr("num_heads"))]
 
     @tf.RegisterGradient("BertMergeHeads")
     def _merge_heads_grad(op, dx):
-        heads = op.inputs[0].shape[1]  # static: the layer's num_heads
-        return library().bert_split_heads(dx, N=len(op.inputs), num_heads=int(heads))
+        return lib.bert_split_heads(dx, N=len(op.inputs), num_heads=op.get_attr("num_heads"))
 
     @tf.RegisterGradient("BertSparseSoftmaxXent")
     def _xent_grad(op, dloss, *_):  # label_is_top, row_max and log_sum have no gradient
         logits, labels = op.inputs
         if dloss is None:
             return [tf.zeros_like(logits), None]
-        return [library().bert_sparse_softmax_xent_grad(
+        return [lib.bert_sparse_softmax_xent_grad(
             logits, labels, op.outputs[2], op.outputs[3], dloss), None]
-
-
-_register_gradients()

@@ -10,7 +10,6 @@ wait on a file lock and build it once; the library appears atomically.
 `python -m bert_trainer.kernels.build` builds it ahead of use (`make install` does).
 """
 
-import fcntl
 import hashlib
 import os
 import pathlib
@@ -46,28 +45,34 @@ def compiler() -> str:
                      "BERT_TRAIN_FUSED_KERNELS=off to use TensorFlow's own ops")
 
 
-def compile_command(source: pathlib.Path, output: pathlib.Path) -> list[str]:
+def compile_command(source: pathlib.Path, output: pathlib.Path,
+                    cxx: str | None = None) -> list[str]:
+    """The compiler command; `cxx` defaults to `compiler()` (which must exist)."""
     import tensorflow as tf  # noqa: PLC0415 - only when building
 
-    return [compiler(), "-shared", "-fPIC", "-O3", "-march=native", "-w",
+    return [cxx or compiler(), "-shared", "-fPIC", "-O3", "-march=native", "-w",
             str(source), "-o", str(output),
             *tf.sysconfig.get_compile_flags(), *tf.sysconfig.get_link_flags()]
 
 
 def _cpu_fingerprint() -> str:
-    """The CPU's model and feature flags (Linux), else what `platform` says."""
+    """The CPU's model and feature flags (Linux x86 and Arm), else what `platform` says."""
+    fields = ("flags", "model name", "Features", "CPU implementer", "CPU part")
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
-            lines = [line for line in f if line.startswith(("flags", "model name"))]
-        return "".join(sorted(set(lines)))
+            lines = [line for line in f if line.startswith(fields)]
+        return platform.machine() + "".join(sorted(set(lines)))
     except OSError:
         return platform.machine() + platform.processor()
 
 
 def library_path() -> pathlib.Path:
+    """Where the library for this source, TensorFlow and CPU is cached. Needs no compiler,
+    so a library built ahead of time (`make install`) loads where none is installed."""
     import tensorflow as tf  # noqa: PLC0415 - only when building
 
-    command = compile_command(pathlib.Path("SOURCE"), pathlib.Path("OUTPUT"))
+    cxx = os.environ.get("CXX") or "default-c++"
+    command = compile_command(pathlib.Path("SOURCE"), pathlib.Path("OUTPUT"), cxx=cxx)
     key = hashlib.sha256()
     for part in (SOURCE.read_bytes(), shlex.join(command).encode(), tf.__version__.encode(),
                  _cpu_fingerprint().encode()):
@@ -82,33 +87,42 @@ def build() -> pathlib.Path:
     if path.exists():
         return path
     try:
+        import fcntl  # noqa: PLC0415 - POSIX only
+
         path.parent.mkdir(parents=True, exist_ok=True)
-        lock = open(path.with_suffix(".lock"), "w")  # noqa: SIM115 - held across the build
-    except OSError as e:
-        raise BuildError(f"cannot write the kernel cache {path.parent} ({e}): set "
-                         f"{CACHE_ENV} to a writable directory") from None
-    with lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if path.exists():  # another process built it while this one waited
-            return path
-        fd, staging = tempfile.mkstemp(suffix=".so", dir=path.parent)
-        os.close(fd)
+        with open(path.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            if not path.exists():  # else another process built it while this one waited
+                _compile(path)
+    except (OSError, ImportError) as e:
+        raise BuildError(f"cannot build in the kernel cache {path.parent} ({e}): set "
+                         f"{CACHE_ENV} to a writable local directory") from None
+    return path
+
+
+def _compile(path: pathlib.Path) -> None:
+    """Compiles into a staging file beside `path`, then renames it into place: a library
+    appears whole or not at all."""
+    fd, staging = tempfile.mkstemp(suffix=".so", dir=path.parent)
+    os.close(fd)
+    try:
         command = compile_command(SOURCE, pathlib.Path(staging))
         try:
             done = subprocess.run(command, capture_output=True, text=True,
                                   timeout=COMPILE_TIMEOUT_S, check=False)
         except (OSError, subprocess.TimeoutExpired) as e:
-            os.unlink(staging)
             raise BuildError(f"compiling {SOURCE.name} failed ({e})") from None
         if done.returncode != 0:
-            os.unlink(staging)
             log = path.with_suffix(".log")
             log.write_text(shlex.join(command) + "\n\n" + done.stderr, encoding="utf-8")
             raise BuildError(f"compiling {SOURCE.name} failed (exit {done.returncode}; the "
                              f"compiler's output is in {log}): set BERT_TRAIN_FUSED_KERNELS=off "
                              "to use TensorFlow's own ops")
+        os.chmod(staging, 0o755)  # mkstemp's 0600 would lock other users of the cache out
         os.replace(staging, path)
-    return path
+    finally:
+        if os.path.exists(staging):
+            os.unlink(staging)
 
 
 def load():
@@ -118,7 +132,7 @@ def load():
     path = build()
     try:
         return tf.load_op_library(str(path))
-    except tf.errors.NotFoundError as e:  # e.g. built against another TensorFlow
+    except tf.errors.OpError as e:  # e.g. built against another TensorFlow, or unreadable
         raise BuildError(f"loading {path} failed ({e.message.splitlines()[0]}): delete it "
                          "to rebuild") from None
 

@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -200,7 +201,11 @@ class LayerNormOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, x.shape(), &y));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, row_shape, &mean));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(2, row_shape, &rstd));
-    if (width == 0) return;
+    if (width == 0) {  // nothing to normalize: the moments of no values are NaN
+      mean->flat<float>().setConstant(std::numeric_limits<float>::quiet_NaN());
+      rstd->flat<float>().setConstant(std::numeric_limits<float>::quiet_NaN());
+      return;
+    }
     const int64_t rows = x.NumElements() / width;
     const float* xs = x.flat<float>().data();
     float* ys = y->flat<float>().data();
@@ -240,7 +245,8 @@ class LayerNormGradOp : public OpKernel {
     const int64_t width = x.dim_size(x.dims() - 1);
     OP_REQUIRES(ctx, gamma.NumElements() == width,
                 InvalidArgument("BertLayerNormGrad: gamma must be [", width, "]"));
-    const int64_t rows = width == 0 ? 0 : x.NumElements() / width;
+    int64_t rows = 1;
+    for (int d = 0; d + 1 < x.dims(); ++d) rows *= x.dim_size(d);
     OP_REQUIRES(ctx, mean.NumElements() == rows && rstd.NumElements() == rows,
                 InvalidArgument("BertLayerNormGrad: mean and rstd must have ", rows,
                                 " elements"));
@@ -252,7 +258,7 @@ class LayerNormGradOp : public OpKernel {
     Array db(dbeta->flat<float>().data(), width);
     dg.setZero();
     db.setZero();
-    if (rows == 0) return;
+    if (rows == 0 || width == 0) return;
     // Row blocks, each with its own dgamma/dbeta partial sums, added up at the end.
     const int64_t blocks = std::min<int64_t>(rows, 16);
     std::vector<float> partial(static_cast<size_t>(blocks * 2 * width), 0.0f);
@@ -502,14 +508,16 @@ class SplitHeadsOp : public OpKernel {
 template <typename T>
 class MergeHeadsOp : public OpKernel {
  public:
-  explicit MergeHeadsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+  explicit MergeHeadsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_heads", &heads_));
+  }
 
   void Compute(OpKernelContext* ctx) override {
     const int n = ctx->num_inputs();
     const Tensor& first = ctx->input(0);
-    OP_REQUIRES(ctx, first.dims() == 4,
-                InvalidArgument("BertMergeHeads: inputs must be [batch, heads, seq, dim], got ",
-                                first.shape().DebugString()));
+    OP_REQUIRES(ctx, first.dims() == 4 && first.dim_size(1) == heads_,
+                InvalidArgument("BertMergeHeads: inputs must be [batch, ", heads_,
+                                ", seq, dim], got ", first.shape().DebugString()));
     std::vector<T*> inputs(n);
     for (int i = 0; i < n; ++i) {
       OP_REQUIRES(ctx, ctx->input(i).shape() == first.shape(),
@@ -523,6 +531,9 @@ class MergeHeadsOp : public OpKernel {
     CopyHeads<T>(ctx, batch, seq, n, heads, dim, x->flat<T>().data(), inputs,
                  /*to_split=*/false);
   }
+
+ private:
+  int heads_;
 };
 
 // ---------------------------------------------------------------------------------------
@@ -611,6 +622,7 @@ REGISTER_OP("BertMergeHeads")
     .Input("y: N * T")
     .Output("x: T")
     .Attr("N: int >= 1")
+    .Attr("num_heads: int >= 1")
     .Attr("T: {float, bfloat16, half}")
     .SetShapeFn([](InferenceContext* c) {
       ShapeHandle y;

@@ -26,18 +26,21 @@ class Dropout(keras.layers.Dropout):
     and the kept elements are scaled by 1 / (1 - that rate): the expectation is exact in
     float32 (in bfloat16 the scale rounds, as in Keras' dropout).
 
-    A rate that 16 bits cannot hold within 0.1 % (of the rate and of the keep probability:
-    below about 0.008 or above 0.992), other backends and `noise_shape` use Keras' own
-    dropout.
+    On TensorFlow's path, a rate that 16 bits cannot hold within 0.1 % (of the rate and of
+    the keep probability: below about 0.008 or above 0.992) uses Keras' own dropout, as do
+    other backends and `noise_shape`. The two paths draw different masks from one seed, so a
+    run that switches path (XLA on or off, kernels on or off) changes its dropout stream.
     """
 
     def call(self, inputs, training=False):
-        threshold = _threshold(self.rate)
-        if (not training or threshold is None or self.noise_shape is not None
+        if (not training or not 0.0 < self.rate < 1.0 or self.noise_shape is not None
                 or keras.backend.backend() != "tensorflow"):
             return super().call(inputs, training=training)
         if kernels.active(inputs.dtype):
             return kernels.dropout(inputs, self.rate, self.seed_generator.next())
+        threshold = _threshold(self.rate)
+        if threshold is None:
+            return super().call(inputs, training=training)
         return _dropout_16bit(inputs, threshold, self.seed_generator.next())
 
 

@@ -78,18 +78,24 @@ def library():
 
 
 def active(dtype=None) -> bool:
-    """Whether ops created here, now, should be the fused kernels.
+    """Whether ops created here, now, should be the fused kernels (Keras on TensorFlow only).
 
     Args:
       dtype: if given, also require it to be one of `ELEMENTWISE_DTYPES`.
     """
-    if dtype is not None and _dtype_name(dtype) not in ELEMENTWISE_DTYPES:
+    if getattr(_state, "disabled", 0) or mode() == "off" or _keras_backend() != "tensorflow":
         return False
-    if getattr(_state, "disabled", 0) or mode() == "off":
+    if dtype is not None and _dtype_name(dtype) not in ELEMENTWISE_DTYPES:
         return False
     if _under_xla() or _accelerators_visible():
         return False
     return library() is not None
+
+
+def _keras_backend() -> str:
+    import keras  # noqa: PLC0415
+
+    return keras.backend.backend()
 
 
 def _dtype_name(dtype) -> str:

@@ -29,7 +29,7 @@ def gelu(x):
     Returns:
       `gelu(x)`, same shape and dtype.
     """
-    if keras.backend.backend() == "tensorflow" and kernels.active(x.dtype):
+    if kernels.active(x.dtype):
         return kernels.gelu(x)
     return _gelu(x)
 

@@ -38,7 +38,7 @@ class LayerNormalization(keras.layers.LayerNormalization):
         if not (last_axis and self.center and self.scale) or self.rms_scaling:
             return super().call(inputs)
         dtype = keras.backend.result_type(inputs.dtype, "float32")  # float32 for half types
-        if dtype == "float32" and keras.backend.backend() == "tensorflow" and kernels.active():
+        if dtype == "float32" and kernels.active():
             outputs = kernels.layer_norm(ops.cast(inputs, dtype), ops.cast(self.gamma, dtype),
                                          ops.cast(self.beta, dtype), self.epsilon)
             return ops.cast(outputs, self.compute_dtype)

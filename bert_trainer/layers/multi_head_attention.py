@@ -107,7 +107,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         dense = self.output_dense
         if len(dense.kernel.shape) != 3 or getattr(dense, "quantization_mode", None):
             return dense(ops.transpose(context, (0, 2, 1, 3)))
-        if _fused(context.dtype):
+        if kernels.active(context.dtype):
             context = kernels.merge_heads([context])  # (batch, target, heads * head_dim)
         else:
             context = ops.transpose(context, (0, 2, 1, 3))  # (batch, target, heads, head_dim)
@@ -160,7 +160,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
                 [scaled(layer.bias, f) for layer, f in zip(layers, scales, strict=True)], axis=0)
             # ops.add of a vector: TensorFlow's BiasAdd, whose gradient is a fast row sum.
             y = ops.add(y, ops.reshape(bias, (-1,)))
-        if _fused(y.dtype):  # reshape, transpose and split as one copy
+        if kernels.active(y.dtype):  # reshape, transpose and split as one copy
             return kernels.split_heads(y, len(layers), heads)
         shape = ops.shape(x)
         y = ops.reshape(y, (shape[0], shape[1], len(layers) * heads, dim))
@@ -174,8 +174,3 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         allowed = ops.cast(attention_mask, "bool")
         bias = ops.where(allowed, ops.zeros((), dtype), ops.full((), masked_value, dtype))
         return ops.expand_dims(bias, axis=-3)  # head axis
-
-
-def _fused(dtype) -> bool:
-    """Whether the heads' layout runs as `bert_trainer.kernels` (TensorFlow, kernels active)."""
-    return keras.backend.backend() == "tensorflow" and kernels.active(dtype)

@@ -257,8 +257,7 @@ def targets(results: dict) -> list[dict]:
 
     bert-train counts with its fastest compare variant (named in each row's detail), against
     keras-hub's default float32 TF step, and the speed target again with float32 alone. The
-    quoted peer figures are for the mini config, so a
-    --smoke run leaves that row empty.
+    quoted peer figures are for the mini config, so a --smoke run leaves that row empty.
     """
     train = results.get("training", [])
     ours = _best(train, "bert_train")

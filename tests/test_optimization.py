@@ -154,11 +154,22 @@ def test_zero_weight_decay_builds_adamw_and_lamb_without_decay():
         assert keras.ops.convert_to_numpy(v).tolist() == [[1.0, 2.0]], name
 
 
-def test_fused_adamw_follows_keras_adamw_step_for_step():
+@pytest.mark.parametrize("fused_kernels", ["on", "off"])
+@pytest.mark.parametrize("gradient_scale", [None, 0.25])
+def test_fused_adamw_follows_keras_adamw_step_for_step(monkeypatch, fused_kernels,
+                                                       gradient_scale):
+    """One-pass kernel ("on") or ResourceApplyAdam ("off"): Keras' AdamW step for step, with
+    the clip factor folded into the update (`gradient_scale`) or not."""
+    from bert_trainer import kernels  # noqa: PLC0415
     from bert_trainer.training.fused_adamw import FusedAdamW  # noqa: PLC0415
 
+    monkeypatch.setenv(kernels.MODE_ENV, fused_kernels)
+    fused_updates = []
+    real_apply_adamw = kernels.apply_adamw
+    monkeypatch.setattr(kernels, "apply_adamw",
+                        lambda *a, **k: fused_updates.append(1) or real_apply_adamw(*a, **k))
     rng = np.random.default_rng(0)
-    shapes = [(7, 5), (5,), (3, 4, 2)]
+    shapes = [(7, 5), (5,), (3, 4, 2), (3000,)]  # the last spans several kernel chunks
     start = [rng.standard_normal(s).astype("float32") for s in shapes]
     grads = [[tf.constant(rng.standard_normal(s).astype("float32")) for s in shapes]
              for _ in range(4)]
@@ -169,9 +180,17 @@ def test_fused_adamw_follows_keras_adamw_step_for_step():
         optimizer.exclude_from_weight_decay(var_list=[variables[1]])
         optimizer.build(variables)
         for step_grads in grads:
-            optimizer.apply(step_grads, variables)
+            if cls is FusedAdamW and gradient_scale is not None:
+                optimizer.apply(step_grads, variables,
+                                gradient_scale=tf.constant(gradient_scale))
+            elif gradient_scale is not None:
+                optimizer.apply([g * gradient_scale for g in step_grads], variables)
+            else:
+                optimizer.apply(step_grads, variables)
         results.append(([v.numpy() for v in variables],
                         [v.numpy() for v in optimizer.variables]))
+    # The one-pass kernel updated every variable at every step, or never when off.
+    assert len(fused_updates) == (len(shapes) * len(grads) if fused_kernels == "on" else 0)
     (keras_vars, keras_slots), (fused_vars, fused_slots) = results
     for a, b, first in zip(keras_vars, fused_vars, start, strict=True):
         assert np.abs(a - first).max() > 1e-2  # it trained (4 steps of ~lr = 0.01)

@@ -4,7 +4,8 @@ Without XLA, every elementwise op of a TensorFlow step is a separate pass over m
 the pip wheel compiles those ops for a baseline x86 CPU. `cpu_kernels.cc` holds one-pass
 kernels for the work of a BERT step that `tf.matmul` does not cover: dropout (with a mask
 recomputed from its seed instead of stored), LayerNorm, exact GELU, the attention heads'
-layout (split / merge) and the masked LM's softmax cross-entropy, each forward and backward.
+layout (split / merge) and the masked LM's softmax cross-entropy, each forward and backward;
+and the optimizer's AdamW update (clip scale, weight decay and Adam in one pass).
 They are compiled on first use for the machine's own CPU (`build.py`) and used where they can
 run:
 
@@ -178,6 +179,20 @@ def sparse_softmax_cross_entropy(labels, logits):
     """
     loss, label_is_top, _, _ = library().bert_sparse_softmax_xent(logits, labels)
     return loss, label_is_top
+
+
+def apply_adamw(variable, m, v, grad, *, lr, beta1_power, beta2_power, beta1, beta2, epsilon,
+                weight_decay, grad_scale):
+    """One AdamW step of float32 `variable` (with its moments `m`, `v`) in one pass:
+    `g = grad * grad_scale`; `variable -= variable * weight_decay * lr` (Keras' decoupled
+    decay); then `ResourceApplyAdam`'s update with `g`. The scalars are float32 tensors.
+
+    Returns:
+      The op (it has no outputs).
+    """
+    return library().bert_apply_adam_w(
+        variable.handle, m.handle, v.handle, grad, lr, beta1_power, beta2_power, beta1, beta2,
+        epsilon, weight_decay, grad_scale)
 
 
 def _register_gradients(lib) -> None:

@@ -14,6 +14,9 @@
 //                         [batch, seq, n * heads * dim] <-> n x [batch, heads, seq, dim]:
 //                         the attention projections' reshape, transpose and split (or
 //                         concat) as one copy; each is the other's gradient.
+//   BertApplyAdamW        one AdamW update of a variable in one pass: the gradient's clip
+//                         scale, Keras' decoupled weight decay and TensorFlow's Adam
+//                         update (ResourceApplyAdam's formula), instead of three passes.
 //   BertSparseSoftmaxXent(+Grad)
 //                         -log softmax(logits)[label] per row, whether the label scored
 //                         highest, and each row's max and log(sum(exp(logit - max))); the
@@ -35,6 +38,8 @@
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/resource_mgr.h"
+#include "tensorflow/core/framework/resource_var.h"
 #include "tensorflow/core/framework/shape_inference.h"
 
 namespace bert_trainer {
@@ -537,6 +542,91 @@ class MergeHeadsOp : public OpKernel {
 };
 
 // ---------------------------------------------------------------------------------------
+// AdamW: var, m, v updated in place, one pass over the four arrays.
+//
+//   g = grad * grad_scale                                   (the global-norm clip)
+//   var -= var * weight_decay * lr                          (Keras' AdamW, before the update)
+//   m += (g - m) * (1 - beta1);  v += (g^2 - v) * (1 - beta2)
+//   var -= m * alpha / (sqrt(v) + epsilon),  alpha = lr sqrt(1 - beta2^t) / (1 - beta1^t)
+// (the last two lines are ResourceApplyAdam's).
+
+float Scalar(OpKernelContext* ctx, int input) { return ctx->input(input).scalar<float>()(); }
+
+class ApplyAdamWOp : public OpKernel {
+ public:
+  explicit ApplyAdamWOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    using ::tensorflow::Var;
+    ::tensorflow::core::RefCountPtr<Var> vars[3];
+    for (int i = 0; i < 3; ++i) {
+      OP_REQUIRES_OK(ctx, ::tensorflow::LookupResource(
+                              ctx, ::tensorflow::HandleFromInput(ctx, i), &vars[i]));
+    }
+    for (int i = 4; i < ctx->num_inputs(); ++i) {  // lr ... grad_scale
+      OP_REQUIRES(ctx, ::tensorflow::TensorShapeUtils::IsScalar(ctx->input(i).shape()),
+                  InvalidArgument("BertApplyAdamW: input ", i, " must be a scalar, got ",
+                                  ctx->input(i).shape().DebugString()));
+    }
+    // The three mutexes in address order (as TensorFlow's training ops), so that concurrent
+    // updates sharing a variable cannot deadlock.
+    std::vector<::tensorflow::mutex*> mutexes;
+    for (auto& v : vars) {
+      if (std::find(mutexes.begin(), mutexes.end(), v->mu()) == mutexes.end()) {
+        mutexes.push_back(v->mu());
+      }
+    }
+    std::sort(mutexes.begin(), mutexes.end());
+    for (auto* mu : mutexes) mu->lock();
+    Compute(ctx, vars);
+    for (auto it = mutexes.rbegin(); it != mutexes.rend(); ++it) (*it)->unlock();
+  }
+
+ private:
+  void Compute(OpKernelContext* ctx, ::tensorflow::core::RefCountPtr<::tensorflow::Var>* vars) {
+    const Tensor& grad = ctx->input(3);
+    Tensor* arrays[3];
+    for (int i = 0; i < 3; ++i) {
+      Tensor* t = vars[i]->tensor();
+      OP_REQUIRES(ctx, t->IsInitialized() && t->dtype() == ::tensorflow::DT_FLOAT &&
+                           t->shape() == grad.shape(),
+                  InvalidArgument("BertApplyAdamW: var, m and v must be initialized float32 "
+                                  "of the gradient's shape ", grad.shape().DebugString()));
+      // Copy-on-write: a tensor read elsewhere (or in copy-on-read mode) gets its own buffer
+      // before it is changed in place, as TensorFlow's own training ops do.
+      if (vars[i]->copy_on_read_mode.load() || !t->RefCountIsOne()) {
+        Tensor copy;
+        OP_REQUIRES_OK(ctx, ctx->allocate_temp(t->dtype(), t->shape(), &copy));
+        std::copy_n(t->flat<float>().data(), t->NumElements(), copy.flat<float>().data());
+        *t = copy;
+      }
+      arrays[i] = t;
+    }
+    const float lr = Scalar(ctx, 4), beta1_power = Scalar(ctx, 5), beta2_power = Scalar(ctx, 6);
+    const float beta1 = Scalar(ctx, 7), beta2 = Scalar(ctx, 8), epsilon = Scalar(ctx, 9);
+    const float weight_decay = Scalar(ctx, 10), grad_scale = Scalar(ctx, 11);
+    const float alpha = lr * std::sqrt(1.0f - beta2_power) / (1.0f - beta1_power);
+    const float one_minus_beta1 = 1.0f - beta1, one_minus_beta2 = 1.0f - beta2;
+    const float* gs = grad.flat<float>().data();
+    float* ps = arrays[0]->flat<float>().data();
+    float* ms = arrays[1]->flat<float>().data();
+    float* vs = arrays[2]->flat<float>().data();
+    const bool decay = weight_decay != 0.0f;
+    ParallelChunks(ctx, grad.NumElements(), 12, [=](int64_t first, int64_t count) {
+      // Eigen arrays over the chunk (in L1 after the first read): vectorized sqrt and divide.
+      float gb[kChunk];
+      Array g(gb, count);
+      g = ConstArray(gs + first, count) * grad_scale;
+      Array p(ps + first, count), m(ms + first, count), v(vs + first, count);
+      if (decay) p -= p * weight_decay * lr;
+      m += (g - m) * one_minus_beta1;
+      v += (g.square() - v) * one_minus_beta2;
+      p -= (m * alpha) / (v.sqrt() + epsilon);
+    });
+  }
+};
+
+// ---------------------------------------------------------------------------------------
 // Registration.
 
 tensorflow::Status RowsShape(InferenceContext* c, int input, int first_output, int count) {
@@ -660,6 +750,22 @@ REGISTER_OP("BertSparseSoftmaxXentGrad")
     .Attr("Tlabels: {int32, int64}")
     .SetShapeFn(::tensorflow::shape_inference::UnchangedShape);
 
+REGISTER_OP("BertApplyAdamW")
+    .Input("var: resource")
+    .Input("m: resource")
+    .Input("v: resource")
+    .Input("grad: float")
+    .Input("lr: float")
+    .Input("beta1_power: float")
+    .Input("beta2_power: float")
+    .Input("beta1: float")
+    .Input("beta2: float")
+    .Input("epsilon: float")
+    .Input("weight_decay: float")
+    .Input("grad_scale: float")
+    .SetIsStateful()
+    .SetShapeFn(::tensorflow::shape_inference::NoOutputs);
+
 #define REGISTER_FLOAT_KERNELS(T)                                                         \
   REGISTER_KERNEL_BUILDER(                                                                \
       Name("BertFusedDropout").Device(DEVICE_CPU).TypeConstraint<T>("T"),                 \
@@ -690,6 +796,7 @@ REGISTER_LABEL_KERNELS(int64_t)
 
 REGISTER_KERNEL_BUILDER(Name("BertLayerNorm").Device(DEVICE_CPU), LayerNormOp);
 REGISTER_KERNEL_BUILDER(Name("BertLayerNormGrad").Device(DEVICE_CPU), LayerNormGradOp);
+REGISTER_KERNEL_BUILDER(Name("BertApplyAdamW").Device(DEVICE_CPU), ApplyAdamWOp);
 
 }  // namespace
 }  // namespace bert_trainer

@@ -1,25 +1,78 @@
-"""Keras' AdamW with its dense update done by TensorFlow's fused Adam kernel."""
+"""Keras' AdamW with its dense update done in one fused kernel per variable."""
 
 import keras
 import tensorflow as tf
 
+from bert_trainer import kernels
+
 
 @keras.saving.register_keras_serializable(package="bert_trainer")
 class FusedAdamW(keras.optimizers.AdamW):
-    """`keras.optimizers.AdamW` whose per-variable update is one `ResourceApplyAdam` kernel.
+    """`keras.optimizers.AdamW` whose per-variable update is one kernel.
 
     Keras' TensorFlow update is eight elementwise ops per variable (each a pass over the
-    variable, its moments or the gradient); TensorFlow's fused kernel reads and writes each
-    once. It computes the same formula in the same order (m += (g - m)(1 - b1);
-    v += (g^2 - v)(1 - b2); var -= lr sqrt(1 - b2^t) / (1 - b1^t) m / (sqrt(v) + eps)), and
-    everything else - the decoupled weight decay and its exclusions, the slot variables and
-    their checkpoint names, the schedule - is Keras'. The mini benchmark's 11.3 M parameters
-    update 2.4x faster on CPU.
+    variable, its moments or the gradient), plus two for the decoupled weight decay and one
+    for a global-norm clip applied before it. Here:
+
+    - where the fused CPU kernels run (`bert_trainer.kernels`), `BertApplyAdamW` does the
+      clip scale, the weight decay and the Adam update in one pass over the variable, its
+      moments and the gradient;
+    - elsewhere (GPU, TPU, kernels off), TensorFlow's fused `ResourceApplyAdam` does the Adam
+      update, after Keras' weight decay.
+
+    Both compute the same formula in the same order (var -= var * wd * lr; then
+    m += (g - m)(1 - b1); v += (g^2 - v)(1 - b2); var -= lr sqrt(1 - b2^t) / (1 - b1^t) m /
+    (sqrt(v) + eps)), and everything else - which variables decay, the slot variables and
+    their checkpoint names, the schedule - is Keras'. On the mini benchmark's 11.3 M
+    parameters TensorFlow's kernel updates 2.4x faster than Keras' ops.
+
+    `apply(grads, variables, gradient_scale=s)` multiplies the gradients by the scalar `s`
+    (a global-norm clip factor) inside the update instead of in a pass of its own.
 
     Sparse gradients, AMSGrad and non-TensorFlow backends take Keras' own update.
     """
 
+    _gradient_scale = None  # set by `apply` while it traces the update
+
+    def apply(self, grads, trainable_variables=None, gradient_scale=None):
+        """Keras' `apply`, with the gradients first multiplied by the scalar `gradient_scale`.
+
+        Args:
+          grads: gradients, one per variable.
+          trainable_variables: as Keras' `apply`.
+          gradient_scale: None, or a float32 scalar tensor every gradient is multiplied by
+            (folded into the fused update where it runs).
+        """
+        if gradient_scale is not None and self.gradient_accumulation_steps:
+            # Keras' accumulation adds the raw gradients: scale them before.
+            grads = [g * tf.cast(gradient_scale, g.dtype) for g in grads]
+            gradient_scale = None
+        self._gradient_scale = gradient_scale
+        try:
+            return super().apply(grads, trainable_variables)
+        finally:
+            self._gradient_scale = None
+
+    def _fused(self, gradient, variable) -> bool:
+        """Whether `variable`'s update is the one-pass kernel (weight decay included)."""
+        return (not self.amsgrad and not isinstance(gradient, tf.IndexedSlices)
+                and keras.backend.backend() == "tensorflow" and variable.dtype == tf.float32
+                and kernels.active())
+
+    def _apply_weight_decay(self, variables):
+        # Decay is applied per variable in `update_step`, fused into the update where it can
+        # be; Keras would apply it to every variable first, in passes of its own.
+        del variables
+
     def update_step(self, gradient, variable, learning_rate):
+        if self._fused(gradient, variable):
+            return self._fused_update(gradient, variable, learning_rate)
+        if self._gradient_scale is not None:
+            scale = tf.cast(self._gradient_scale, gradient.dtype)
+            gradient = (tf.IndexedSlices(gradient.values * scale, gradient.indices,
+                                         gradient.dense_shape)
+                        if isinstance(gradient, tf.IndexedSlices) else gradient * scale)
+        self._decay(variable)
         if (self.amsgrad or isinstance(gradient, tf.IndexedSlices)
                 or keras.backend.backend() != "tensorflow"):
             return super().update_step(gradient, variable, learning_rate)
@@ -32,4 +85,27 @@ class FusedAdamW(keras.optimizers.AdamW):
             v=self._velocities[index].handle, beta1_power=tf.pow(beta_1, step),
             beta2_power=tf.pow(beta_2, step), lr=tf.cast(learning_rate, dtype), beta1=beta_1,
             beta2=beta_2, epsilon=tf.cast(self.epsilon, dtype), grad=tf.cast(gradient, dtype))
+        return None
+
+    def _decay(self, variable) -> None:
+        """Keras' decoupled weight decay of `variable` (`_apply_weight_decay`'s formula)."""
+        if self.weight_decay is not None and self._use_weight_decay(variable):
+            lr = tf.cast(self.learning_rate, variable.dtype)
+            wd = tf.cast(self.weight_decay, variable.dtype)
+            variable.assign_sub(variable * wd * lr)
+
+    def _fused_update(self, gradient, variable, learning_rate):
+        f32 = tf.float32
+        step = tf.cast(self.iterations + 1, f32)
+        beta_1, beta_2 = tf.cast(self.beta_1, f32), tf.cast(self.beta_2, f32)
+        index = self._get_variable_index(variable)
+        decays = self.weight_decay is not None and self._use_weight_decay(variable)
+        scale = self._gradient_scale
+        kernels.apply_adamw(
+            variable, self._momentums[index], self._velocities[index], tf.cast(gradient, f32),
+            lr=tf.cast(learning_rate, f32), beta1_power=tf.pow(beta_1, step),
+            beta2_power=tf.pow(beta_2, step), beta1=beta_1, beta2=beta_2,
+            epsilon=tf.cast(self.epsilon, f32),
+            weight_decay=tf.cast(self.weight_decay if decays else 0.0, f32),
+            grad_scale=tf.cast(1.0 if scale is None else scale, f32))
         return None

@@ -208,10 +208,16 @@ def clip_by_global_norm(grads: list, norm, clip_norm: float | None) -> list:
     """
     if clip_norm is None:
         return grads
+    factor = clip_factor(norm, clip_norm)
+    return [g * tf.cast(factor, g.dtype) for g in grads]
+
+
+def clip_factor(norm, clip_norm: float) -> tf.Tensor:
+    """clip_norm / max(norm, clip_norm): the float32 factor that clips gradients of global norm
+    `norm` to `clip_norm`; NaN when `norm` is not finite."""
     factor = clip_norm / tf.maximum(norm, clip_norm)
     # An overflowed norm must not turn into a silent zero update: poison the step instead.
-    factor = tf.where(tf.math.is_finite(norm), factor, float("nan"))
-    return [g * tf.cast(factor, g.dtype) for g in grads]
+    return tf.where(tf.math.is_finite(norm), factor, float("nan"))
 
 
 def global_norm(grads: list) -> tf.Tensor:

@@ -19,6 +19,7 @@ from absl import logging
 from bert_trainer import features as F
 from bert_trainer.tasks.base import Task
 from bert_trainer.training import optimization, throughput
+from bert_trainer.training.fused_adamw import FusedAdamW
 
 
 def checked_losses(task: Task, losses: dict) -> dict:
@@ -213,8 +214,13 @@ class TrainStep:
         return grads, norm, losses["loss"]
 
     def _apply(self, grads, norm) -> None:
-        grads = optimization.clip_by_global_norm(grads, norm, self.clip_norm)
         variables = [self.model.trainable_variables[i] for i in self._grad_indices]
+        if self.clip_norm is not None and isinstance(self.optimizer, FusedAdamW):
+            # The clip factor is applied inside the optimizer's one-pass update.
+            factor = optimization.clip_factor(norm, self.clip_norm)
+            self.optimizer.apply(grads, variables, gradient_scale=factor)
+            return
+        grads = optimization.clip_by_global_norm(grads, norm, self.clip_norm)
         self.optimizer.apply(grads, variables)
 
     # ------------------------------------------------------ one step (cross-replica context)

@@ -42,3 +42,16 @@ GOOGLE_BERT_NAMES = {
 # Special tokens every vocabulary must hold.
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
+
+
+# Training computes the masked LM only at weighted predictions (BertPretrainer), padded with
+# unweighted ones to a multiple of this many rows so that few distinct shapes occur.
+PREDICTION_ROW_MULTIPLE = 16
+
+
+def computed_prediction_rows(num_weighted: int, total: int) -> int:
+    """Rows the masked LM computes in training for a batch with `num_weighted` weighted
+    predictions out of `total` (batch x P): `num_weighted` rounded up to a multiple of
+    `PREDICTION_ROW_MULTIPLE`, at most `total`."""
+    multiple = PREDICTION_ROW_MULTIPLE
+    return min(total, -(-num_weighted // multiple) * multiple)

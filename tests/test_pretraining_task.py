@@ -13,7 +13,7 @@ from bert_trainer import features as F
 from bert_trainer import model_dir
 from bert_trainer.encoders import build_encoder
 from bert_trainer.errors import UserError
-from bert_trainer.models import MLM_LOGITS, NEXT_SENTENCE_LOGITS
+from bert_trainer.models import MLM_LOGITS, MLM_ROW_LOGITS, MLM_ROWS, NEXT_SENTENCE_LOGITS
 from bert_trainer.tasks.pretraining import PretrainingConfig, PretrainingTask
 from bert_trainer.training import optimization
 from bert_trainer.training.optimization import OptimizerConfig
@@ -94,6 +94,64 @@ def test_losses_and_metrics_follow_the_per_example_formulas():
     losses = mlm_only.build_losses(features, {MLM_LOGITS: logits})
     assert mlm_only.loss_names == ("loss", "mlm_loss") and set(losses) == {"loss", "mlm_loss"}
     np.testing.assert_allclose(losses["loss"], losses["mlm_loss"])
+
+
+@pytest.mark.parametrize("sparse_last_layer", [True, False])
+def test_training_computes_only_the_weighted_predictions_with_the_same_loss(sparse_last_layer):
+    """In training the pretrainer runs its masked LM on the weighted predictions only (rounded
+    up to 16 rows); losses, accuracy and gradients are those of every slot. Evaluation (and a
+    pretrainer asked not to) computes every slot."""
+    batch, seq, predictions, vocab = 8, 16, 5, 50
+    task = PretrainingTask(PretrainingConfig(masking="static", seq_length=seq,
+                                             max_predictions_per_seq=predictions),
+                           tiny_encoder(vocab, output_dropout=0.0, attention_dropout=0.0))
+    model = task.build_model()
+    model.sparse_last_layer = sparse_last_layer
+    rng = np.random.default_rng(0)
+    weights_ = np.zeros((batch, predictions), np.float32)
+    weights_[:, :2] = 1.0  # 16 weighted of 40 slots ...
+    weights_[3, 4] = 1.0  # ... and one more: 17, rounded up to 32 rows
+    features = {
+        F.INPUT_WORD_IDS: rng.integers(1, vocab, (batch, seq), dtype=np.int32),
+        F.INPUT_MASK: np.ones((batch, seq), np.int32),
+        F.INPUT_TYPE_IDS: np.zeros((batch, seq), np.int32),
+        F.MASKED_LM_POSITIONS: rng.integers(1, seq, (batch, predictions), dtype=np.int32),
+        F.MASKED_LM_IDS: rng.integers(1, vocab, (batch, predictions), dtype=np.int32),
+        F.MASKED_LM_WEIGHTS: weights_,
+        F.NEXT_SENTENCE_LABELS: rng.integers(0, 2, batch, dtype=np.int32)}
+    features = {k: tf.constant(v) for k, v in features.items()}
+
+    def run(skip):
+        model.skip_unweighted_predictions = skip
+        with tf.GradientTape() as tape:
+            outputs = model(task.model_inputs(features), training=True)
+            losses = task.build_losses(features, outputs)
+            total = tf.reduce_mean(losses["loss"])
+        metrics = task.build_metrics(training=True)
+        task.update_metrics(metrics, features, outputs)
+        grads = tape.gradient(total, model.trainable_variables)
+        return outputs, losses, float(metrics[0].result()), grads
+
+    rows_out, rows_losses, rows_accuracy, rows_grads = run(True)
+    assert MLM_LOGITS not in rows_out
+    rows = rows_out[MLM_ROWS].numpy()
+    assert rows_out[MLM_ROW_LOGITS].shape == (32, vocab)
+    flat = weights_.reshape(-1)
+    # The 17 weighted slots first, in order, then the first 15 unweighted ones.
+    assert rows[:17].tolist() == np.flatnonzero(flat).tolist()
+    assert rows[17:].tolist() == np.flatnonzero(flat == 0)[:15].tolist()
+    all_out, all_losses, all_accuracy, all_grads = run(False)
+    assert all_out[MLM_LOGITS].shape == (batch, predictions, vocab)
+    np.testing.assert_allclose(rows_out[MLM_ROW_LOGITS].numpy(),
+                               all_out[MLM_LOGITS].numpy().reshape(-1, vocab)[rows], atol=1e-5)
+    for name in ("loss", "mlm_loss", "nsp_loss"):
+        np.testing.assert_allclose(rows_losses[name], all_losses[name], rtol=1e-5)
+    assert rows_accuracy == pytest.approx(all_accuracy)
+    for a, b in zip(rows_grads, all_grads, strict=True):
+        np.testing.assert_allclose(tf.convert_to_tensor(a).numpy(),
+                                   tf.convert_to_tensor(b).numpy(), atol=1e-6)
+    model.skip_unweighted_predictions = True
+    assert MLM_LOGITS in model(task.model_inputs(features), training=False)
 
 
 def test_tiny_run_lowers_the_loss_and_logs_every_scalar(straight_run):

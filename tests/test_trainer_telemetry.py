@@ -49,10 +49,19 @@ def test_tensorboard_gets_padding_fraction_model_flops_and_mfu(tmp_path):
     trainer.train_and_evaluate()
     train = read_scalars(tmp_path / "train")
     assert train["peak_gflops"] == {0: pytest.approx(2.0)}
-    # The pretrainer computes its last layer at [CLS] and the masked positions only.
+    # The pretrainer computes its last layer at [CLS] and the masked positions only, and its
+    # masked LM at the weighted predictions (rounded up to 16 rows: here 16 of 32 slots).
     rows = 1 + STEP.max_predictions
-    flops_per_example = spec_lib.train_flops(STEP, last_layer_rows=rows) / STEP.batch_size
+
+    def computed_rows(batch):
+        return F.computed_prediction_rows(np.count_nonzero(batch[F.MASKED_LM_WEIGHTS]),
+                                          STEP.batch_size * STEP.max_predictions)
+
+    assert [computed_rows(b) for b in BATCHES] == [16] * 4
     for step, used in ((2, BATCHES[:2]), (4, BATCHES[2:])):
+        flops_per_example = np.mean([spec_lib.train_flops(
+            STEP, last_layer_rows=rows, mlm_rows=computed_rows(b)) for b in used]) / len(used[0][
+                F.INPUT_MASK])
         masks = np.stack([b[F.INPUT_MASK] for b in used])
         assert train["padding_fraction"][step] == pytest.approx(1 - masks.mean(), rel=1e-6)
         assert 0.05 < train["padding_fraction"][step] < 0.5

@@ -93,6 +93,13 @@ def active(dtype=None) -> bool:
     return library() is not None
 
 
+def dynamic_shapes_are_free() -> bool:
+    """Whether ops created here, now, run on the CPU outside XLA, where a tensor's shape may
+    change from step to step at no cost (on a GPU a data-dependent shape costs a host sync;
+    XLA and TPUs need static shapes)."""
+    return not _under_xla() and not _accelerators_visible()
+
+
 def _keras_backend() -> str:
     import keras  # noqa: PLC0415
 

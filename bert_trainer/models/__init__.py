@@ -9,11 +9,14 @@ from bert_trainer.models.output_names import (
                                               END_LOGITS,
                                               LOGITS,
                                               MLM_LOGITS,
+                                              MLM_ROW_LOGITS,
+                                              MLM_ROWS,
                                               NEXT_SENTENCE_LOGITS,
                                               START_LOGITS,
 )
 
 __all__ = [
     "BertClassifier", "BertPretrainer", "BertSpanLabeler", "BertTokenClassifier", "EncoderModel",
-    "END_LOGITS", "LOGITS", "MLM_LOGITS", "NEXT_SENTENCE_LOGITS", "START_LOGITS",
+    "END_LOGITS", "LOGITS", "MLM_LOGITS", "MLM_ROW_LOGITS", "MLM_ROWS", "NEXT_SENTENCE_LOGITS",
+    "START_LOGITS",
 ]

@@ -10,6 +10,7 @@ import dataclasses
 from collections.abc import Callable
 
 import keras
+import tensorflow as tf
 from absl import logging
 from keras import ops
 
@@ -20,7 +21,13 @@ from bert_trainer.data import pretraining_pipeline
 from bert_trainer.data.masking import MaskingVocab
 from bert_trainer.data.tokenizer import Tokenizer, load_vocab
 from bert_trainer.errors import UserError
-from bert_trainer.models import MLM_LOGITS, NEXT_SENTENCE_LOGITS, BertPretrainer
+from bert_trainer.models import (
+    MLM_LOGITS,
+    MLM_ROW_LOGITS,
+    MLM_ROWS,
+    NEXT_SENTENCE_LOGITS,
+    BertPretrainer,
+)
 from bert_trainer.tasks.base import Task
 
 TASK_NAME = "pretraining"
@@ -140,9 +147,10 @@ class PretrainingTask(Task):
                                 f"build_encoder.vocab_size = {size}")
 
     def model_inputs(self, features: dict) -> dict:
-        """Encoder inputs plus the masked positions the MLM head gathers."""
-        names = (*F.ENCODER_INPUTS, F.MASKED_LM_POSITIONS)
-        return {name: features[name] for name in names}
+        """Encoder inputs plus the masked positions the MLM head gathers, and their weights
+        (in training the pretrainer computes only the weighted ones)."""
+        names = (*F.ENCODER_INPUTS, F.MASKED_LM_POSITIONS, F.MASKED_LM_WEIGHTS)
+        return {name: features[name] for name in names if name in features}
 
     # -------------------------------------------------------------------------- input
 
@@ -186,14 +194,20 @@ class PretrainingTask(Task):
     def build_losses(self, features, outputs):
         """Per-example losses, float32 [per_replica_batch] each (see the class docstring)."""
         weights = ops.cast(features[F.MASKED_LM_WEIGHTS], "float32")  # (batch, P)
-        xent = losses_lib.sparse_softmax_cross_entropy(
-            features[F.MASKED_LM_IDS], outputs[MLM_LOGITS])  # (batch, P)
+        labels, logits, row_weights, rows = _predictions(features, outputs)
+        xent = losses_lib.sparse_softmax_cross_entropy(labels, logits)  # (batch, P) or (rows,)
+        if rows is None:
+            weighted_sum = ops.sum(weights * xent, axis=-1)
+        else:  # each computed row back to its example
+            predictions = ops.shape(weights)[1]
+            weighted_sum = tf.math.unsorted_segment_sum(
+                row_weights * xent, rows // predictions, num_segments=ops.shape(weights)[0])
         # Normalised per example, not by the whole batch's sum of weights as in
         # google-research/bert: a batch-wide denominator couples the replicas, while the
         # trainer's contract is a per-example loss averaged over the global batch. With ~15 %
         # of tokens masked the two differ little. max(., 1) keeps an example with no masked
         # position (a very short sequence) at 0 instead of 0 / 0.
-        mlm_loss = ops.sum(weights * xent, axis=-1) / ops.maximum(ops.sum(weights, axis=-1), 1.0)
+        mlm_loss = weighted_sum / ops.maximum(ops.sum(weights, axis=-1), 1.0)
         losses = {"mlm_loss": mlm_loss, "loss": mlm_loss}
         if self.config.use_next_sentence_label:
             nsp_loss = keras.losses.sparse_categorical_crossentropy(
@@ -211,9 +225,8 @@ class PretrainingTask(Task):
         return metrics
 
     def update_metrics(self, metrics, features, outputs):
-        metrics[0].update_state(
-            losses_lib.label_is_top(features[F.MASKED_LM_IDS], outputs[MLM_LOGITS]),
-            sample_weight=features[F.MASKED_LM_WEIGHTS])
+        labels, logits, weights, _ = _predictions(features, outputs)
+        metrics[0].update_state(losses_lib.label_is_top(labels, logits), sample_weight=weights)
         if self.config.use_next_sentence_label:
             metrics[1].update_state(features[F.NEXT_SENTENCE_LABELS],
                                     outputs[NEXT_SENTENCE_LOGITS])
@@ -239,3 +252,19 @@ class PretrainingTask(Task):
                 "use_next_sentence_label": c.use_next_sentence_label}
         model_dir_lib.write_model_info(model_dir, self._model.encoder, vocab_file=c.vocab_file,
                                        lower_case=c.lower_case, task=task)
+
+
+def _predictions(features, outputs):
+    """(labels, logits, weights, rows) of the predictions the model computed: every slot
+    (`[batch, P]`, `[batch, P, vocab]`, `[batch, P]`, None) or, when it computed only the
+    weighted ones, those rows (`[rows]`, `[rows, vocab]`, `[rows]`, the rows' flat slots)."""
+    if MLM_ROW_LOGITS not in outputs:
+        return (features[F.MASKED_LM_IDS], outputs[MLM_LOGITS],
+                ops.cast(features[F.MASKED_LM_WEIGHTS], "float32"), None)
+    rows = outputs[MLM_ROWS]
+
+    def take(feature):
+        return tf.gather(tf.reshape(features[feature], [-1]), rows)
+
+    return (take(F.MASKED_LM_IDS), outputs[MLM_ROW_LOGITS],
+            tf.cast(take(F.MASKED_LM_WEIGHTS), tf.float32), rows)

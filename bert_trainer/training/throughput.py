@@ -39,7 +39,7 @@ from bert_trainer import features as F
 
 def training_flops_per_example(*, num_layers, hidden_size, inner_dim, seq_length,
                                embedding_width=None, vocab_size=0, num_predictions=0,
-                               head_params=0, last_layer_rows=None):
+                               head_params=0, last_layer_rows=None, computed_predictions=None):
     """Model FLOPs of one training step (forward + backward) per sequence.
 
     Plain arithmetic: the size arguments may be Python numbers or scalar tensors (the train
@@ -53,6 +53,9 @@ def training_flops_per_example(*, num_layers, hidden_size, inner_dim, seq_length
         num_predictions: masked positions per sequence fed to the MLM head (0: no MLM).
         head_params: kernel parameters of the other heads, applied once per sequence.
         last_layer_rows: query rows the last layer computes (None: all `seq_length`).
+        computed_predictions: predictions per sequence the MLM head computes, when it skips
+            some of the `num_predictions` (BertPretrainer in training: the weighted ones,
+            a batch's mean); None: all of them.
 
     Returns:
         FLOPs per sequence (same type as the arguments).
@@ -68,7 +71,9 @@ def training_flops_per_example(*, num_layers, hidden_size, inner_dim, seq_length
         skipped = s - last_layer_rows
         per_sequence -= skipped * 2 * (2 * h * h + 2 * h * f) + 2 * (2 * skipped * s * h)
     per_prediction = 2 * h * e + 2 * e * vocab_size
-    return 3 * (per_sequence + num_predictions * per_prediction)
+    if computed_predictions is None:
+        computed_predictions = num_predictions
+    return 3 * (per_sequence + computed_predictions * per_prediction)
 
 
 def model_flops_function(model) -> Callable | None:
@@ -83,8 +88,9 @@ def model_flops_function(model) -> Callable | None:
         model: a task model with an `encoder` attribute.
 
     Returns:
-        fn(seq_length, num_predictions) -> training FLOPs per sequence, or None when the model
-        has no encoder with those sizes (telemetry then leaves the FLOP figures out).
+        fn(seq_length, num_predictions, computed_predictions=None) -> training FLOPs per
+        sequence, or None when the model has no encoder with those sizes (telemetry then
+        leaves the FLOP figures out).
     """
     encoder = getattr(model, "encoder", None)
     config = encoder.get_config() if encoder is not None else {}
@@ -103,23 +109,32 @@ def model_flops_function(model) -> Callable | None:
 
     sparse = bool(getattr(model, "sparse_last_layer_active", False))
 
-    def flops(seq_length, num_predictions=0):
+    def flops(seq_length, num_predictions=0, computed_predictions=None):
         return training_flops_per_example(
             seq_length=seq_length, num_predictions=num_predictions,
+            computed_predictions=computed_predictions,
             last_layer_rows=1 + num_predictions if sparse else None, **sizes)
 
     return flops
 
 
-def batch_flops(flops_fn: Callable, features: dict):
-    """Training FLOPs of one batch (float32 scalar tensor), from its dynamic shapes."""
+def batch_flops(flops_fn: Callable, features: dict, mlm_rows=None):
+    """Training FLOPs of one batch (float32 scalar tensor), from its dynamic shapes.
+
+    Args:
+        flops_fn: from `model_flops_function`.
+        features: the batch.
+        mlm_rows: predictions the MLM head computed for the whole batch, when it skipped
+            some (the length of BertPretrainer's `mlm_rows` output); None: every slot.
+    """
     ids = features[F.INPUT_WORD_IDS]
     batch = tf.cast(tf.shape(ids)[0], tf.float32)
     seq_length = tf.cast(tf.shape(ids)[1], tf.float32)
     predictions = 0.0
     if F.MASKED_LM_POSITIONS in features:
         predictions = tf.cast(tf.shape(features[F.MASKED_LM_POSITIONS])[1], tf.float32)
-    return batch * flops_fn(seq_length, predictions)
+    computed = None if mlm_rows is None else tf.cast(mlm_rows, tf.float32) / batch
+    return batch * flops_fn(seq_length, predictions, computed)
 
 
 @dataclasses.dataclass(frozen=True)

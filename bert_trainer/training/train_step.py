@@ -17,6 +17,7 @@ import tensorflow as tf
 from absl import logging
 
 from bert_trainer import features as F
+from bert_trainer.models.output_names import MLM_ROWS
 from bert_trainer.tasks.base import Task
 from bert_trainer.training import optimization, throughput
 from bert_trainer.training.fused_adamw import FusedAdamW
@@ -156,7 +157,7 @@ class TrainStep:
                 objective = self.optimizer.scale_loss(objective)
         grads = tape.gradient(objective, self.model.trainable_variables)
         self.task.update_metrics(self.metrics, features, outputs)
-        self._count_batch(features)
+        self._count_batch(features, outputs)
         return self._dense_gradients(grads), losses
 
     def _dense_gradients(self, grads) -> list:
@@ -172,7 +173,7 @@ class TrainStep:
         # uniformly.
         return [tf.convert_to_tensor(grads[i]) for i in self._grad_indices]
 
-    def _count_batch(self, features) -> None:
+    def _count_batch(self, features, outputs) -> None:
         first = features[sorted(features)[0]]
         self._examples.update_state(tf.cast(tf.shape(first)[0], tf.float32))
         if F.INPUT_MASK in features:
@@ -181,7 +182,10 @@ class TrainStep:
             self._tokens.update_state(tf.reduce_sum(mask))
             self._token_slots.update_state(tf.cast(tf.size(mask), tf.float32))
         if self.counts_flops and F.INPUT_WORD_IDS in features:
-            self._flops.update_state(throughput.batch_flops(self._flops_fn, features))
+            mlm_rows = None  # the pretrainer computed only the weighted predictions
+            if isinstance(outputs, dict) and MLM_ROWS in outputs:
+                mlm_rows = tf.shape(outputs[MLM_ROWS])[0]
+            self._flops.update_state(throughput.batch_flops(self._flops_fn, features, mlm_rows))
 
     def _accumulate(self, features) -> None:
         grads, losses = self._forward(features)

@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from bench import spec as spec_lib
 
-NUM_DATA_BATCHES = 4  # As keras_hub_step: distinct batches cycled through.
+NUM_DATA_BATCHES = spec_lib.NUM_DATA_BATCHES
 NEVER = 10**9  # An interval the benchmark never reaches (no checkpoint, summary or eval).
 
 
@@ -108,9 +108,14 @@ def build(step: spec_lib.StepSpec):
         # benchmark writes no summaries, so nothing resets it).
         return {"loss": trainer.train_results()["loss"]}
 
-    # The trainer's own FLOPs count (TensorBoard's `mfu`): the FLOPs the step executes.
+    # The trainer's own FLOPs count (TensorBoard's `mfu`): the FLOPs the step executes. Its
+    # masked LM computes only the weighted predictions where shapes may vary (not under XLA):
+    # the mean over the batches it cycles through.
     flops_fn = throughput.model_flops_function(trainer.model)
-    executed = step.batch_size * flops_fn(step.seq_length, step.max_predictions)
+    computed = None
+    if not step.jit_compile and trainer.model.skips_unweighted_predictions():
+        computed = spec_lib.computed_mlm_rows(step, NUM_DATA_BATCHES) / step.batch_size
+    executed = step.batch_size * flops_fn(step.seq_length, step.max_predictions, computed)
     return {"params": int(trainer.model.count_params()),
             "executed_flops_per_step": int(round(executed))}, run
 

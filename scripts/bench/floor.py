@@ -56,16 +56,19 @@ def _attention(name: str, heads: int, queries: int, keys: int, head_dim: int) ->
             Product(f"{name} dK = dS^T Q", s, q, d, heads, transpose_a=True)]
 
 
-def products(step: spec_lib.StepSpec, last_layer_rows: int | None = None) -> list[Product]:
+def products(step: spec_lib.StepSpec, last_layer_rows: int | None = None,
+             mlm_rows: int | None = None) -> list[Product]:
     """Every matrix product of one pretraining step of `step`.
 
     Args:
       step: the step's sizes.
       last_layer_rows: query rows per sequence of the last layer (bert-train's pretrainer:
         1 + P); None computes it on every row (keras-hub).
+      mlm_rows: rows the masked LM computes per step (bert-train's pretrainer: the weighted
+        predictions, `spec.computed_mlm_rows` rounded); None: all batch x P.
 
     Returns:
-      Products whose FLOPs sum to `spec.train_flops(step, last_layer_rows)`.
+      Products whose FLOPs sum to `spec.train_flops(step, last_layer_rows, mlm_rows)`.
     """
     m, b, s, p = step.size, step.batch_size, step.seq_length, step.max_predictions
     h, f, v = m.hidden_size, m.inner_dim, m.vocab_size
@@ -84,21 +87,23 @@ def products(step: spec_lib.StepSpec, last_layer_rows: int | None = None) -> lis
         out += _dense(f"{tag} attention output", rows, h, h)
         out += _dense(f"{tag} FFN in", rows, h, f) + _dense(f"{tag} FFN out", rows, f, h)
     out += _dense("pooler", b, h, h) + _dense("next sentence", b, h, 2)
-    out += _dense("MLM transform", b * p, h, h)
+    predictions = b * p if mlm_rows is None else mlm_rows
+    out += _dense("MLM transform", predictions, h, h)
     # The tied projection: logits = x @ table^T, dx = dlogits @ table, dtable = dlogits^T @ x.
-    out += [Product("MLM vocabulary", b * p, h, v, transpose_b=True),
-            Product("MLM vocabulary dx", b * p, v, h),
-            Product("MLM vocabulary dtable", v, b * p, h, transpose_a=True)]
+    out += [Product("MLM vocabulary", predictions, h, v, transpose_b=True),
+            Product("MLM vocabulary dx", predictions, v, h),
+            Product("MLM vocabulary dtable", v, predictions, h, transpose_a=True)]
     return out
 
 
-def build(step: dict, dtype: str = "float32", last_layer_rows: int | None = None):
+def build(step: dict, dtype: str = "float32", last_layer_rows: int | None = None,
+          mlm_rows: int | None = None):
     """Worker entry point: random operands for every product and a runner.
 
     Args:
       step: a JSON `StepSpec`.
       dtype: "float32" or "bfloat16" (the step's compute dtype).
-      last_layer_rows: as `products`.
+      last_layer_rows, mlm_rows: as `products`.
 
     Returns:
       (info, run): run(k) performs every product k times, ends with a host sync and returns
@@ -107,7 +112,7 @@ def build(step: dict, dtype: str = "float32", last_layer_rows: int | None = None
     import tensorflow as tf  # noqa: PLC0415 - only in the worker process
 
     spec = spec_lib.StepSpec.from_json(step)
-    listed = products(spec, last_layer_rows)
+    listed = products(spec, last_layer_rows, mlm_rows)
     operands = []
     for i, product in enumerate(listed):
         shapes = product.operand_shapes()

@@ -18,7 +18,7 @@ LEARNING_RATE = 1e-4
 WEIGHT_DECAY = 0.01
 CLIP_NORM = 1.0
 MODEL_INPUTS = features.ENCODER_INPUTS + (features.MASKED_LM_POSITIONS,)
-NUM_DATA_BATCHES = 4  # Distinct batches cycled through; enough to defeat any caching.
+NUM_DATA_BATCHES = spec_lib.NUM_DATA_BATCHES
 
 
 def build_model(size: spec_lib.ModelSize, dtype: str = "float32") -> keras.Model:

@@ -95,7 +95,11 @@ class StepSpec:
         return cls(**data)
 
 
-def forward_flops(spec: StepSpec, last_layer_rows: int | None = None) -> int:
+NUM_DATA_BATCHES = 4  # distinct batches every implementation cycles through (make_batches)
+
+
+def forward_flops(spec: StepSpec, last_layer_rows: int | None = None,
+                  mlm_rows: float | None = None) -> int:
     """Model FLOPs of one forward pass of the pretrainer (see the module docstring).
 
     Args:
@@ -104,6 +108,9 @@ def forward_flops(spec: StepSpec, last_layer_rows: int | None = None) -> int:
         bert-train's pretrainer computes 1 + P ([CLS] and the masked positions): the
         skipped rows lose their Q projection, attention, attention output and FFN; the K and
         V projections still run on every row.
+      mlm_rows: rows per step the masked LM computes (None: all `batch * P`); bert-train's
+        pretrainer computes only the weighted predictions, rounded up
+        (`computed_mlm_rows`).
 
     Returns:
       FLOPs as an int.
@@ -113,17 +120,29 @@ def forward_flops(spec: StepSpec, last_layer_rows: int | None = None) -> int:
     encoder_dense = layers * b * s * (2 * 4 * h * h + 2 * 2 * h * f)
     attention = layers * 2 * (2 * b * s * s * h)
     pooler_nsp = 2 * b * h * h + 2 * b * h * 2
-    masked_lm = 2 * b * p * h * h + 2 * b * p * h * v
+    rows = b * p if mlm_rows is None else mlm_rows
+    masked_lm = 2 * rows * h * h + 2 * rows * h * v
     skipped = 0
     if last_layer_rows is not None:
         rows = s - last_layer_rows
         skipped = b * rows * (2 * 2 * h * h + 2 * 2 * h * f) + 2 * (2 * b * rows * s * h)
-    return encoder_dense + attention + pooler_nsp + masked_lm - skipped
+    return int(round(encoder_dense + attention + pooler_nsp + masked_lm - skipped))
 
 
-def train_flops(spec: StepSpec, last_layer_rows: int | None = None) -> int:
+def train_flops(spec: StepSpec, last_layer_rows: int | None = None,
+                mlm_rows: float | None = None) -> int:
     """Model FLOPs of one training step: forward + backward (2x forward)."""
-    return 3 * forward_flops(spec, last_layer_rows)
+    return 3 * forward_flops(spec, last_layer_rows, mlm_rows)
+
+
+def computed_mlm_rows(spec: StepSpec, num_batches: int = NUM_DATA_BATCHES) -> float:
+    """Mean rows per step bert-train's masked LM computes on `make_batches(spec, num_batches)`:
+    each batch's weighted predictions, rounded up as `features.computed_prediction_rows`."""
+    batches = make_batches(spec, num_batches)
+    total = spec.batch_size * spec.max_predictions
+    return float(np.mean([
+        features.computed_prediction_rows(int(np.count_nonzero(b[features.MASKED_LM_WEIGHTS])),
+                                          total) for b in batches]))
 
 
 def num_params(size: ModelSize, type_vocab_size: int = TYPE_VOCAB_SIZE,

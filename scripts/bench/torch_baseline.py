@@ -40,7 +40,7 @@ from scripts.bench import spec as spec_lib  # noqa: E402
 LEARNING_RATE = 1e-4
 WEIGHT_DECAY = 0.01
 CLIP_NORM = 1.0
-NUM_DATA_BATCHES = 4  # As keras_hub_step.py: distinct batches cycled.
+NUM_DATA_BATCHES = spec_lib.NUM_DATA_BATCHES
 VARIANTS = ("eager", "compiled", "eager_bf16", "compiled_bf16")
 
 

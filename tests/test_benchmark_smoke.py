@@ -18,10 +18,11 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
 import benchmark  # noqa: E402
+import compare_trees  # noqa: E402
 from bench import floor, report, sections, tokenizer_bench  # noqa: E402
 from bench import spec as spec_lib  # noqa: E402
 
-from bert_trainer import features  # noqa: E402
+from bert_trainer import features, kernels  # noqa: E402
 
 MINI = spec_lib.StepSpec(spec_lib.SIZES["mini"])
 
@@ -228,7 +229,8 @@ def test_smoke_training_entries_are_consistent(smoke):
         # Without XLA its masked LM also computes only the weighted predictions.
         ours = e["implementation"].startswith("bert_train")
         rows = 1 + step.max_predictions if ours else None
-        mlm_rows = spec_lib.computed_mlm_rows(step) if ours and not e["jit_compile"] else None
+        compacts = ours and not e["jit_compile"] and kernels.dynamic_shapes_are_free()
+        mlm_rows = spec_lib.computed_mlm_rows(step) if compacts else None
         assert e["executed_flops_per_step"] == pytest.approx(
             spec_lib.train_flops(step, last_layer_rows=rows, mlm_rows=mlm_rows), abs=3)
         assert (e["executed_flops_per_step"] < e["flops_per_step"]) == (rows is not None)
@@ -296,3 +298,17 @@ def test_smoke_table_has_a_row_per_measurement(smoke):
     assert "Matmul floor: bert-train's step with only its matrix products left" in text
     assert f"float32 **{floor_s:.3f} s** per step" in text
     assert "| bert_trainer |" in text and "| tokenizers (1 thread) |" in text
+
+
+def test_compare_trees_pairs_two_checkouts_round_by_round(tmp_path):
+    """scripts/compare_trees.py: this checkout against itself, nano sizes (the harness only)."""
+    output = tmp_path / "ab.json"
+    code = compare_trees.main([f"--baseline={REPO}", "--size=nano", "--batch_size=4",
+                               "--seq_length=16", "--max_predictions=3", "--rounds=3",
+                               "--steps=1", "--warmup=1", f"--output={output}"])
+    result = json.loads(output.read_text())
+    assert code == 0, result
+    assert len(result["round_ratios"]) == 3 and all(r > 0 for r in result["round_ratios"])
+    assert result["ratio"] == pytest.approx(statistics.median(result["round_ratios"]))
+    assert result["baseline_s"] > 0 and result["candidate_s"] > 0
+    assert compare_trees.main([f"--baseline={tmp_path}"]) == 2  # not a checkout

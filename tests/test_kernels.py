@@ -233,15 +233,21 @@ def test_split_and_merge_heads_are_the_reshape_transpose_and_split(dtype):
 # ------------------------------------------------------------------------- where they run
 
 
-def test_adamw_update_is_the_formula_and_leaves_earlier_reads_unchanged():
+@pytest.mark.parametrize("copy_on_read", [False, True])
+def test_adamw_update_is_the_formula_and_leaves_earlier_reads_unchanged(copy_on_read):
     """One `BertApplyAdamW`: clip scale, decoupled decay, Adam; a tensor read from the
-    variable before the update keeps its value (the kernel copies a shared buffer)."""
+    variable before the update keeps its value (the kernel writes a shared buffer's update
+    to a new one). A variable read by a gather (an embedding table) is in copy-on-read mode:
+    every update writes a new buffer."""
     shape = (3000,)  # several chunks
     p0, m0, g = (RNG.standard_normal(shape).astype("float32") for _ in range(3))
     v0 = np.abs(RNG.standard_normal(shape)).astype("float32")
     var, m, v = tf.Variable(p0), tf.Variable(m0), tf.Variable(v0)
-    before = var.read_value()  # shares the variable's buffer
-    lr, b1, b2, eps, wd, scale, t = 0.01, 0.9, 0.999, 1e-6, 0.1, 0.5, 3
+    if copy_on_read:
+        assert var.sparse_read([0, 2]).numpy().tolist() == [p0[0], p0[2]]
+    before = var.read_value()  # shares the variable's buffer (or a copy of it)
+    lr, b1, b2, eps, scale, t = 0.01, 0.9, 0.999, 1e-6, 0.5, 3
+    wd = 0.0 if copy_on_read else 0.1  # no decay: the new buffer starts as a copy
     f32 = np.float32
     kernels.apply_adamw(var, m, v, tf.constant(g), lr=tf.constant(lr), beta1_power=tf.constant(
         b1 ** t), beta2_power=tf.constant(b2 ** t), beta1=tf.constant(b1), beta2=tf.constant(b2),

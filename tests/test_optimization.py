@@ -164,6 +164,7 @@ def test_fused_adamw_follows_keras_adamw_step_for_step(monkeypatch, fused_kernel
     from bert_trainer.training.fused_adamw import FusedAdamW  # noqa: PLC0415
 
     monkeypatch.setenv(kernels.MODE_ENV, fused_kernels)
+    monkeypatch.setattr(kernels, "_accelerators_visible", lambda: False)  # as on a CPU host
     fused_updates = []
     real_apply_adamw = kernels.apply_adamw
     monkeypatch.setattr(kernels, "apply_adamw",

@@ -10,7 +10,7 @@ from conftest import PRETRAIN_PREDICTIONS, PRETRAIN_SEQ_LENGTH
 from summary_testing import read_scalars
 
 from bert_trainer import features as F
-from bert_trainer import model_dir
+from bert_trainer import kernels, model_dir
 from bert_trainer.encoders import build_encoder
 from bert_trainer.errors import UserError
 from bert_trainer.models import MLM_LOGITS, MLM_ROW_LOGITS, MLM_ROWS, NEXT_SENTENCE_LOGITS
@@ -97,10 +97,12 @@ def test_losses_and_metrics_follow_the_per_example_formulas():
 
 
 @pytest.mark.parametrize("sparse_last_layer", [True, False])
-def test_training_computes_only_the_weighted_predictions_with_the_same_loss(sparse_last_layer):
+def test_training_computes_only_the_weighted_predictions_with_the_same_loss(monkeypatch,
+                                                                          sparse_last_layer):
     """In training the pretrainer runs its masked LM on the weighted predictions only (rounded
     up to 16 rows); losses, accuracy and gradients are those of every slot. Evaluation (and a
     pretrainer asked not to) computes every slot."""
+    monkeypatch.setattr(kernels, "_accelerators_visible", lambda: False)  # as on a CPU host
     batch, seq, predictions, vocab = 8, 16, 5, 50
     task = PretrainingTask(PretrainingConfig(masking="static", seq_length=seq,
                                              max_predictions_per_seq=predictions),

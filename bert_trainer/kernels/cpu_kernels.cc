@@ -585,22 +585,28 @@ class ApplyAdamWOp : public OpKernel {
  private:
   void Compute(OpKernelContext* ctx, ::tensorflow::core::RefCountPtr<::tensorflow::Var>* vars) {
     const Tensor& grad = ctx->input(3);
-    Tensor* arrays[3];
+    // Each array is read from `src` and written to `dst`: in place, or, where the variable's
+    // buffer is shared with a read (or the variable is in copy-on-read mode), into a new
+    // buffer that then becomes the variable's (TensorFlow's training ops copy first and
+    // update after; here the copy is the update pass itself).
+    Tensor old[3];
+    const float* src[3];
+    float* dst[3];
     for (int i = 0; i < 3; ++i) {
       Tensor* t = vars[i]->tensor();
       OP_REQUIRES(ctx, t->IsInitialized() && t->dtype() == ::tensorflow::DT_FLOAT &&
                            t->shape() == grad.shape(),
                   InvalidArgument("BertApplyAdamW: var, m and v must be initialized float32 "
                                   "of the gradient's shape ", grad.shape().DebugString()));
-      // Copy-on-write: a tensor read elsewhere (or in copy-on-read mode) gets its own buffer
-      // before it is changed in place, as TensorFlow's own training ops do.
-      if (vars[i]->copy_on_read_mode.load() || !t->RefCountIsOne()) {
+      const bool shared = vars[i]->copy_on_read_mode.load() || !t->RefCountIsOne();
+      old[i] = *t;  // keeps the source buffer alive
+      src[i] = old[i].flat<float>().data();
+      if (shared) {
         Tensor copy;
         OP_REQUIRES_OK(ctx, ctx->allocate_temp(t->dtype(), t->shape(), &copy));
-        std::copy_n(t->flat<float>().data(), t->NumElements(), copy.flat<float>().data());
         *t = copy;
       }
-      arrays[i] = t;
+      dst[i] = t->flat<float>().data();
     }
     const float lr = Scalar(ctx, 4), beta1_power = Scalar(ctx, 5), beta2_power = Scalar(ctx, 6);
     const float beta1 = Scalar(ctx, 7), beta2 = Scalar(ctx, 8), epsilon = Scalar(ctx, 9);
@@ -608,19 +614,22 @@ class ApplyAdamWOp : public OpKernel {
     const float alpha = lr * std::sqrt(1.0f - beta2_power) / (1.0f - beta1_power);
     const float one_minus_beta1 = 1.0f - beta1, one_minus_beta2 = 1.0f - beta2;
     const float* gs = grad.flat<float>().data();
-    float* ps = arrays[0]->flat<float>().data();
-    float* ms = arrays[1]->flat<float>().data();
-    float* vs = arrays[2]->flat<float>().data();
     const bool decay = weight_decay != 0.0f;
     ParallelChunks(ctx, grad.NumElements(), 12, [=](int64_t first, int64_t count) {
       // Eigen arrays over the chunk (in L1 after the first read): vectorized sqrt and divide.
       float gb[kChunk];
       Array g(gb, count);
       g = ConstArray(gs + first, count) * grad_scale;
-      Array p(ps + first, count), m(ms + first, count), v(vs + first, count);
-      if (decay) p -= p * weight_decay * lr;
-      m += (g - m) * one_minus_beta1;
-      v += (g.square() - v) * one_minus_beta2;
+      const ConstArray p0(src[0] + first, count), m0(src[1] + first, count),
+          v0(src[2] + first, count);
+      Array p(dst[0] + first, count), m(dst[1] + first, count), v(dst[2] + first, count);
+      if (decay) {
+        p = p0 - p0 * weight_decay * lr;
+      } else if (dst[0] != src[0]) {
+        p = p0;
+      }
+      m = m0 + (g - m0) * one_minus_beta1;
+      v = v0 + (g.square() - v0) * one_minus_beta2;
       p -= (m * alpha) / (v.sqrt() + epsilon);
     });
   }

@@ -58,6 +58,9 @@ class PretrainingConfig:
             Garden on TPU and PyTorch's autocast do: 1.1x on the mini step on a bf16 CPU);
             False reads the float32 table (logits without the bf16 rounding). No effect in
             float32.
+        skip_unweighted_predictions: in training on CPU (outside XLA), compute the masked LM
+            only at the predictions of nonzero weight (`BertPretrainer`'s option; exact);
+            False computes every one of the `max_predictions_per_seq` slots.
     """
 
     train_data: str | None = None
@@ -75,6 +78,7 @@ class PretrainingConfig:
     shuffle_buffer: int = 10_000
     data_seed: int = 0
     mlm_projection_in_compute_dtype: bool = True
+    skip_unweighted_predictions: bool = True
 
     def __post_init__(self):
         for field in ("seq_length", "max_predictions_per_seq", "train_batch_size",
@@ -130,7 +134,8 @@ class PretrainingTask(Task):
         num_labels = 2 if self.config.use_next_sentence_label else 0
         self._model = BertPretrainer(
             encoder, num_next_sentence_labels=num_labels, name="bert_pretrainer",
-            mlm_projection_in_compute_dtype=self.config.mlm_projection_in_compute_dtype)
+            mlm_projection_in_compute_dtype=self.config.mlm_projection_in_compute_dtype,
+            skip_unweighted_predictions=self.config.skip_unweighted_predictions)
         return self._model
 
     def _check_encoder(self, encoder) -> None:

@@ -27,7 +27,8 @@ class FusedAdamW(keras.optimizers.AdamW):
     parameters TensorFlow's kernel updates 2.4x faster than Keras' ops.
 
     `apply(grads, variables, gradient_scale=s)` multiplies the gradients by the scalar `s`
-    (a global-norm clip factor) inside the update instead of in a pass of its own.
+    (a global-norm clip factor) inside the update instead of in a pass of its own (before
+    Keras' own accumulation or clipping where those are configured).
 
     Sparse gradients, AMSGrad and non-TensorFlow backends take Keras' own update.
     """
@@ -43,9 +44,12 @@ class FusedAdamW(keras.optimizers.AdamW):
           gradient_scale: None, or a float32 scalar tensor every gradient is multiplied by
             (folded into the fused update where it runs).
         """
-        if gradient_scale is not None and self.gradient_accumulation_steps:
-            # Keras' accumulation adds the raw gradients: scale them before.
-            grads = [g * tf.cast(gradient_scale, g.dtype) for g in grads]
+        if gradient_scale is not None and (
+                self.gradient_accumulation_steps or self.clipnorm or self.clipvalue
+                or self.global_clipnorm or keras.backend.backend() != "tensorflow"):
+            # Keras accumulates or clips the gradients it is given: scale them first.
+            grads = [None if g is None else g * tf.cast(gradient_scale, g.dtype)
+                     for g in grads]
             gradient_scale = None
         self._gradient_scale = gradient_scale
         try:
@@ -56,15 +60,17 @@ class FusedAdamW(keras.optimizers.AdamW):
     def _fused(self, gradient, variable) -> bool:
         """Whether `variable`'s update is the one-pass kernel (weight decay included)."""
         return (not self.amsgrad and not isinstance(gradient, tf.IndexedSlices)
-                and keras.backend.backend() == "tensorflow" and variable.dtype == tf.float32
-                and kernels.active())
+                and variable.dtype == tf.float32 and kernels.active())
 
     def _apply_weight_decay(self, variables):
-        # Decay is applied per variable in `update_step`, fused into the update where it can
-        # be; Keras would apply it to every variable first, in passes of its own.
-        del variables
+        # On TensorFlow, decay is applied per variable in `update_step`, fused into the update
+        # where it can be; Keras would apply it to every variable first, in passes of its own.
+        if keras.backend.backend() != "tensorflow":
+            super()._apply_weight_decay(variables)
 
     def update_step(self, gradient, variable, learning_rate):
+        if keras.backend.backend() != "tensorflow":  # Keras' own update (and decay)
+            return super().update_step(gradient, variable, learning_rate)
         if self._fused(gradient, variable):
             return self._fused_update(gradient, variable, learning_rate)
         if self._gradient_scale is not None:
@@ -73,8 +79,7 @@ class FusedAdamW(keras.optimizers.AdamW):
                                          gradient.dense_shape)
                         if isinstance(gradient, tf.IndexedSlices) else gradient * scale)
         self._decay(variable)
-        if (self.amsgrad or isinstance(gradient, tf.IndexedSlices)
-                or keras.backend.backend() != "tensorflow"):
+        if self.amsgrad or isinstance(gradient, tf.IndexedSlices):
             return super().update_step(gradient, variable, learning_rate)
         dtype = variable.dtype
         step = tf.cast(self.iterations + 1, dtype)

@@ -9,7 +9,9 @@ per sequence, P masked predictions, L layers, h hidden, f inner, e embedding wid
                    + 2*h*h                     pooler
                    + 2 * head kernel params    classifier heads (once per sequence)
     per prediction: 2*h*e + 2*e*V              MLM transform and (tied) output projection,
-                                               on the P gathered positions only
+                                               on the P gathered positions only (on the
+                                               weighted ones where BertPretrainer skips the
+                                               others: `computed_predictions`)
 
 When the last layer computes only q of the s rows as queries (BertPretrainer's sparse last
 layer: q = 1 + P, [CLS] and the masked positions), its Q projection, attention output, FFN and

@@ -120,8 +120,8 @@ def forward_flops(spec: StepSpec, last_layer_rows: int | None = None,
     encoder_dense = layers * b * s * (2 * 4 * h * h + 2 * 2 * h * f)
     attention = layers * 2 * (2 * b * s * s * h)
     pooler_nsp = 2 * b * h * h + 2 * b * h * 2
-    rows = b * p if mlm_rows is None else mlm_rows
-    masked_lm = 2 * rows * h * h + 2 * rows * h * v
+    predictions = b * p if mlm_rows is None else mlm_rows
+    masked_lm = 2 * predictions * h * h + 2 * predictions * h * v
     skipped = 0
     if last_layer_rows is not None:
         rows = s - last_layer_rows

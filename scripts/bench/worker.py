@@ -98,13 +98,17 @@ class Worker:
       params: keyword arguments of the builder (JSON-serializable).
       log_path: file receiving the child's stderr (TensorFlow logs, tracebacks).
       timeout_s: longest wait for one reply; a silent worker is killed and reported.
+      checkout: run another checkout's `scripts/bench` and `bert_trainer` (None: this one's).
     """
 
-    def __init__(self, kind: str, params: dict, log_path: str, timeout_s: float = 900.0):
+    def __init__(self, kind: str, params: dict, log_path: str, timeout_s: float = 900.0,
+                 checkout: str | None = None):
         self.kind, self.params, self.timeout_s = kind, params, timeout_s
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SCRIPTS_DIR),
-                                                          env.get("PYTHONPATH")]))
+        # Another checkout's benchmark and package code first on the path (A/B of two trees).
+        paths = ([str(pathlib.Path(checkout) / "scripts"), str(checkout)] if checkout
+                 else [str(SCRIPTS_DIR)])
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [*paths, env.get("PYTHONPATH")]))
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         self._log = open(log_path, "a")
         self._proc = subprocess.Popen(

@@ -201,3 +201,45 @@ def test_fused_adamw_follows_keras_adamw_step_for_step(monkeypatch, fused_kernel
     assert len(keras_slots) == len(fused_slots)
     for a, b in zip(keras_slots, fused_slots, strict=True):
         np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-8)
+
+
+@pytest.mark.parametrize("copy_on_read", [False, True])
+def test_adamw_kernel_is_the_formula_and_leaves_earlier_reads_unchanged(monkeypatch,
+                                                                        copy_on_read):
+    """One `BertApplyAdamW`: clip scale, decoupled decay, Adam; a tensor read from the
+    variable before the update keeps its value (the kernel writes a shared buffer's update
+    to a new one). A variable read by a gather (an embedding table) is in copy-on-read mode:
+    every update writes a new buffer."""
+    from bert_trainer import kernels  # noqa: PLC0415
+
+    monkeypatch.setenv(kernels.MODE_ENV, "on")  # the kernels are required here
+    rng = np.random.default_rng(1)
+    shape = (3000,)  # several chunks
+    p0, m0, g = (rng.standard_normal(shape).astype("float32") for _ in range(3))
+    v0 = np.abs(rng.standard_normal(shape)).astype("float32")
+    var, m, v = tf.Variable(p0), tf.Variable(m0), tf.Variable(v0)
+    if copy_on_read:
+        assert var.sparse_read([0, 2]).numpy().tolist() == [p0[0], p0[2]]
+    before = var.read_value()  # shares the variable's buffer (or a copy of it)
+    lr, b1, b2, eps, scale, t = 0.01, 0.9, 0.999, 1e-6, 0.5, 3
+    wd = 0.0 if copy_on_read else 0.1  # no decay: the new buffer starts as a copy
+    f32 = np.float32
+    kernels.apply_adamw(var, m, v, tf.constant(g), lr=tf.constant(lr), beta1_power=tf.constant(
+        b1 ** t), beta2_power=tf.constant(b2 ** t), beta1=tf.constant(b1), beta2=tf.constant(b2),
+        epsilon=tf.constant(eps), weight_decay=tf.constant(wd), grad_scale=tf.constant(scale))
+    gs = g * f32(scale)
+    m1 = m0 + (gs - m0) * f32(1 - b1)
+    v1 = v0 + (gs * gs - v0) * f32(1 - b2)
+    alpha = f32(lr) * np.sqrt(f32(1 - b2 ** t)) / f32(1 - b1 ** t)
+    p1 = p0 - p0 * f32(wd) * f32(lr) - m1 * alpha / (np.sqrt(v1) + f32(eps))
+    np.testing.assert_allclose(m.numpy(), m1, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(v.numpy(), v1, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(var.numpy(), p1, rtol=1e-6, atol=1e-6)
+    assert np.abs(var.numpy() - p0).max() > 1e-3
+    np.testing.assert_array_equal(before.numpy(), p0)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="of the gradient's shape"):
+        kernels.apply_adamw(var, m, v, tf.zeros([7]), lr=tf.constant(lr),
+                            beta1_power=tf.constant(0.5), beta2_power=tf.constant(0.5),
+                            beta1=tf.constant(b1), beta2=tf.constant(b2),
+                            epsilon=tf.constant(eps), weight_decay=tf.constant(0.0),
+                            grad_scale=tf.constant(1.0))

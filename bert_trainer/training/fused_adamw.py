@@ -81,36 +81,39 @@ class FusedAdamW(keras.optimizers.AdamW):
         self._decay(variable)
         if self.amsgrad or isinstance(gradient, tf.IndexedSlices):
             return super().update_step(gradient, variable, learning_rate)
+        m, v, adam = self._adam_inputs(variable, learning_rate)
+        tf.raw_ops.ResourceApplyAdam(var=variable.handle, m=m.handle, v=v.handle,
+                                     grad=tf.cast(gradient, variable.dtype), **adam)
+        return None
+
+    def _adam_inputs(self, variable, learning_rate):
+        """`variable`'s moment slots and Adam's scalars in its dtype (`ResourceApplyAdam`'s
+        keyword names)."""
         dtype = variable.dtype
         step = tf.cast(self.iterations + 1, dtype)
         beta_1, beta_2 = tf.cast(self.beta_1, dtype), tf.cast(self.beta_2, dtype)
         index = self._get_variable_index(variable)
-        tf.raw_ops.ResourceApplyAdam(
-            var=variable.handle, m=self._momentums[index].handle,
-            v=self._velocities[index].handle, beta1_power=tf.pow(beta_1, step),
-            beta2_power=tf.pow(beta_2, step), lr=tf.cast(learning_rate, dtype), beta1=beta_1,
-            beta2=beta_2, epsilon=tf.cast(self.epsilon, dtype), grad=tf.cast(gradient, dtype))
-        return None
+        return self._momentums[index], self._velocities[index], dict(
+            lr=tf.cast(learning_rate, dtype), beta1_power=tf.pow(beta_1, step),
+            beta2_power=tf.pow(beta_2, step), beta1=beta_1, beta2=beta_2,
+            epsilon=tf.cast(self.epsilon, dtype))
+
+    def _decays(self, variable) -> bool:
+        return self.weight_decay is not None and self._use_weight_decay(variable)
 
     def _decay(self, variable) -> None:
         """Keras' decoupled weight decay of `variable` (`_apply_weight_decay`'s formula)."""
-        if self.weight_decay is not None and self._use_weight_decay(variable):
+        if self._decays(variable):
             lr = tf.cast(self.learning_rate, variable.dtype)
             wd = tf.cast(self.weight_decay, variable.dtype)
             variable.assign_sub(variable * wd * lr)
 
     def _fused_update(self, gradient, variable, learning_rate):
-        f32 = tf.float32
-        step = tf.cast(self.iterations + 1, f32)
-        beta_1, beta_2 = tf.cast(self.beta_1, f32), tf.cast(self.beta_2, f32)
-        index = self._get_variable_index(variable)
-        decays = self.weight_decay is not None and self._use_weight_decay(variable)
+        f32 = tf.float32  # the kernel's dtype (`_fused` checked the variable's)
+        m, v, adam = self._adam_inputs(variable, learning_rate)
         scale = self._gradient_scale
         kernels.apply_adamw(
-            variable, self._momentums[index], self._velocities[index], tf.cast(gradient, f32),
-            lr=tf.cast(learning_rate, f32), beta1_power=tf.pow(beta_1, step),
-            beta2_power=tf.pow(beta_2, step), beta1=beta_1, beta2=beta_2,
-            epsilon=tf.cast(self.epsilon, f32),
-            weight_decay=tf.cast(self.weight_decay if decays else 0.0, f32),
-            grad_scale=tf.cast(1.0 if scale is None else scale, f32))
+            variable, m, v, tf.cast(gradient, f32),
+            weight_decay=tf.cast(self.weight_decay if self._decays(variable) else 0.0, f32),
+            grad_scale=tf.cast(1.0 if scale is None else scale, f32), **adam)
         return None

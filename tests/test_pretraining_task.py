@@ -156,6 +156,36 @@ def test_training_computes_only_the_weighted_predictions_with_the_same_loss(monk
     assert MLM_LOGITS in model(task.model_inputs(features), training=False)
 
 
+def test_weighted_rows_gradient_copies_no_vocabulary_sized_slice(monkeypatch):
+    """The row logits reach the loss through reshapes: a slice there (`logits[0]`) would add a
+    gradient that zero-fills and copies the whole `[1, rows, vocab]` logits every step."""
+    monkeypatch.setattr(kernels, "_accelerators_visible", lambda: False)  # as on a CPU host
+    batch, seq, predictions, vocab = 4, 16, 4, 97
+    task = PretrainingTask(PretrainingConfig(masking="static", seq_length=seq,
+                                             max_predictions_per_seq=predictions),
+                           tiny_encoder(vocab))
+    model = task.build_model()
+    ids = tf.ones((batch, seq), tf.int32)
+    features = {F.INPUT_WORD_IDS: ids, F.INPUT_MASK: ids, F.INPUT_TYPE_IDS: ids * 0,
+                F.MASKED_LM_POSITIONS: tf.ones((batch, predictions), tf.int32),
+                F.MASKED_LM_IDS: tf.ones((batch, predictions), tf.int32),
+                F.MASKED_LM_WEIGHTS: tf.ones((batch, predictions)),
+                F.NEXT_SENTENCE_LABELS: tf.zeros((batch,), tf.int32)}
+
+    @tf.function
+    def grads():
+        with tf.GradientTape() as tape:
+            outputs = model(task.model_inputs(features), training=True)
+            loss = tf.reduce_mean(task.build_losses(features, outputs)["loss"])
+        return tape.gradient(loss, model.trainable_variables)
+
+    graph = grads.get_concrete_function().graph
+    assert MLM_ROW_LOGITS in model(task.model_inputs(features), training=True)
+    slice_grads = [op for op in graph.get_operations() if op.type == "StridedSliceGrad"]
+    vocabulary_sized = [op.name for op in slice_grads if op.outputs[0].shape[-1] == vocab]
+    assert vocabulary_sized == []
+
+
 def test_tiny_run_lowers_the_loss_and_logs_every_scalar(straight_run):
     result, before = straight_run["result"], straight_run["before"]
     assert result.step == STEPS

@@ -102,8 +102,10 @@ class BertPretrainer(EncoderModel):
             rows = weighted_rows(weights)  # (rows,)
             hidden = predicted.shape[-1]
             x = ops.take(ops.reshape(predicted, (-1, hidden)), rows, axis=0)
-            logits = self.masked_lm(x[None])  # (1, rows, vocab)
-            outputs = {MLM_ROW_LOGITS: logits[0], MLM_ROWS: rows}
+            # expand_dims/squeeze, not x[None]/logits[0]: a slice's gradient is a zero-filled
+            # copy of the whole input ([1, rows, vocab], ~70 MB for mini); a reshape's is free.
+            logits = self.masked_lm(ops.expand_dims(x, 0))  # (1, rows, vocab)
+            outputs = {MLM_ROW_LOGITS: ops.squeeze(logits, 0), MLM_ROWS: rows}
         else:
             outputs = {MLM_LOGITS: self.masked_lm(predicted)}
         if self.next_sentence is not None:

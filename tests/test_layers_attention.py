@@ -274,6 +274,41 @@ def test_multi_head_attention_dropout_only_in_training():
     assert np.abs(np.asarray(trained) - np.asarray(inference)).max() > 1e-3
 
 
+def test_multi_head_attention_fused_probabilities_equal_the_three_ops(monkeypatch):
+    """With the kernels on, training fuses mask, softmax and dropout into one kernel: the
+    same outputs and gradients as the add, softmax and dropout layer it replaces (same
+    seed, same mask)."""
+    from bert_trainer import kernels
+    from bert_trainer.layers.dropout import Dropout
+
+    monkeypatch.setenv(kernels.MODE_ENV, "on")
+    monkeypatch.setattr(kernels, "_accelerators_visible", lambda: False)
+    layer, _ = _attention_pair(DATA, DATA, dropout=0.3, seed=3)
+    state = layer._dropout_layer.seed_generator.state
+    start = state.numpy()
+    direction = RNG.standard_normal(DATA.shape).astype("float32")
+
+    def run():
+        state.assign(start)
+        with tf.GradientTape() as tape:
+            out = layer(DATA, DATA, attention_mask=PADDING[:, None, :], training=True)
+            loss = tf.reduce_sum(out * direction)
+        return out.numpy(), [g.numpy() for g in tape.gradient(loss, layer.trainable_variables)]
+
+    op_types = {op.type for op in tf.function(lambda x: layer(
+        x, x, attention_mask=PADDING[:, None, :], training=True)).get_concrete_function(
+        tf.constant(DATA)).graph.get_operations()}
+    assert "BertAttentionSoftmax" in op_types and "Softmax" not in op_types
+    fused, fused_grads = run()
+    monkeypatch.setattr(Dropout, "kernel_rate_and_seed", lambda self, training: None)
+    separate, separate_grads = run()
+    inference = layer(DATA, DATA, attention_mask=PADDING[:, None, :]).numpy()
+    assert np.abs(fused - inference).max() > 1e-3  # the dropout acted
+    np.testing.assert_allclose(fused, separate, atol=1e-5)
+    for got, want in zip(fused_grads, separate_grads, strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+
+
 def test_multi_head_attention_layer_checks(tmp_path):
     layer, _ = assert_layer_contract(
         MultiHeadAttention, {"num_heads": 2, "key_dim": 4}, DATA,

@@ -3,8 +3,9 @@
 Without XLA, every elementwise op of a TensorFlow step is a separate pass over memory, and
 the pip wheel compiles those ops for a baseline x86 CPU. `cpu_kernels.cc` holds one-pass
 kernels for the work of a BERT step that `tf.matmul` does not cover: dropout (with a mask
-recomputed from its seed instead of stored), LayerNorm, exact GELU, the attention heads'
-layout (split / merge) and the masked LM's softmax cross-entropy, each forward and backward;
+recomputed from its seed instead of stored), LayerNorm, exact GELU, the attention
+probabilities (mask, softmax and dropout), the attention heads' layout (split / merge) and the
+masked LM's softmax cross-entropy, each forward and backward;
 and the optimizer's AdamW update (clip scale, weight decay and Adam in one pass).
 They are compiled on first use for the machine's own CPU (`build.py`) and used where they can
 run:
@@ -153,6 +154,23 @@ def dropout(x, rate: float, seed):
                                         rate=float(rate))
 
 
+def attention_softmax(scores, bias, rate: float, seed=None):
+    """`dropout(softmax(scores + bias))` over the last axis, in one pass per row: the
+    attention probabilities. The dropout is `dropout(probs, rate, seed)`'s (the same mask).
+
+    Args:
+      scores: `[batch, heads, queries, keys]`, float32, bfloat16 or float16.
+      bias: additive, of the scores' dtype, `[batch or 1, queries or 1, keys]`, broadcast
+        over the heads: a mask's `0` / large negative values. It gets no gradient.
+      rate: the drop probability, in [0, 1); 0 applies no dropout (and ignores `seed`).
+      seed: 2 integers (see `dropout`); may be None when `rate` is 0.
+    """
+    import tensorflow as tf  # noqa: PLC0415
+
+    seed = tf.zeros([2], tf.int64) if seed is None else tf.cast(tf.reshape(seed, [2]), tf.int64)
+    return library().bert_attention_softmax(scores, bias, seed, rate=float(rate))[0]
+
+
 def layer_norm(x, gamma, beta, epsilon: float):
     """float32 LayerNorm over the last axis of `x`, `gamma` and `beta` `[width]`."""
     return library().bert_layer_norm(x, gamma, beta, epsilon=float(epsilon))[0]
@@ -209,6 +227,11 @@ def _register_gradients(lib) -> None:
     @tf.RegisterGradient("BertFusedDropout")
     def _dropout_grad(op, dy):
         return [lib.bert_fused_dropout(dy, op.inputs[1], rate=op.get_attr("rate")), None]
+
+    @tf.RegisterGradient("BertAttentionSoftmax")
+    def _attention_softmax_grad(op, dy, *_):  # probs is an internal output; bias is a mask
+        return [lib.bert_attention_softmax_grad(dy, op.outputs[1], op.inputs[2],
+                                                rate=op.get_attr("rate")), None, None]
 
     @tf.RegisterGradient("BertLayerNorm")
     def _layer_norm_grad(op, dy, *_):  # mean and rstd are internal outputs

@@ -17,6 +17,11 @@
 //   BertApplyAdamW        one AdamW update of a variable in one pass: the gradient's clip
 //                         scale, Keras' decoupled weight decay and TensorFlow's Adam
 //                         update (ResourceApplyAdam's formula), instead of three passes.
+//   BertAttentionSoftmax(+Grad)
+//                         dropout(softmax(scores + mask bias)) over the last axis, the
+//                         attention probabilities: one pass per row instead of an add, a
+//                         softmax and a dropout forward and five ops backward; the dropout
+//                         decisions are BertFusedDropout's for the same seed.
 //   BertSparseSoftmaxXent(+Grad)
 //                         -log softmax(logits)[label] per row, whether the label scored
 //                         highest, and each row's max and log(sum(exp(logit - max))); the
@@ -125,18 +130,72 @@ inline uint32_t RandomBits(uint32_t low_index, uint32_t k0, uint32_t high_key) {
   return Fmix32(Fmix32(low_index ^ k0) ^ high_key);
 }
 
+// keep[i] = scale if element first + i of the stream keyed (k0, k1) is kept, else 0, for
+// [first, first + count), count < 2^32 (a chunk or a row); the range may cross a multiple
+// of 2^32. The inner loop counts in 32 bits, which the compiler vectorizes.
+inline void KeepScales(int64_t first, int64_t count, uint32_t k0, uint32_t k1,
+                       uint32_t threshold, float scale, float* keep) {
+  while (count > 0) {
+    const int64_t to_boundary =
+        (int64_t{1} << 32) - static_cast<int64_t>(static_cast<uint32_t>(first));
+    const int64_t n = std::min(count, to_boundary);
+    const uint32_t low = static_cast<uint32_t>(first), high_key = HighKey(first, k1);
+    const uint32_t n32 = static_cast<uint32_t>(n);
+    for (uint32_t i = 0; i < n32; ++i) {
+      keep[i] = RandomBits(low + i, k0, high_key) >= threshold ? scale : 0.0f;
+    }
+    first += n;
+    count -= n;
+    keep += n;
+  }
+}
+
+// A dropout stream: the rate as a 32-bit threshold (drop when the bits are below it:
+// P(drop) = threshold / 2^32), the kept elements' scale, and the seed's two keys.
+struct DropoutStream {
+  uint32_t threshold = 0;
+  float scale = 1.0f;
+  uint32_t k0 = 0, k1 = 0;
+
+  // From the op's `rate` attribute; `op` names the op in the error.
+  static tensorflow::Status FromRate(OpKernelConstruction* ctx, const char* op,
+                                     DropoutStream* stream) {
+    float rate;
+    TF_RETURN_IF_ERROR(ctx->GetAttr("rate", &rate));
+    if (!(rate >= 0.0f && rate < 1.0f)) {
+      return InvalidArgument(op, ": rate must be in [0, 1), got ", rate);
+    }
+    stream->threshold = static_cast<uint32_t>(
+        std::min(std::llround(static_cast<double>(rate) * 4294967296.0), 4294967295LL));
+    stream->scale = static_cast<float>(1.0 / (1.0 - static_cast<double>(rate)));
+    return tensorflow::OkStatus();
+  }
+
+  // This stream keyed by a 2-element int64 `seed`.
+  tensorflow::Status Seeded(const char* op, const Tensor& seed, DropoutStream* keyed) const {
+    if (seed.NumElements() != 2) {
+      return InvalidArgument(op, ": seed must have 2 elements, got shape ",
+                             seed.shape().DebugString());
+    }
+    const auto s = seed.flat<int64_t>();
+    const uint64_t key =
+        Mix64(Mix64(static_cast<uint64_t>(s(0))) ^ static_cast<uint64_t>(s(1)));
+    *keyed = *this;
+    keyed->k0 = static_cast<uint32_t>(key);
+    keyed->k1 = static_cast<uint32_t>(key >> 32);
+    return tensorflow::OkStatus();
+  }
+
+  bool drops() const { return threshold != 0; }
+};
+
 // out[i] = in[i] * (kept ? scale : 0) for elements [first, first + count) of the stream.
 // Values, not references, so the compiler knows nothing aliases them and vectorizes.
 template <typename T>
-void DropoutChunk(const T* in, T* out, int64_t first, int64_t count, uint32_t k0, uint32_t k1,
-                  uint32_t threshold, float scale) {
+void DropoutChunk(const T* in, T* out, int64_t first, int64_t count, DropoutStream stream) {
   float keep[kChunk];
-  const uint32_t low = static_cast<uint32_t>(first), high_key = HighKey(first, k1);
-  const uint32_t n = static_cast<uint32_t>(count);
-  for (uint32_t i = 0; i < n; ++i) {
-    keep[i] = RandomBits(low + i, k0, high_key) >= threshold ? scale : 0.0f;
-  }
-  for (uint32_t i = 0; i < n; ++i) {
+  KeepScales(first, count, stream.k0, stream.k1, stream.threshold, stream.scale, keep);
+  for (int64_t i = 0; i < count; ++i) {
     out[first + i] = static_cast<T>(static_cast<float>(in[first + i]) * keep[i]);
   }
 }
@@ -145,39 +204,148 @@ template <typename T>
 class FusedDropoutOp : public OpKernel {
  public:
   explicit FusedDropoutOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    float rate;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("rate", &rate));
-    OP_REQUIRES(ctx, rate >= 0.0f && rate < 1.0f,
-                InvalidArgument("BertFusedDropout: rate must be in [0, 1), got ", rate));
-    // Drop when the 32 bits are below the threshold: P(drop) = threshold / 2^32.
-    threshold_ = static_cast<uint32_t>(
-        std::min(std::llround(static_cast<double>(rate) * 4294967296.0), 4294967295LL));
-    scale_ = static_cast<float>(1.0 / (1.0 - static_cast<double>(rate)));
+    OP_REQUIRES_OK(ctx, DropoutStream::FromRate(ctx, "BertFusedDropout", &stream_));
   }
 
   void Compute(OpKernelContext* ctx) override {
     const Tensor& x = ctx->input(0);
-    const Tensor& seed = ctx->input(1);
-    OP_REQUIRES(ctx, seed.NumElements() == 2,
-                InvalidArgument("BertFusedDropout: seed must have 2 elements, got shape ",
-                                seed.shape().DebugString()));
-    const auto s = seed.flat<int64_t>();
-    const uint64_t key = Mix64(Mix64(static_cast<uint64_t>(s(0))) ^ static_cast<uint64_t>(s(1)));
-    const uint32_t k0 = static_cast<uint32_t>(key), k1 = static_cast<uint32_t>(key >> 32);
+    DropoutStream stream;
+    OP_REQUIRES_OK(ctx, stream_.Seeded("BertFusedDropout", ctx->input(1), &stream));
     Tensor* y = nullptr;
     OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 0, x.shape(), &y));
     const T* in = x.flat<T>().data();
     T* out = y->flat<T>().data();
-    const uint32_t threshold = threshold_;
-    const float scale = scale_;
     ParallelChunks(ctx, x.NumElements(), 4, [=](int64_t first, int64_t count) {
-      DropoutChunk(in, out, first, count, k0, k1, threshold, scale);
+      DropoutChunk(in, out, first, count, stream);
     });
   }
 
  private:
-  uint32_t threshold_;
-  float scale_;
+  DropoutStream stream_;
+};
+
+// ---------------------------------------------------------------------------------------
+// Attention probabilities: y = dropout(probs), probs = softmax(scores + bias) over the last
+// axis of scores [batch, heads, queries, keys]; bias [batch or 1, queries or 1, keys] is
+// broadcast over the heads (a padding mask's 0 / -1e9). The dropout decisions are
+// BertFusedDropout's on probs for the same seed and rate: element i of the flattened
+// [batch, heads, queries, keys] tensor.
+
+template <typename T>
+class AttentionSoftmaxOp : public OpKernel {
+ public:
+  explicit AttentionSoftmaxOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, DropoutStream::FromRate(ctx, "BertAttentionSoftmax", &stream_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& scores = ctx->input(0);
+    const Tensor& bias = ctx->input(1);
+    OP_REQUIRES(ctx, scores.dims() == 4 && bias.dims() == 3,
+                InvalidArgument("BertAttentionSoftmax: scores must be [batch, heads, queries, "
+                                "keys] and bias [batch, queries, keys], got ",
+                                scores.shape().DebugString(), " and ",
+                                bias.shape().DebugString()));
+    const int64_t batch = scores.dim_size(0), heads = scores.dim_size(1);
+    const int64_t queries = scores.dim_size(2), keys = scores.dim_size(3);
+    const int64_t bias_batch = bias.dim_size(0), bias_queries = bias.dim_size(1);
+    OP_REQUIRES(ctx, (bias_batch == 1 || bias_batch == batch) &&
+                         (bias_queries == 1 || bias_queries == queries) &&
+                         bias.dim_size(2) == keys,
+                InvalidArgument("BertAttentionSoftmax: bias ", bias.shape().DebugString(),
+                                " does not broadcast to scores ",
+                                scores.shape().DebugString()));
+    DropoutStream stream;
+    OP_REQUIRES_OK(ctx, stream_.Seeded("BertAttentionSoftmax", ctx->input(2), &stream));
+    Tensor* probs = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, scores.shape(), &probs));
+    Tensor* y = probs;
+    if (stream.drops()) {
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(0, scores.shape(), &y));
+    } else {
+      ctx->set_output(0, *probs);
+    }
+    if (keys == 0) return;
+    const T* ss = scores.flat<T>().data();
+    const T* bs = bias.flat<T>().data();
+    T* ps = probs->flat<T>().data();
+    T* ys = y->flat<T>().data();
+    const bool drops = stream.drops();
+    ParallelFor(ctx, batch * heads * queries, keys * 30, [&](int64_t begin, int64_t end) {
+      std::vector<float> buffer(static_cast<size_t>(keys) * (drops ? 2 : 1));
+      float* row = buffer.data();
+      float* keep = drops ? row + keys : nullptr;
+      for (int64_t r = begin; r < end; ++r) {
+        const int64_t b = r / (heads * queries), q = r % queries;
+        const T* s = ss + r * keys;
+        const T* m = bs + ((bias_batch == 1 ? 0 : b) * bias_queries +
+                           (bias_queries == 1 ? 0 : q)) * keys;
+        for (int64_t j = 0; j < keys; ++j) {
+          row[j] = static_cast<float>(s[j]) + static_cast<float>(m[j]);
+        }
+        Array a(row, keys);
+        a = (a - a.maxCoeff()).exp();
+        const float inverse_sum = 1.0f / a.sum();
+        T* p = ps + r * keys;
+        for (int64_t j = 0; j < keys; ++j) {
+          row[j] *= inverse_sum;
+          p[j] = static_cast<T>(row[j]);
+        }
+        if (drops) {
+          KeepScales(r * keys, keys, stream.k0, stream.k1, stream.threshold, stream.scale,
+                     keep);
+          T* out = ys + r * keys;
+          for (int64_t j = 0; j < keys; ++j) out[j] = static_cast<T>(row[j] * keep[j]);
+        }
+      }
+    });
+  }
+
+ private:
+  DropoutStream stream_;
+};
+
+// dscores = probs * (g - sum(g * probs)) per row, g = dy * keep (the forward's dropout).
+template <typename T>
+class AttentionSoftmaxGradOp : public OpKernel {
+ public:
+  explicit AttentionSoftmaxGradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, DropoutStream::FromRate(ctx, "BertAttentionSoftmaxGrad", &stream_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& dy = ctx->input(0);
+    const Tensor& probs = ctx->input(1);
+    OP_REQUIRES(ctx, dy.shape() == probs.shape() && probs.dims() >= 1,
+                InvalidArgument("BertAttentionSoftmaxGrad: dy and probs must have one shape"));
+    DropoutStream stream;
+    OP_REQUIRES_OK(ctx, stream_.Seeded("BertAttentionSoftmaxGrad", ctx->input(2), &stream));
+    Tensor* dx = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 0, dy.shape(), &dx));
+    const int64_t keys = probs.dim_size(probs.dims() - 1);
+    if (keys == 0) return;
+    const T* dys = dy.flat<T>().data();
+    const T* ps = probs.flat<T>().data();
+    T* out = dx->flat<T>().data();
+    const bool drops = stream.drops();
+    ParallelFor(ctx, probs.NumElements() / keys, keys * 12, [&](int64_t begin, int64_t end) {
+      Eigen::ArrayXf g(keys), p(keys), keep(drops ? keys : 0);
+      for (int64_t r = begin; r < end; ++r) {
+        Load(dys + r * keys, keys, g.data());
+        Load(ps + r * keys, keys, p.data());
+        if (drops) {
+          KeepScales(r * keys, keys, stream.k0, stream.k1, stream.threshold, stream.scale,
+                     keep.data());
+          g *= keep;
+        }
+        g = p * (g - (g * p).sum());
+        Store(g.data(), keys, out + r * keys);
+      }
+    });
+  }
+
+ private:
+  DropoutStream stream_;
 };
 
 // ---------------------------------------------------------------------------------------
@@ -655,6 +823,31 @@ REGISTER_OP("BertFusedDropout")
     .Attr("T: {float, bfloat16, half}")
     .SetShapeFn(::tensorflow::shape_inference::UnchangedShape);
 
+REGISTER_OP("BertAttentionSoftmax")
+    .Input("scores: T")
+    .Input("bias: T")
+    .Input("seed: int64")
+    .Output("y: T")
+    .Output("probs: T")
+    .Attr("rate: float")
+    .Attr("T: {float, bfloat16, half}")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle scores;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 4, &scores));
+      c->set_output(0, scores);
+      c->set_output(1, scores);
+      return tensorflow::OkStatus();
+    });
+
+REGISTER_OP("BertAttentionSoftmaxGrad")
+    .Input("dy: T")
+    .Input("probs: T")
+    .Input("seed: int64")
+    .Output("dscores: T")
+    .Attr("rate: float")
+    .Attr("T: {float, bfloat16, half}")
+    .SetShapeFn(::tensorflow::shape_inference::UnchangedShape);
+
 REGISTER_OP("BertLayerNorm")
     .Input("x: float")
     .Input("gamma: float")
@@ -779,6 +972,12 @@ REGISTER_OP("BertApplyAdamW")
   REGISTER_KERNEL_BUILDER(                                                                \
       Name("BertFusedDropout").Device(DEVICE_CPU).TypeConstraint<T>("T"),                 \
       FusedDropoutOp<T>);                                                                 \
+  REGISTER_KERNEL_BUILDER(                                                                \
+      Name("BertAttentionSoftmax").Device(DEVICE_CPU).TypeConstraint<T>("T"),             \
+      AttentionSoftmaxOp<T>);                                                             \
+  REGISTER_KERNEL_BUILDER(                                                                \
+      Name("BertAttentionSoftmaxGrad").Device(DEVICE_CPU).TypeConstraint<T>("T"),         \
+      AttentionSoftmaxGradOp<T>);                                                         \
   REGISTER_KERNEL_BUILDER(Name("BertGelu").Device(DEVICE_CPU).TypeConstraint<T>("T"),     \
                           GeluOp<T>);                                                     \
   REGISTER_KERNEL_BUILDER(Name("BertGeluGrad").Device(DEVICE_CPU).TypeConstraint<T>("T"), \

@@ -44,6 +44,18 @@ class Dropout(keras.layers.Dropout):
         return _dropout_16bit(inputs, threshold, self.seed_generator.next())
 
 
+    def kernel_rate_and_seed(self, training):
+        """(rate, seed) for a fused kernel that applies this dropout as `call` would on the
+        kernel path (`bert_trainer.kernels`), drawing the seed `call` would: rate 0 and no
+        seed where `call` passes its input through; None where `call` would take another
+        path (`noise_shape`, a rate of 1, another backend)."""
+        if not training or self.rate == 0.0:
+            return 0.0, None
+        if not 0.0 < self.rate < 1.0 or self.noise_shape is not None:
+            return None
+        return self.rate, self.seed_generator.next()
+
+
 def _threshold(rate: float) -> int | None:
     """round(rate * 65536) if that is within 0.1 % of the rate and of 1 - rate, else None."""
     if not 0.0 < rate < 1.0:

@@ -33,7 +33,8 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
     - The mask becomes an additive bias of `0` or `-1e9` broadcast over heads (and over
       queries for a `[batch, 1, seq]` padding mask): one add instead of Keras' two selects
       over `[batch, heads, seq, seq]`. A query whose keys are all masked therefore attends
-      uniformly, as in google-research/bert, where Keras would output zeros.
+      uniformly, as in google-research/bert, where Keras would output zeros. Where the
+      fused CPU kernels run, the add, the softmax and the dropout are one kernel.
     - The output projection is one 2-D matmul followed by its bias add, which TensorFlow
       fuses into one kernel (Keras' einsum adds the bias after a reshape).
 
@@ -88,12 +89,25 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
                 use_causal_mask=use_causal_mask)
         q, k, v = self._project(query, key, value)  # (batch, heads, seq, head_dim) each
         scores = ops.matmul(q, ops.swapaxes(k, -1, -2))  # (batch, heads, target, source)
-        if attention_mask is not None:
-            scores = scores + self._mask_bias(attention_mask, scores.dtype)
-        # Keras' own dropout sublayer (built by the parent; it holds the seed generator).
-        probs = self._dropout_layer(ops.softmax(scores, axis=-1), training=training)
+        probs = self._probabilities(scores, attention_mask, training)
         context = ops.matmul(probs, v)  # (batch, heads, target, head_dim)
         return self._output_projection(context)  # (batch, target, out)
+
+    def _probabilities(self, scores, attention_mask, training):
+        """dropout(softmax(scores + mask bias)): one fused kernel where it runs (`kernels`,
+        with the dropout sublayer's rate, seed and mask), else the three ops."""
+        bias = None
+        if attention_mask is not None:
+            bias = self._mask_bias(attention_mask, scores.dtype)  # (batch, target|1, source)
+        fused = kernels.active(scores.dtype) and self._dropout_layer.kernel_rate_and_seed(
+            training)
+        if fused:
+            if bias is None:
+                bias = ops.zeros((1, 1, ops.shape(scores)[-1]), scores.dtype)
+            return kernels.attention_softmax(scores, bias, *fused)
+        if bias is not None:
+            scores = scores + ops.expand_dims(bias, axis=-3)  # broadcast over the heads
+        return self._dropout_layer(ops.softmax(scores, axis=-1), training=training)
 
     def _output_projection(self, context):
         """`output_dense` of `[batch, heads, target, head_dim]` as one 2-D matmul and bias add
@@ -168,9 +182,8 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         return ops.split(y, len(layers), axis=1) if len(layers) > 1 else [y]
 
     def _mask_bias(self, attention_mask, dtype):
-        """`[batch, target|1, source]` mask -> additive `[batch, 1, target|1, source]` bias."""
+        """`[batch, target|1, source]` mask -> additive bias of that shape."""
         masked_value = _MASK_VALUE.get(keras.backend.standardize_dtype(dtype),
                                        _DEFAULT_MASK_VALUE)
         allowed = ops.cast(attention_mask, "bool")
-        bias = ops.where(allowed, ops.zeros((), dtype), ops.full((), masked_value, dtype))
-        return ops.expand_dims(bias, axis=-3)  # head axis
+        return ops.where(allowed, ops.zeros((), dtype), ops.full((), masked_value, dtype))

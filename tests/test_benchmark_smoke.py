@@ -58,13 +58,29 @@ def test_bert_trains_mlm_rows_are_the_weighted_predictions_rounded_up():
     assert fewer == 2 * 40 * 256 * (256 + 30522)
 
 
+def test_bert_trains_packed_tokens_are_the_real_tokens():
+    batches = spec_lib.make_batches(MINI, spec_lib.NUM_DATA_BATCHES)
+    real = [int(np.count_nonzero(b[features.INPUT_MASK])) for b in batches]
+    # 10 % of the sequences are short: about 5 % of the slots are padding.
+    assert all(0.85 * 4096 < r <= 4096 for r in real) and 0.9 < np.mean(real) / 4096 < 0.99
+    assert spec_lib.computed_tokens(MINI) == pytest.approx(np.mean(real))
+    h, f = MINI.size.hidden_size, MINI.size.inner_dim
+    fewer = (spec_lib.forward_flops(MINI, last_layer_rows=21)
+             - spec_lib.forward_flops(MINI, last_layer_rows=21, tokens=4000))
+    # 96 tokens fewer in every layer's dense products (the last layer's K and V only).
+    assert fewer == 96 * 2 * (3 * (4 * h * h + 2 * h * f) + 2 * h * h)
+
+
 @pytest.mark.parametrize("size,seq", [("mini", 128), ("tiny", 256), ("small", 64)])
-@pytest.mark.parametrize("last_layer_rows,mlm_rows", [(None, None), (21, None), (21, 584)])
-def test_floor_products_are_the_steps_flops_with_consistent_operands(size, seq,
-                                                                      last_layer_rows, mlm_rows):
+@pytest.mark.parametrize("last_layer_rows,mlm_rows,tokens",
+                         [(None, None, None), (21, None, None), (21, 584, None), (21, 584, 3900)])
+def test_floor_products_are_the_steps_flops_with_consistent_operands(size, seq, last_layer_rows,
+                                                                      mlm_rows, tokens):
     step = spec_lib.StepSpec(spec_lib.SIZES[size], seq_length=seq)
-    listed = floor.products(step, last_layer_rows, mlm_rows)
-    assert sum(p.flops for p in listed) == spec_lib.train_flops(step, last_layer_rows, mlm_rows)
+    tokens = None if tokens is None else tokens * seq // 128
+    listed = floor.products(step, last_layer_rows, mlm_rows, tokens)
+    assert sum(p.flops for p in listed) == spec_lib.train_flops(step, last_layer_rows, mlm_rows,
+                                                                tokens)
     vocabulary = next(p for p in listed if p.name == "MLM vocabulary")
     assert vocabulary.m == (step.batch_size * step.max_predictions if mlm_rows is None
                             else mlm_rows)
@@ -226,13 +242,16 @@ def test_smoke_training_entries_are_consistent(smoke):
         assert e["tokens_per_s"] == pytest.approx(e["sequences_per_s"] * e["seq_length"])
         # bert-train's pretrainer computes its last layer at [CLS] + the masked positions
         # only: the FLOPs it executes are the formula's less those rows; keras-hub's are all.
-        # Without XLA its masked LM also computes only the weighted predictions.
+        # Without XLA its masked LM also computes only the weighted predictions, and its
+        # layers only the real tokens.
         ours = e["implementation"].startswith("bert_train")
         rows = 1 + step.max_predictions if ours else None
         compacts = ours and not e["jit_compile"] and kernels.dynamic_shapes_are_free()
         mlm_rows = spec_lib.computed_mlm_rows(step) if compacts else None
+        tokens = spec_lib.computed_tokens(step) if compacts else None
         assert e["executed_flops_per_step"] == pytest.approx(
-            spec_lib.train_flops(step, last_layer_rows=rows, mlm_rows=mlm_rows), abs=3)
+            spec_lib.train_flops(step, last_layer_rows=rows, mlm_rows=mlm_rows, tokens=tokens),
+            abs=3)
         assert (e["executed_flops_per_step"] < e["flops_per_step"]) == (rows is not None)
         assert e["gflops"] == pytest.approx(
             e["executed_flops_per_step"] / e["step_time_s"] / 1e9)

@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 from bert_trainer import features as F
+from bert_trainer import kernels
 from bert_trainer.encoders import build_encoder
 from bert_trainer.tasks.pretraining import PretrainingConfig, PretrainingTask
 from bert_trainer.training import throughput
@@ -74,9 +75,10 @@ def test_the_benchmark_formula_agrees_with_the_trainers():
     assert 1 - sparse / per_example == pytest.approx(0.13, abs=0.01)
 
 
-def _matmul_flops(op) -> int:
-    """2 * batch * m * k * n of a MatMul / BatchMatMulV2 op from its static shapes."""
-    a, b = (list(t.shape) for t in op.inputs[:2])
+def _matmul_flops(op, unknown=None) -> int:
+    """2 * batch * m * k * n of a MatMul / BatchMatMulV2 op from its static shapes; an
+    unknown dimension counts as `unknown`."""
+    a, b = ([unknown if d is None else d for d in t.shape] for t in op.inputs[:2])
     if op.get_attr("transpose_a" if op.type == "MatMul" else "adj_x"):
         a[-2:] = a[-1:-3:-1]
     if op.get_attr("transpose_b" if op.type == "MatMul" else "adj_y"):
@@ -86,19 +88,32 @@ def _matmul_flops(op) -> int:
     return 2 * math.prod(batch) * a[-2] * a[-1] * b[-1]
 
 
-def test_model_flops_function_equals_the_matmuls_of_the_traced_forward_pass():
-    model = tiny_pretrainer()
+def _traced_forward_flops(model, tokens=None):
+    """The forward pass's matmul FLOPs, the type-embedding lookup left out; `tokens` stands
+    for the packed row count, a dimension the trace leaves unknown."""
     specs = {k: tf.TensorSpec([BATCH, SEQ], tf.int32) for k in F.ENCODER_INPUTS}
     specs[F.MASKED_LM_POSITIONS] = tf.TensorSpec([BATCH, PREDICTIONS], tf.int32)
     graph = tf.function(lambda x: model(x, training=False)).get_concrete_function(specs).graph
-    counted = {op.name: _matmul_flops(op) for op in graph.get_operations()
+    counted = {op.name: _matmul_flops(op, tokens) for op in graph.get_operations()
                if op.type in ("MatMul", "BatchMatMulV2")}
     # The type embedding is a one-hot matmul (a lookup in disguise): not model FLOPs.
     lookups = [n for n in counted if "type_embeddings" in n]
     assert len(lookups) == 1 and counted[lookups[0]] == 2 * BATCH * SEQ * TYPES * HIDDEN
-    forward = sum(v for n, v in counted.items() if n not in lookups)
+    return sum(v for n, v in counted.items() if n not in lookups)
+
+
+def test_model_flops_function_equals_the_matmuls_of_the_traced_forward_pass(monkeypatch):
+    monkeypatch.setattr(kernels, "_accelerators_visible", lambda: False)  # as on a CPU host
+    model = tiny_pretrainer()
     flops_fn = throughput.model_flops_function(model)
-    assert flops_fn(SEQ, PREDICTIONS) * BATCH == 3 * forward
+    model.pack_tokens = False
+    assert flops_fn(SEQ, PREDICTIONS) * BATCH == 3 * _traced_forward_flops(model)
+    # Packed: the dense layers on the tokens computed (any count), attention still padded.
+    model.pack_tokens = True
+    assert model.packs_tokens()
+    for tokens in (9, BATCH * SEQ):
+        assert flops_fn(SEQ, PREDICTIONS, None, tokens / BATCH) * BATCH == pytest.approx(
+            3 * _traced_forward_flops(model, tokens))
 
 
 def test_models_without_an_encoder_have_no_flops_function():

@@ -51,19 +51,27 @@ def test_tensorboard_gets_padding_fraction_model_flops_and_mfu(tmp_path, monkeyp
     trainer.train_and_evaluate()
     train = read_scalars(tmp_path / "train")
     assert train["peak_gflops"] == {0: pytest.approx(2.0)}
-    # The pretrainer computes its last layer at [CLS] and the masked positions only, and its
-    # masked LM at the weighted predictions (rounded up to 16 rows: here 16 of 32 slots).
+    # The pretrainer computes its last layer at [CLS] and the masked positions only, its
+    # masked LM at the weighted predictions (rounded up to 16 rows: here 16 of 32 slots) and
+    # its layers on the real tokens only (packed).
     rows = 1 + STEP.max_predictions
 
     def computed_rows(batch):
         return F.computed_prediction_rows(np.count_nonzero(batch[F.MASKED_LM_WEIGHTS]),
                                           STEP.batch_size * STEP.max_predictions)
 
+    def computed_tokens(batch):  # the real tokens, and [CLS] and masked positions past them
+        kept = batch[F.INPUT_MASK] != 0
+        kept[:, 0] = True
+        np.put_along_axis(kept, batch[F.MASKED_LM_POSITIONS], True, axis=1)
+        return np.count_nonzero(kept)
+
     assert [computed_rows(b) for b in BATCHES] == [16] * 4
+    assert any(computed_tokens(b) > np.count_nonzero(b[F.INPUT_MASK]) for b in BATCHES)
     for step, used in ((2, BATCHES[:2]), (4, BATCHES[2:])):
         flops_per_example = np.mean([spec_lib.train_flops(
-            STEP, last_layer_rows=rows, mlm_rows=computed_rows(b)) for b in used]) / len(used[0][
-                F.INPUT_MASK])
+            STEP, last_layer_rows=rows, mlm_rows=computed_rows(b),
+            tokens=computed_tokens(b)) for b in used]) / len(used[0][F.INPUT_MASK])
         masks = np.stack([b[F.INPUT_MASK] for b in used])
         assert train["padding_fraction"][step] == pytest.approx(1 - masks.mean(), rel=1e-6)
         assert 0.05 < train["padding_fraction"][step] < 0.5

@@ -17,6 +17,7 @@ from bert_trainer.layers import (
     TransformerEncoder,
 )
 from bert_trainer.layers.initializers import clone_initializer
+from bert_trainer.layers.packing import TokenPacking
 
 POSITION_EMBEDDING_TYPES = ("learned", "sinusoidal")
 # The keras.Model arguments a functional model honours; it drops any other keyword silently,
@@ -187,11 +188,15 @@ class BertEncoder(keras.Model):
             for i in range(num_layers)
         ]
 
-    def _forward(self, word_ids, mask, type_ids, *, training=None, output_positions=None):
+    def _forward(self, word_ids, mask, type_ids, *, training=None, output_positions=None,
+                 pack=False):
         """The forward pass from the three int inputs to the output dict.
 
         Run once on symbolic inputs to build the functional model, and eagerly (in a
         traced call) by `call_at_positions`, whose `output_positions` go to the last layer.
+        With `pack` (and `output_positions`), the layers before the last compute only the
+        real tokens and the output positions (`TokenPacking`); their outputs, packed, are
+        not returned (`encoder_outputs` holds the last layer's only).
         """
         word = self.word_embeddings(word_ids)  # (batch, seq, width)
         embeddings = self.embeddings_add(
@@ -205,17 +210,24 @@ class BertEncoder(keras.Model):
         # [batch, seq, seq] mask of SelfAttentionMask (same result).
         encoder_outputs = []
         last = len(self.transformer_layers) - 1
+        packing = None
+        if pack and output_positions is not None:
+            packing = TokenPacking(_kept_slots(mask, output_positions))
+            x = packing.pack(x)  # (tokens, hidden)
         for i, layer in enumerate(self.transformer_layers):
+            extra = {} if packing is None else {"packing": packing}
             if i == last and output_positions is not None:
-                x = layer([x, mask], training=training, output_positions=output_positions)
+                x = layer([x, mask], training=training, output_positions=output_positions,
+                          **extra)
             else:
-                x = layer([x, mask], training=training)
-            encoder_outputs.append(x)
+                x = layer([x, mask], training=training, **extra)
+            if packing is None or i == last:
+                encoder_outputs.append(x)
         pooled = self.pooler_transform(x[:, 0, :])  # (batch, hidden)
         return {features.SEQUENCE_OUTPUT: x, features.POOLED_OUTPUT: pooled,
                 features.ENCODER_OUTPUTS: encoder_outputs}
 
-    def call_at_positions(self, inputs, positions, training=None):
+    def call_at_positions(self, inputs, positions, training=None, pack=False):
         """The encoder with its last layer computed only at `positions` (and [CLS]).
 
         The values are the full call's at those positions, for a fraction of the last
@@ -229,6 +241,9 @@ class BertEncoder(keras.Model):
           inputs: as for calling the encoder (list or dict of the three int inputs).
           positions: int `[batch, P]`, each in `[0, seq)`.
           training: enables dropout.
+          pack: compute the layers on the real tokens (and `positions`) only, not the
+            padding (`TokenPacking`): the same outputs for fewer FLOPs. Shapes then vary
+            with the batch: for the CPU outside XLA.
 
         Returns:
           dict `sequence_output` `[batch, P, hidden]` (row k at `positions[:, k]`) and
@@ -238,13 +253,18 @@ class BertEncoder(keras.Model):
             raise ValueError(f"{self.name}: call_at_positions needs output_range=None "
                              f"(it is {self.output_range})")
         word_ids, mask, type_ids = self._standardize_inputs_or_raise(inputs)
-        positions = ops.cast(positions, "int32")
-        cls = ops.zeros((ops.shape(positions)[0], 1), "int32")
         outputs = self._forward(word_ids, mask, type_ids, training=training,
-                                output_positions=ops.concatenate([cls, positions], axis=1))
+                                output_positions=_with_cls(positions), pack=pack)
         x = outputs[features.SEQUENCE_OUTPUT]  # (batch, 1 + P, hidden); row 0 is [CLS]
         return {features.SEQUENCE_OUTPUT: x[:, 1:, :],
                 features.POOLED_OUTPUT: outputs[features.POOLED_OUTPUT]}
+
+    def packed_tokens(self, inputs, positions):
+        """int32 scalar: the tokens `call_at_positions(inputs, positions, pack=True)` computes
+        in each layer: the real ones, and [CLS] and `positions` where they fall outside them."""
+        _, mask, _ = self._standardize_inputs_or_raise(inputs)
+        return ops.cast(ops.sum(ops.cast(_kept_slots(mask, _with_cls(positions)), "int32")),
+                        "int32")
 
     def __call__(self, inputs, *args, **kwargs):
         return super().__call__(self._standardize_inputs_or_raise(inputs), *args, **kwargs)
@@ -303,3 +323,21 @@ class BertEncoder(keras.Model):
     @classmethod
     def from_config(cls, config):
         return cls(**config)
+
+
+def _with_cls(positions):
+    """int32 `[batch, 1 + K]`: position 0 ([CLS]) then `positions`."""
+    positions = ops.cast(positions, "int32")
+    return ops.concatenate([ops.zeros((ops.shape(positions)[0], 1), "int32"), positions], axis=1)
+
+
+def _kept_slots(mask, positions):
+    """bool `[batch, seq]`: the real tokens (`mask` nonzero) and every slot in `positions`
+    (int `[batch, K]`), which the last layer reads even where the mask is 0."""
+    shape = ops.shape(mask)
+    positions = ops.cast(positions, "int32")
+    offsets = ops.arange(shape[0], dtype="int32")[:, None] * ops.cast(shape[1], "int32")
+    flat = ops.reshape(positions + offsets, (-1, 1))
+    asked = ops.scatter(flat, ops.ones((ops.shape(flat)[0],), "int32"), (shape[0] * shape[1],))
+    return ops.logical_or(ops.not_equal(mask, 0),
+                          ops.reshape(ops.greater(asked, 0), (shape[0], shape[1])))

@@ -4,8 +4,9 @@ Without XLA, every elementwise op of a TensorFlow step is a separate pass over m
 the pip wheel compiles those ops for a baseline x86 CPU. `cpu_kernels.cc` holds one-pass
 kernels for the work of a BERT step that `tf.matmul` does not cover: dropout (with a mask
 recomputed from its seed instead of stored), LayerNorm, exact GELU, the attention
-probabilities (mask, softmax and dropout), the attention heads' layout (split / merge) and the
-masked LM's softmax cross-entropy, each forward and backward;
+probabilities (mask, softmax and dropout), the attention heads' layout (split / merge), token
+packing (the rows of the real tokens, packed and unpacked) and the masked LM's softmax
+cross-entropy, each forward and backward;
 and the optimizer's AdamW update (clip scale, weight decay and Adam in one pass).
 They are compiled on first use for the machine's own CPU (`build.py`) and used where they can
 run:
@@ -195,6 +196,33 @@ def merge_heads(heads: list):
     return library().bert_merge_heads(heads, num_heads=int(num_heads))
 
 
+def split_heads_packed(x, index, num_splits: int, num_heads: int) -> list:
+    """`split_heads` of packed rows: `x` `[tokens, num_splits * num_heads * dim]` holds the
+    slots of `index` (int32 `[batch, seq]`, the kept slots numbered 0, 1, ... in order, -1
+    elsewhere); the outputs `[batch, heads, seq, dim]` are zero at the other slots."""
+    return library().bert_split_heads_packed(x, index, N=num_splits, num_heads=num_heads)
+
+
+def merge_heads_packed(heads: list, index):
+    """`merge_heads` keeping only `index`'s slots: -> `[tokens, n * heads * dim]`."""
+    num_heads = heads[0].shape[1]
+    if num_heads is None:
+        raise ValueError("merge_heads_packed: the head axis (1) must have a static size")
+    return library().bert_merge_heads_packed(heads, index, num_heads=int(num_heads))
+
+
+def pack_rows(x, rows):
+    """`x[rows]`: `[slots, width]` -> `[tokens, width]`; `rows` int32, strictly increasing."""
+    return library().bert_pack_rows(x, rows)
+
+
+def unpack_rows(y, rows, slots):
+    """`pack_rows`' inverse: `[tokens, width]` -> `[slots, width]`, zeros at the other slots."""
+    import tensorflow as tf  # noqa: PLC0415
+
+    return library().bert_unpack_rows(y, rows, tf.cast(slots, tf.int32))
+
+
 def sparse_softmax_cross_entropy(labels, logits):
     """(`-log softmax(logits)[label]`, 1.0 where the label's logit is the highest) per row.
 
@@ -252,6 +280,27 @@ def _register_gradients(lib) -> None:
     @tf.RegisterGradient("BertMergeHeads")
     def _merge_heads_grad(op, dx):
         return lib.bert_split_heads(dx, N=len(op.inputs), num_heads=op.get_attr("num_heads"))
+
+    @tf.RegisterGradient("BertSplitHeadsPacked")
+    def _split_heads_packed_grad(op, *dys):
+        dys = [tf.zeros_like(y) if dy is None else dy
+               for y, dy in zip(op.outputs, dys, strict=True)]
+        return [lib.bert_merge_heads_packed(dys, op.inputs[1],
+                                            num_heads=op.get_attr("num_heads")), None]
+
+    @tf.RegisterGradient("BertMergeHeadsPacked")
+    def _merge_heads_packed_grad(op, dx):
+        *heads, index = op.inputs
+        return [*lib.bert_split_heads_packed(dx, index, N=len(heads),
+                                             num_heads=op.get_attr("num_heads")), None]
+
+    @tf.RegisterGradient("BertPackRows")
+    def _pack_rows_grad(op, dy):
+        return [lib.bert_unpack_rows(dy, op.inputs[1], tf.shape(op.inputs[0])[0]), None]
+
+    @tf.RegisterGradient("BertUnpackRows")
+    def _unpack_rows_grad(op, dx):
+        return [lib.bert_pack_rows(dx, op.inputs[1]), None, None]
 
     @tf.RegisterGradient("BertSparseSoftmaxXent")
     def _xent_grad(op, dloss, *_):  # label_is_top, row_max and log_sum have no gradient

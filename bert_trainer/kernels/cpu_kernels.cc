@@ -10,10 +10,12 @@
 //                         the same seed and no mask is stored.
 //   BertLayerNorm(+Grad)  LayerNorm over the last axis, with the closed-form gradient.
 //   BertGelu(+Grad)       exact (erf) GELU.
-//   BertSplitHeads / BertMergeHeads
+//   BertSplitHeads / BertMergeHeads (+Packed)
 //                         [batch, seq, n * heads * dim] <-> n x [batch, heads, seq, dim]:
 //                         the attention projections' reshape, transpose and split (or
-//                         concat) as one copy; each is the other's gradient.
+//                         concat) as one copy; each is the other's gradient. The Packed pair
+//                         reads (writes) only the real tokens' rows [tokens, n * heads * dim]
+//                         and zeroes the padding's slots.
 //   BertApplyAdamW        one AdamW update of a variable in one pass: the gradient's clip
 //                         scale, Keras' decoupled weight decay and TensorFlow's Adam
 //                         update (ResourceApplyAdam's formula), instead of three passes.
@@ -22,6 +24,10 @@
 //                         attention probabilities: one pass per row instead of an add, a
 //                         softmax and a dropout forward and five ops backward; the dropout
 //                         decisions are BertFusedDropout's for the same seed.
+//   BertPackRows / BertUnpackRows
+//                         [slots, width] <-> [tokens, width]: the rows of the real tokens of
+//                         a padded batch, packed (a gather) and unpacked (a scatter with
+//                         zeros at the other slots); each is the other's gradient.
 //   BertSparseSoftmaxXent(+Grad)
 //                         -log softmax(logits)[label] per row, whether the label scored
 //                         highest, and each row's max and log(sum(exp(logit - max))); the
@@ -625,20 +631,26 @@ class SparseSoftmaxXentGradOp : public OpKernel {
 // Attention heads: [batch, seq, n * heads * dim] <-> n x [batch, heads, seq, dim].
 
 // Copies each `dim`-long run between the packed layout (`packed`) and the per-head outputs
-// (`split`); to_split chooses the direction. Parallel over (batch, seq) rows.
+// (`split`); to_split chooses the direction. Parallel over (batch, seq) rows. With `index`
+// ([batch * seq]), `packed` holds only some slots: slot r's row is index[r], and a slot
+// whose index is negative is zero in `split` (and skipped when merging).
 template <typename T>
 void CopyHeads(OpKernelContext* ctx, int64_t batch, int64_t seq, int64_t n, int64_t heads,
-               int64_t dim, T* packed, const std::vector<T*>& split, bool to_split) {
+               int64_t dim, T* packed, const std::vector<T*>& split, bool to_split,
+               const int32_t* index = nullptr) {
   const int64_t width = n * heads * dim;
   ParallelFor(ctx, batch * seq, width * 2, [&](int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {
       const int64_t b = row / seq, s = row % seq;
-      T* packed_row = packed + row * width;
+      const int64_t packed_index = index == nullptr ? row : index[row];
+      T* packed_row = packed + packed_index * width;
       for (int64_t i = 0; i < n; ++i) {
         for (int64_t h = 0; h < heads; ++h) {
           T* head = split[i] + ((b * heads + h) * seq + s) * dim;
           T* run = packed_row + (i * heads + h) * dim;
-          if (to_split) {
+          if (packed_index < 0) {
+            if (to_split) std::fill(head, head + dim, T(0));
+          } else if (to_split) {
             std::copy(run, run + dim, head);
           } else {
             std::copy(head, head + dim, run);
@@ -647,6 +659,23 @@ void CopyHeads(OpKernelContext* ctx, int64_t batch, int64_t seq, int64_t n, int6
       }
     }
   });
+}
+
+// The packed rows of an index [batch, seq] (see CopyHeads): its nonnegative entries must be
+// 0, 1, 2, ... in order. Returns their count, or -1 after failing the op.
+int64_t PackedRows(OpKernelContext* ctx, const char* op, const Tensor& index) {
+  const auto ix = index.flat<int32_t>();
+  int64_t count = 0;
+  for (int64_t r = 0; r < ix.size(); ++r) {
+    if (ix(r) < 0) continue;
+    if (ix(r) != count) {
+      ctx->CtxFailure(InvalidArgument(op, ": index must number the kept slots 0, 1, 2, ... "
+                                          "in order (-1 elsewhere), got ", ix(r), " at ", r));
+      return -1;
+    }
+    ++count;
+  }
+  return count;
 }
 
 template <typename T>
@@ -659,11 +688,29 @@ class SplitHeadsOp : public OpKernel {
 
   void Compute(OpKernelContext* ctx) override {
     const Tensor& x = ctx->input(0);
-    OP_REQUIRES(ctx, x.dims() == 3 && x.dim_size(2) % (n_ * heads_) == 0,
-                InvalidArgument("BertSplitHeads: x must be [batch, seq, ", n_, " * ", heads_,
-                                " * dim], got ", x.shape().DebugString()));
-    const int64_t batch = x.dim_size(0), seq = x.dim_size(1);
-    const int64_t dim = x.dim_size(2) / (n_ * heads_);
+    const bool packed = ctx->num_inputs() == 2;  // BertSplitHeadsPacked: x [tokens, width]
+    const int64_t width = x.dims() > 0 ? x.dim_size(x.dims() - 1) : 0;
+    OP_REQUIRES(ctx, x.dims() == (packed ? 2 : 3) && width % (n_ * heads_) == 0,
+                InvalidArgument(name(), ": x must be [", packed ? "tokens" : "batch, seq",
+                                ", ", n_, " * ", heads_, " * dim], got ",
+                                x.shape().DebugString()));
+    int64_t batch = x.dim_size(0), seq = packed ? 0 : x.dim_size(1);
+    const int32_t* index = nullptr;
+    if (packed) {
+      const Tensor& ix = ctx->input(1);
+      OP_REQUIRES(ctx, ix.dims() == 2,
+                  InvalidArgument(name(), ": index must be [batch, seq], got ",
+                                  ix.shape().DebugString()));
+      const int64_t rows = PackedRows(ctx, "BertSplitHeadsPacked", ix);
+      if (rows < 0) return;
+      OP_REQUIRES(ctx, rows == x.dim_size(0),
+                  InvalidArgument(name(), ": index keeps ", rows, " slots but x has ",
+                                  x.dim_size(0), " rows"));
+      batch = ix.dim_size(0);
+      seq = ix.dim_size(1);
+      index = ix.flat<int32_t>().data();
+    }
+    const int64_t dim = width / (n_ * heads_);
     std::vector<T*> outputs(n_);
     for (int i = 0; i < n_; ++i) {
       Tensor* y = nullptr;
@@ -671,7 +718,7 @@ class SplitHeadsOp : public OpKernel {
       outputs[i] = y->flat<T>().data();
     }
     CopyHeads<T>(ctx, batch, seq, n_, heads_, dim, const_cast<T*>(x.flat<T>().data()), outputs,
-                 /*to_split=*/true);
+                 /*to_split=*/true, index);
   }
 
  private:
@@ -686,7 +733,9 @@ class MergeHeadsOp : public OpKernel {
   }
 
   void Compute(OpKernelContext* ctx) override {
-    const int n = ctx->num_inputs();
+    // BertMergeHeadsPacked's last input is the index: only its kept slots are merged.
+    const bool packed = type_string() == "BertMergeHeadsPacked";
+    const int n = ctx->num_inputs() - (packed ? 1 : 0);
     const Tensor& first = ctx->input(0);
     OP_REQUIRES(ctx, first.dims() == 4 && first.dim_size(1) == heads_,
                 InvalidArgument("BertMergeHeads: inputs must be [batch, ", heads_,
@@ -700,13 +749,105 @@ class MergeHeadsOp : public OpKernel {
     const int64_t batch = first.dim_size(0), heads = first.dim_size(1);
     const int64_t seq = first.dim_size(2), dim = first.dim_size(3);
     Tensor* x = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({batch, seq, n * heads * dim}), &x));
+    const int32_t* index = nullptr;
+    if (packed) {
+      const Tensor& ix = ctx->input(n);
+      OP_REQUIRES(ctx, ix.dims() == 2 && ix.dim_size(0) == batch && ix.dim_size(1) == seq,
+                  InvalidArgument(name(), ": index must be [", batch, ", ", seq, "], got ",
+                                  ix.shape().DebugString()));
+      const int64_t rows = PackedRows(ctx, "BertMergeHeadsPacked", ix);
+      if (rows < 0) return;
+      index = ix.flat<int32_t>().data();
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({rows, n * heads * dim}), &x));
+    } else {
+      OP_REQUIRES_OK(ctx,
+                     ctx->allocate_output(0, TensorShape({batch, seq, n * heads * dim}), &x));
+    }
     CopyHeads<T>(ctx, batch, seq, n, heads, dim, x->flat<T>().data(), inputs,
-                 /*to_split=*/false);
+                 /*to_split=*/false, index);
   }
 
  private:
   int heads_;
+};
+
+// ---------------------------------------------------------------------------------------
+// Token packing: rows [tokens] int32, strictly increasing slots of a [slots, width] tensor.
+
+bool RowsAreSlots(OpKernelContext* ctx, const char* op, const Tensor& rows, int64_t slots) {
+  const auto r = rows.flat<int32_t>();
+  for (int64_t t = 0; t < r.size(); ++t) {
+    if (r(t) < 0 || r(t) >= slots || (t > 0 && r(t) <= r(t - 1))) {
+      ctx->CtxFailure(InvalidArgument(op, ": rows must be increasing slots in [0, ", slots,
+                                      "), got ", r(t), " at ", t));
+      return false;
+    }
+  }
+  return true;
+}
+
+template <typename T>
+class PackRowsOp : public OpKernel {
+ public:
+  explicit PackRowsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    const Tensor& rows = ctx->input(1);
+    OP_REQUIRES(ctx, x.dims() == 2 && rows.dims() == 1,
+                InvalidArgument("BertPackRows: x must be [slots, width] and rows [tokens], "
+                                "got ", x.shape().DebugString(), " and ",
+                                rows.shape().DebugString()));
+    if (!RowsAreSlots(ctx, "BertPackRows", rows, x.dim_size(0))) return;
+    const int64_t tokens = rows.dim_size(0), width = x.dim_size(1);
+    Tensor* y = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({tokens, width}), &y));
+    const T* in = x.flat<T>().data();
+    T* out = y->flat<T>().data();
+    const int32_t* r = rows.flat<int32_t>().data();
+    ParallelFor(ctx, tokens, width * 2, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        std::copy(in + r[t] * width, in + (r[t] + 1) * width, out + t * width);
+      }
+    });
+  }
+};
+
+template <typename T>
+class UnpackRowsOp : public OpKernel {
+ public:
+  explicit UnpackRowsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& y = ctx->input(0);
+    const Tensor& rows = ctx->input(1);
+    const Tensor& slots_tensor = ctx->input(2);
+    OP_REQUIRES(ctx, y.dims() == 2 && rows.dims() == 1 && rows.dim_size(0) == y.dim_size(0) &&
+                         slots_tensor.NumElements() == 1,
+                InvalidArgument("BertUnpackRows: y must be [tokens, width], rows [tokens] and "
+                                "slots a scalar, got ", y.shape().DebugString(), ", ",
+                                rows.shape().DebugString(), " and ",
+                                slots_tensor.shape().DebugString()));
+    const int64_t slots = slots_tensor.flat<int32_t>()(0);
+    if (!RowsAreSlots(ctx, "BertUnpackRows", rows, slots)) return;
+    const int64_t tokens = rows.dim_size(0), width = y.dim_size(1);
+    Tensor* x = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({slots, width}), &x));
+    const T* in = y.flat<T>().data();
+    T* out = x->flat<T>().data();
+    const int32_t* r = rows.flat<int32_t>().data();
+    // Token t writes its row and zeroes the slots between the previous token's and its own;
+    // the last one also zeroes the slots after it.
+    ParallelFor(ctx, tokens, width * 2, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        const int64_t gap = t == 0 ? 0 : r[t - 1] + 1;
+        std::fill(out + gap * width, out + r[t] * width, T(0));
+        std::copy(in + t * width, in + (t + 1) * width, out + r[t] * width);
+        if (t == tokens - 1) std::fill(out + (r[t] + 1) * width, out + slots * width, T(0));
+      }
+    });
+    if (tokens == 0) std::fill(out, out + slots * width, T(0));
+  }
 };
 
 // ---------------------------------------------------------------------------------------
@@ -926,6 +1067,74 @@ REGISTER_OP("BertMergeHeads")
       return tensorflow::OkStatus();
     });
 
+REGISTER_OP("BertSplitHeadsPacked")
+    .Input("x: T")
+    .Input("index: int32")
+    .Output("y: N * T")
+    .Attr("N: int >= 1")
+    .Attr("num_heads: int >= 1")
+    .Attr("T: {float, bfloat16, half}")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle x, index;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &x));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 2, &index));
+      int n, heads;
+      TF_RETURN_IF_ERROR(c->GetAttr("N", &n));
+      TF_RETURN_IF_ERROR(c->GetAttr("num_heads", &heads));
+      DimensionHandle dim;
+      TF_RETURN_IF_ERROR(c->Divide(c->Dim(x, 1), static_cast<int64_t>(n) * heads,
+                                   /*evenly_divisible=*/true, &dim));
+      ShapeHandle y =
+          c->MakeShape({c->Dim(index, 0), c->MakeDim(heads), c->Dim(index, 1), dim});
+      for (int i = 0; i < n; ++i) c->set_output(i, y);
+      return tensorflow::OkStatus();
+    });
+
+REGISTER_OP("BertMergeHeadsPacked")
+    .Input("y: N * T")
+    .Input("index: int32")
+    .Output("x: T")
+    .Attr("N: int >= 1")
+    .Attr("num_heads: int >= 1")
+    .Attr("T: {float, bfloat16, half}")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle y;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 4, &y));
+      DimensionHandle width;
+      TF_RETURN_IF_ERROR(c->Multiply(c->Dim(y, 1), c->Dim(y, 3), &width));
+      TF_RETURN_IF_ERROR(c->Multiply(width, c->num_inputs() - 1, &width));
+      c->set_output(0, c->Matrix(c->UnknownDim(), width));
+      return tensorflow::OkStatus();
+    });
+
+REGISTER_OP("BertPackRows")
+    .Input("x: T")
+    .Input("rows: int32")
+    .Output("y: T")
+    .Attr("T: {float, bfloat16, half}")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle x, rows;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &x));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &rows));
+      c->set_output(0, c->Matrix(c->Dim(rows, 0), c->Dim(x, 1)));
+      return tensorflow::OkStatus();
+    });
+
+REGISTER_OP("BertUnpackRows")
+    .Input("y: T")
+    .Input("rows: int32")
+    .Input("slots: int32")
+    .Output("x: T")
+    .Attr("T: {float, bfloat16, half}")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle y;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &y));
+      DimensionHandle slots;
+      TF_RETURN_IF_ERROR(c->MakeDimForScalarInput(2, &slots));
+      c->set_output(0, c->Matrix(slots, c->Dim(y, 1)));
+      return tensorflow::OkStatus();
+    });
+
 REGISTER_OP("BertSparseSoftmaxXent")
     .Input("logits: float")
     .Input("labels: Tlabels")
@@ -983,7 +1192,18 @@ REGISTER_OP("BertApplyAdamW")
   REGISTER_KERNEL_BUILDER(Name("BertGeluGrad").Device(DEVICE_CPU).TypeConstraint<T>("T"), \
                           GeluGradOp<T>);                                                 \
   REGISTER_KERNEL_BUILDER(                                                                \
+      Name("BertPackRows").Device(DEVICE_CPU).TypeConstraint<T>("T"), PackRowsOp<T>);     \
+  REGISTER_KERNEL_BUILDER(                                                                \
+      Name("BertUnpackRows").Device(DEVICE_CPU).TypeConstraint<T>("T").HostMemory("slots"), \
+      UnpackRowsOp<T>);                                                                   \
+  REGISTER_KERNEL_BUILDER(                                                                \
       Name("BertSplitHeads").Device(DEVICE_CPU).TypeConstraint<T>("T"), SplitHeadsOp<T>); \
+  REGISTER_KERNEL_BUILDER(                                                                \
+      Name("BertSplitHeadsPacked").Device(DEVICE_CPU).TypeConstraint<T>("T"),             \
+      SplitHeadsOp<T>);                                                                   \
+  REGISTER_KERNEL_BUILDER(                                                                \
+      Name("BertMergeHeadsPacked").Device(DEVICE_CPU).TypeConstraint<T>("T"),             \
+      MergeHeadsOp<T>);                                                                   \
   REGISTER_KERNEL_BUILDER(                                                                \
       Name("BertMergeHeads").Device(DEVICE_CPU).TypeConstraint<T>("T"), MergeHeadsOp<T>);
 

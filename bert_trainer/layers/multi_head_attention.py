@@ -75,23 +75,33 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
 
     def call(self, query, value, key=None, query_mask=None, value_mask=None, key_mask=None,
              attention_mask=None, return_attention_scores=False, training=None,
-             use_causal_mask=False):
+             use_causal_mask=False, packing=None):
         key = value if key is None else key
         lean = (self._lean and not return_attention_scores and not use_causal_mask
                 and query_mask is None and value_mask is None and key_mask is None
-                and len(query.shape) == 3 and len(value.shape) == 3
                 and not keras.config.is_flash_attention_enabled())
-        if not lean:
+        if packing is not None:
+            if not lean or len(value.shape) != 2 or len(key.shape) != 2:
+                raise ValueError(f"MultiHeadAttention '{self.name}': packed inputs take none "
+                                 "of the options of Keras' general computation")
+            return self._lean_call(query, key, value, attention_mask, training, packing)
+        if not (lean and len(query.shape) == 3 and len(value.shape) == 3):
             return super().call(
                 query, value, key=key, query_mask=query_mask, value_mask=value_mask,
                 key_mask=key_mask, attention_mask=attention_mask,
                 return_attention_scores=return_attention_scores, training=training,
                 use_causal_mask=use_causal_mask)
-        q, k, v = self._project(query, key, value)  # (batch, heads, seq, head_dim) each
+        return self._lean_call(query, key, value, attention_mask, training)
+
+    def _lean_call(self, query, key, value, attention_mask, training, packing=None):
+        """The lean computation; with `packing`, key and value (and a rank-2 query) are its
+        packed `[tokens, width]` rows, unpacked around the attention itself."""
+        q, k, v = self._project(query, key, value, packing)  # (batch, heads, seq, dim) each
         scores = ops.matmul(q, ops.swapaxes(k, -1, -2))  # (batch, heads, target, source)
         probs = self._probabilities(scores, attention_mask, training)
         context = ops.matmul(probs, v)  # (batch, heads, target, head_dim)
-        return self._output_projection(context)  # (batch, target, out)
+        query_packing = packing if len(query.shape) == 2 else None
+        return self._output_projection(context, query_packing)  # (batch, target, out)
 
     def _probabilities(self, scores, attention_mask, training):
         """dropout(softmax(scores + mask bias)): one fused kernel where it runs (`kernels`,
@@ -109,7 +119,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             scores = scores + ops.expand_dims(bias, axis=-3)  # broadcast over the heads
         return self._dropout_layer(ops.softmax(scores, axis=-1), training=training)
 
-    def _output_projection(self, context):
+    def _output_projection(self, context, packing=None):
         """`output_dense` of `[batch, heads, target, head_dim]` as one 2-D matmul and bias add
         (TensorFlow fuses the pair).
 
@@ -121,39 +131,51 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         dense = self.output_dense
         if len(dense.kernel.shape) != 3 or getattr(dense, "quantization_mode", None):
             return dense(ops.transpose(context, (0, 2, 1, 3)))
-        if kernels.active(context.dtype):
-            context = kernels.merge_heads([context])  # (batch, target, heads * head_dim)
+        width = self.num_heads * self.key_dim
+        shape = ops.shape(context)  # (batch, heads, target, head_dim)
+        if kernels.active(context.dtype):  # the heads side by side (and packed) in one copy
+            if packing is not None:
+                rows = kernels.merge_heads_packed([context], packing.slot_index)
+            else:
+                rows = ops.reshape(kernels.merge_heads([context]), (-1, width))
         else:
             context = ops.transpose(context, (0, 2, 1, 3))  # (batch, target, heads, head_dim)
+            if packing is not None:
+                rows = packing.pack(ops.reshape(context, (shape[0], shape[2], width)))
+            else:
+                rows = ops.reshape(context, (-1, width))
         kernel = ops.cast(dense.kernel, self.compute_dtype)  # (heads, head_dim, out)
-        width = self.num_heads * self.key_dim
-        shape = ops.shape(context)
-        y = ops.matmul(ops.reshape(context, (-1, width)), ops.reshape(kernel, (width, -1)))
+        y = ops.matmul(rows, ops.reshape(kernel, (width, -1)))  # (batch * target | tokens, out)
         if dense.bias is not None:
             y = ops.add(y, ops.cast(dense.bias, self.compute_dtype))
-        return ops.reshape(y, (shape[0], shape[1], -1))
+        return y if packing is not None else ops.reshape(y, (shape[0], shape[2], -1))
 
-    def _project(self, query, key, value):
+    def _project(self, query, key, value, packing=None):
         """Q (pre-scaled), K and V, each `[batch, heads, seq, head_dim]`."""
         scale = 1.0 / math.sqrt(self.key_dim)
         if query is key and key is value:
             return self._fused_projection(
-                query, [self.query_dense, self.key_dense, self.value_dense], [scale, 1, 1])
-        (q,) = self._fused_projection(query, [self.query_dense], [scale])
+                query, [self.query_dense, self.key_dense, self.value_dense], [scale, 1, 1],
+                packing)
+        (q,) = self._fused_projection(query, [self.query_dense], [scale],
+                                      packing if len(query.shape) == 2 else None)
         if key is value:
-            k, v = self._fused_projection(key, [self.key_dense, self.value_dense], [1, 1])
+            k, v = self._fused_projection(key, [self.key_dense, self.value_dense], [1, 1],
+                                          packing)
         else:
-            (k,) = self._fused_projection(key, [self.key_dense], [1])
-            (v,) = self._fused_projection(value, [self.value_dense], [1])
+            (k,) = self._fused_projection(key, [self.key_dense], [1], packing)
+            (v,) = self._fused_projection(value, [self.value_dense], [1], packing)
         return q, k, v
 
-    def _fused_projection(self, x, layers, scales):
+    def _fused_projection(self, x, layers, scales, packing=None):
         """Projects `x` by the concatenated kernels of `layers` in one matmul.
 
         Args:
-          x: `[batch, seq, width]`.
+          x: `[batch, seq, width]`, or with `packing` its packed `[tokens, width]`.
           layers: EinsumDense sublayers with kernel `[width, heads, dim]`, bias `[heads, dim]`.
           scales: a Python factor per layer, folded into its kernel and bias.
+          packing: a `TokenPacking` of `x`: the projection runs on the tokens, then is
+            unpacked to `[batch, seq, .]`.
 
         Returns:
           One `[batch, heads, seq, dim]` tensor per layer.
@@ -174,9 +196,13 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
                 [scaled(layer.bias, f) for layer, f in zip(layers, scales, strict=True)], axis=0)
             # ops.add of a vector: TensorFlow's BiasAdd, whose gradient is a fast row sum.
             y = ops.add(y, ops.reshape(bias, (-1,)))
-        if kernels.active(y.dtype):  # reshape, transpose and split as one copy
+        if kernels.active(y.dtype):  # reshape, transpose and split (and unpack) as one copy
+            if packing is not None:
+                return kernels.split_heads_packed(y, packing.slot_index, len(layers), heads)
             return kernels.split_heads(y, len(layers), heads)
-        shape = ops.shape(x)
+        if packing is not None:
+            y = packing.unpack(y)  # (batch, seq, n * heads * dim)
+        shape = ops.shape(y)
         y = ops.reshape(y, (shape[0], shape[1], len(layers) * heads, dim))
         y = ops.transpose(y, (0, 2, 1, 3))  # (batch, n * heads, seq, dim)
         return ops.split(y, len(layers), axis=1) if len(layers) > 1 else [y]

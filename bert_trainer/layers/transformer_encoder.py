@@ -71,9 +71,12 @@ class TransformerEncoder(keras.layers.Layer):
         layer's output at position `output_positions[:, k]`. For a last layer whose other
         outputs nobody reads (pretraining reads [CLS] and the masked positions): the same
         values for a fraction of the cost. Not with `output_range`.
+      packing: a `TokenPacking`: `data` is its packed `[tokens, hidden]` rows and the mask
+        is the `[batch, seq]` padding mask; the layer computes those tokens only and returns
+        them packed (or, with `output_positions`, `[batch, K, hidden]`).
 
     Returns:
-      `[batch, seq or output_range or K, hidden]`.
+      `[batch, seq or output_range or K, hidden]` (packed: `[tokens, hidden]`).
     """
 
     def __init__(self, num_attention_heads, inner_dim, inner_activation="gelu", output_range=None,
@@ -164,11 +167,15 @@ class TransformerEncoder(keras.layers.Layer):
             return gelu
         return self.inner_activation
 
-    def call(self, inputs, attention_mask=None, training=None, output_positions=None):
+    def call(self, inputs, attention_mask=None, training=None, output_positions=None,
+             packing=None):
         data, attention_mask = self._unpack(inputs, attention_mask)  # (batch, seq, hidden)
         if attention_mask is not None and len(attention_mask.shape) == 2:
             attention_mask = attention_mask[:, None, :]  # padding mask -> (batch, 1, seq)
-        select = self._query_selector(output_positions)  # None: every position
+        if packing is not None and (attention_mask is None or attention_mask.shape[1] != 1):
+            raise ValueError(f"TransformerEncoder '{self.name}': packed data needs a [batch, seq] "
+                             "padding mask")
+        select = self._query_selector(output_positions, packing)  # None: every position
         # Only the selected positions are queries; keys/values stay whole.
         target = data if select is None else select(data)  # (batch, queries, hidden)
         if select is not None and attention_mask is not None and attention_mask.shape[1] != 1:
@@ -179,7 +186,8 @@ class TransformerEncoder(keras.layers.Layer):
         else:
             source, query = data, target
         attention = self.attention_layer(query=query, value=source, key=source,
-                                         attention_mask=attention_mask, training=training)
+                                         attention_mask=attention_mask, training=training,
+                                         **({} if packing is None else {"packing": packing}))
         x = target + self.attention_output_dropout(attention, training=training)
         if not self.norm_first:
             x = self.attention_layer_norm(x)
@@ -198,13 +206,19 @@ class TransformerEncoder(keras.layers.Layer):
             x = self.output_layer_norm(x)
         return x
 
-    def _query_selector(self, output_positions):
-        """The function taking `[batch, seq, .]` to the query rows, or None for all of them."""
+    def _query_selector(self, output_positions, packing=None):
+        """The function taking `[batch, seq, .]` (or packed `[tokens, .]`) to the query rows,
+        or None for all of them."""
         if output_positions is not None:
             if self.output_range is not None:
                 raise ValueError(f"TransformerEncoder '{self.name}': output_positions and "
                                  f"output_range={self.output_range} cannot both be set")
+            if packing is not None:
+                return lambda x: packing.gather(x, output_positions)
             return lambda x: gather_positions(x, output_positions)
+        if packing is not None and self.output_range is not None:
+            raise ValueError(f"TransformerEncoder '{self.name}': packed data cannot take "
+                             f"output_range={self.output_range}")
         if self.output_range is not None:
             return lambda x: x[:, : self.output_range, :]
         return None

@@ -61,6 +61,8 @@ class PretrainingConfig:
         skip_unweighted_predictions: in training on CPU (outside XLA), compute the masked LM
             only at the predictions of nonzero weight (`BertPretrainer`'s option; exact);
             False computes every one of the `max_predictions_per_seq` slots.
+        pack_tokens: on CPU (outside XLA), run the encoder on the real tokens only, not the
+            padding (`BertPretrainer`'s option; exact); False computes every slot.
     """
 
     train_data: str | None = None
@@ -79,6 +81,7 @@ class PretrainingConfig:
     data_seed: int = 0
     mlm_projection_in_compute_dtype: bool = True
     skip_unweighted_predictions: bool = True
+    pack_tokens: bool = True
 
     def __post_init__(self):
         for field in ("seq_length", "max_predictions_per_seq", "train_batch_size",
@@ -135,7 +138,8 @@ class PretrainingTask(Task):
         self._model = BertPretrainer(
             encoder, num_next_sentence_labels=num_labels, name="bert_pretrainer",
             mlm_projection_in_compute_dtype=self.config.mlm_projection_in_compute_dtype,
-            skip_unweighted_predictions=self.config.skip_unweighted_predictions)
+            skip_unweighted_predictions=self.config.skip_unweighted_predictions,
+            pack_tokens=self.config.pack_tokens)
         return self._model
 
     def _check_encoder(self, encoder) -> None:

@@ -18,7 +18,10 @@ layer: q = 1 + P, [CLS] and the masked positions), its Q projection, attention o
 attention scores are counted on those q rows; its K and V projections still on all s.
 
 So training costs 6 * N_matmul * tokens + 12 * L * h * s per token, the usual MFU count
-(PaLM, appendix B). Padding tokens are counted: the dense model computes on them. Embedding
+(PaLM, appendix B). Padding tokens are counted where the model computes on them; where it
+packs the real tokens (BertPretrainer's `pack_tokens`: `computed_tokens` per sequence), the
+dense layers and the last layer's K and V are counted on those, attention still on the padded
+s x s (its layout). Embedding
 lookups, softmax, LayerNorm, GELU and the optimizer update are elementwise and left out.
 Token-level heads (tagging, spans: h x labels per token) are counted once per sequence; the
 difference is < 0.1 % of the encoder.
@@ -41,7 +44,8 @@ from bert_trainer import features as F
 
 def training_flops_per_example(*, num_layers, hidden_size, inner_dim, seq_length,
                                embedding_width=None, vocab_size=0, num_predictions=0,
-                               head_params=0, last_layer_rows=None, computed_predictions=None):
+                               head_params=0, last_layer_rows=None, computed_predictions=None,
+                               computed_tokens=None):
     """Model FLOPs of one training step (forward + backward) per sequence.
 
     Plain arithmetic: the size arguments may be Python numbers or scalar tensors (the train
@@ -58,20 +62,22 @@ def training_flops_per_example(*, num_layers, hidden_size, inner_dim, seq_length
         computed_predictions: predictions per sequence the MLM head computes, when it skips
             some of the `num_predictions` (BertPretrainer in training: the weighted ones,
             a batch's mean); None: all of them.
+        computed_tokens: tokens per sequence the layers compute when the model packs the
+            real ones (a batch's mean); None: all `seq_length`.
 
     Returns:
         FLOPs per sequence (same type as the arguments).
     """
     h, f, s = hidden_size, inner_dim, seq_length
+    t = s if computed_tokens is None else computed_tokens
     e = embedding_width or h
-    per_token = num_layers * 2 * (4 * h * h + 2 * h * f)
+    per_sequence = t * num_layers * 2 * (4 * h * h + 2 * h * f)
     if e != h:
-        per_token += 2 * e * h
-    attention = num_layers * 2 * (2 * s * s * h)
-    per_sequence = s * per_token + attention + 2 * h * h + 2 * head_params
+        per_sequence += s * 2 * e * h  # the embedding projection runs before packing
+    per_sequence += num_layers * 2 * (2 * s * s * h) + 2 * h * h + 2 * head_params
     if last_layer_rows is not None:  # the skipped rows: all but the K and V projections
-        skipped = s - last_layer_rows
-        per_sequence -= skipped * 2 * (2 * h * h + 2 * h * f) + 2 * (2 * skipped * s * h)
+        per_sequence -= ((t - last_layer_rows) * 2 * (2 * h * h + 2 * h * f)
+                         + 2 * (2 * (s - last_layer_rows) * s * h))
     per_prediction = 2 * h * e + 2 * e * vocab_size
     if computed_predictions is None:
         computed_predictions = num_predictions
@@ -90,9 +96,9 @@ def model_flops_function(model) -> Callable | None:
         model: a task model with an `encoder` attribute.
 
     Returns:
-        fn(seq_length, num_predictions, computed_predictions=None) -> training FLOPs per
-        sequence, or None when the model has no encoder with those sizes (telemetry then
-        leaves the FLOP figures out).
+        fn(seq_length, num_predictions, computed_predictions=None, computed_tokens=None) ->
+        training FLOPs per sequence, or None when the model has no encoder with those sizes
+        (telemetry then leaves the FLOP figures out).
     """
     encoder = getattr(model, "encoder", None)
     config = encoder.get_config() if encoder is not None else {}
@@ -111,16 +117,16 @@ def model_flops_function(model) -> Callable | None:
 
     sparse = bool(getattr(model, "sparse_last_layer_active", False))
 
-    def flops(seq_length, num_predictions=0, computed_predictions=None):
+    def flops(seq_length, num_predictions=0, computed_predictions=None, computed_tokens=None):
         return training_flops_per_example(
             seq_length=seq_length, num_predictions=num_predictions,
-            computed_predictions=computed_predictions,
+            computed_predictions=computed_predictions, computed_tokens=computed_tokens,
             last_layer_rows=1 + num_predictions if sparse else None, **sizes)
 
     return flops
 
 
-def batch_flops(flops_fn: Callable, features: dict, mlm_rows=None):
+def batch_flops(flops_fn: Callable, features: dict, mlm_rows=None, packed_tokens=None):
     """Training FLOPs of one batch (float32 scalar tensor), from its dynamic shapes.
 
     Args:
@@ -128,6 +134,8 @@ def batch_flops(flops_fn: Callable, features: dict, mlm_rows=None):
         features: the batch.
         mlm_rows: predictions the MLM head computed for the whole batch, when it skipped
             some (the length of BertPretrainer's `mlm_rows` output); None: every slot.
+        packed_tokens: tokens per layer the encoder computed for the whole batch, when it
+            packed the real ones (`BertPretrainer.packed_tokens`); None: every slot.
     """
     ids = features[F.INPUT_WORD_IDS]
     batch = tf.cast(tf.shape(ids)[0], tf.float32)
@@ -136,7 +144,8 @@ def batch_flops(flops_fn: Callable, features: dict, mlm_rows=None):
     if F.MASKED_LM_POSITIONS in features:
         predictions = tf.cast(tf.shape(features[F.MASKED_LM_POSITIONS])[1], tf.float32)
     computed = None if mlm_rows is None else tf.cast(mlm_rows, tf.float32) / batch
-    return batch * flops_fn(seq_length, predictions, computed)
+    tokens = None if packed_tokens is None else tf.cast(packed_tokens, tf.float32) / batch
+    return batch * flops_fn(seq_length, predictions, computed, tokens)
 
 
 @dataclasses.dataclass(frozen=True)

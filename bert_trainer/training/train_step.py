@@ -185,7 +185,12 @@ class TrainStep:
             mlm_rows = None  # the pretrainer computed only the weighted predictions
             if isinstance(outputs, dict) and MLM_ROWS in outputs:
                 mlm_rows = tf.shape(outputs[MLM_ROWS])[0]
-            self._flops.update_state(throughput.batch_flops(self._flops_fn, features, mlm_rows))
+            packed = None  # ... and the encoder only the real tokens (decided at trace time,
+            # in the forward pass's own XLA context)
+            if hasattr(self.model, "packed_tokens"):
+                packed = self.model.packed_tokens(self.task.model_inputs(features))
+            self._flops.update_state(
+                throughput.batch_flops(self._flops_fn, features, mlm_rows, packed))
 
     def _accumulate(self, features) -> None:
         grads, losses = self._forward(features)

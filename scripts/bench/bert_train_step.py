@@ -111,11 +111,15 @@ def build(step: spec_lib.StepSpec):
     # The trainer's own FLOPs count (TensorBoard's `mfu`): the FLOPs the step executes. Its
     # masked LM computes only the weighted predictions where shapes may vary (not under XLA):
     # the mean over the batches it cycles through.
+    # Its encoder packs the real tokens there too: the batches' mean.
     flops_fn = throughput.model_flops_function(trainer.model)
-    computed = None
+    computed = tokens = None
     if not step.jit_compile and trainer.model.skips_unweighted_predictions():
         computed = spec_lib.computed_mlm_rows(step, NUM_DATA_BATCHES) / step.batch_size
-    executed = step.batch_size * flops_fn(step.seq_length, step.max_predictions, computed)
+    if not step.jit_compile and trainer.model.packs_tokens():
+        tokens = spec_lib.computed_tokens(step, NUM_DATA_BATCHES) / step.batch_size
+    executed = step.batch_size * flops_fn(step.seq_length, step.max_predictions, computed,
+                                          tokens)
     return {"params": int(trainer.model.count_params()),
             "executed_flops_per_step": int(round(executed))}, run
 

@@ -57,7 +57,7 @@ def _attention(name: str, heads: int, queries: int, keys: int, head_dim: int) ->
 
 
 def products(step: spec_lib.StepSpec, last_layer_rows: int | None = None,
-             mlm_rows: int | None = None) -> list[Product]:
+             mlm_rows: int | None = None, tokens: int | None = None) -> list[Product]:
     """Every matrix product of one pretraining step of `step`.
 
     Args:
@@ -66,14 +66,18 @@ def products(step: spec_lib.StepSpec, last_layer_rows: int | None = None,
         1 + P); None computes it on every row (keras-hub).
       mlm_rows: rows the masked LM computes per step (bert-train's pretrainer: the weighted
         predictions, `spec.computed_mlm_rows` rounded); None: all batch x P.
+      tokens: rows per step the dense layers compute (bert-train's pretrainer packs the real
+        tokens: `spec.computed_tokens` rounded); None: all batch x seq. Attention keeps the
+        padded [seq, seq] layout.
 
     Returns:
-      Products whose FLOPs sum to `spec.train_flops(step, last_layer_rows, mlm_rows)`.
+      Products whose FLOPs sum to `spec.train_flops(step, last_layer_rows, mlm_rows,
+      tokens)`.
     """
     m, b, s, p = step.size, step.batch_size, step.seq_length, step.max_predictions
     h, f, v = m.hidden_size, m.inner_dim, m.vocab_size
     heads, head_dim = b * m.num_attention_heads, h // m.num_attention_heads
-    tokens = b * s
+    tokens = b * s if tokens is None else tokens
     out = []
     for layer in range(m.num_layers):
         last = layer == m.num_layers - 1 and last_layer_rows is not None
@@ -83,7 +87,7 @@ def products(step: spec_lib.StepSpec, last_layer_rows: int | None = None,
             out += _dense(f"{tag} KV", tokens, h, 2 * h) + _dense(f"{tag} Q", rows, h, h)
         else:
             out += _dense(f"{tag} QKV", tokens, h, 3 * h)
-        out += _attention(tag, heads, rows // b, s, head_dim)
+        out += _attention(tag, heads, last_layer_rows if last else s, s, head_dim)  # padded
         out += _dense(f"{tag} attention output", rows, h, h)
         out += _dense(f"{tag} FFN in", rows, h, f) + _dense(f"{tag} FFN out", rows, f, h)
     out += _dense("pooler", b, h, h) + _dense("next sentence", b, h, 2)
@@ -97,13 +101,13 @@ def products(step: spec_lib.StepSpec, last_layer_rows: int | None = None,
 
 
 def build(step: dict, dtype: str = "float32", last_layer_rows: int | None = None,
-          mlm_rows: int | None = None):
+          mlm_rows: int | None = None, tokens: int | None = None):
     """Worker entry point: random operands for every product and a runner.
 
     Args:
       step: a JSON `StepSpec`.
       dtype: "float32" or "bfloat16" (the step's compute dtype).
-      last_layer_rows, mlm_rows: as `products`.
+      last_layer_rows, mlm_rows, tokens: as `products`.
 
     Returns:
       (info, run): run(k) performs every product k times, ends with a host sync and returns
@@ -112,7 +116,7 @@ def build(step: dict, dtype: str = "float32", last_layer_rows: int | None = None
     import tensorflow as tf  # noqa: PLC0415 - only in the worker process
 
     spec = spec_lib.StepSpec.from_json(step)
-    listed = products(spec, last_layer_rows, mlm_rows)
+    listed = products(spec, last_layer_rows, mlm_rows, tokens)
     operands = []
     for i, product in enumerate(listed):
         shapes = product.operand_shapes()

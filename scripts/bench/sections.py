@@ -87,8 +87,11 @@ def compare(plan, peak: dict, floors: list | None = None) -> list[dict]:
     rows = 1 + plan.main.max_predictions  # bert-train's last layer: [CLS] + the predictions
     # ... and its masked LM at the weighted predictions only (the batches' mean, rounded).
     mlm_rows = round(spec_lib.computed_mlm_rows(plan.main))
+    # ... and its layers on the real tokens only (packed).
+    tokens = round(spec_lib.computed_tokens(plan.main))
     workers += [Worker("matmul_floor", {"step": plan.main.to_json(), "dtype": dtype,
-                                        "last_layer_rows": rows, "mlm_rows": mlm_rows},
+                                        "last_layer_rows": rows, "mlm_rows": mlm_rows,
+                                        "tokens": tokens},
                        plan.log_path)
                 for dtype in dtypes]
     try:

@@ -99,7 +99,7 @@ NUM_DATA_BATCHES = 4  # distinct batches every implementation cycles through (ma
 
 
 def forward_flops(spec: StepSpec, last_layer_rows: int | None = None,
-                  mlm_rows: float | None = None) -> int:
+                  mlm_rows: float | None = None, tokens: float | None = None) -> int:
     """Model FLOPs of one forward pass of the pretrainer (see the module docstring).
 
     Args:
@@ -111,13 +111,17 @@ def forward_flops(spec: StepSpec, last_layer_rows: int | None = None,
       mlm_rows: rows per step the masked LM computes (None: all `batch * P`); bert-train's
         pretrainer computes only the weighted predictions, rounded up
         (`computed_mlm_rows`).
+      tokens: tokens per step the layers compute (None: all `batch * seq`); bert-train's
+        pretrainer packs the real ones (`computed_tokens`): the dense layers and the last
+        layer's K and V run on those, attention on the padded layout.
 
     Returns:
       FLOPs as an int.
     """
     m, b, s, p = spec.size, spec.batch_size, spec.seq_length, spec.max_predictions
     h, f, layers, v = m.hidden_size, m.inner_dim, m.num_layers, m.vocab_size
-    encoder_dense = layers * b * s * (2 * 4 * h * h + 2 * 2 * h * f)
+    t = b * s if tokens is None else tokens
+    encoder_dense = layers * t * (2 * 4 * h * h + 2 * 2 * h * f)
     attention = layers * 2 * (2 * b * s * s * h)
     pooler_nsp = 2 * b * h * h + 2 * b * h * 2
     predictions = b * p if mlm_rows is None else mlm_rows
@@ -125,14 +129,23 @@ def forward_flops(spec: StepSpec, last_layer_rows: int | None = None,
     skipped = 0
     if last_layer_rows is not None:
         rows = s - last_layer_rows
-        skipped = b * rows * (2 * 2 * h * h + 2 * 2 * h * f) + 2 * (2 * b * rows * s * h)
+        skipped = ((t - b * last_layer_rows) * (2 * 2 * h * h + 2 * 2 * h * f)
+                   + 2 * (2 * b * rows * s * h))
     return int(round(encoder_dense + attention + pooler_nsp + masked_lm - skipped))
 
 
 def train_flops(spec: StepSpec, last_layer_rows: int | None = None,
-                mlm_rows: float | None = None) -> int:
+                mlm_rows: float | None = None, tokens: float | None = None) -> int:
     """Model FLOPs of one training step: forward + backward (2x forward)."""
-    return 3 * forward_flops(spec, last_layer_rows, mlm_rows)
+    return 3 * forward_flops(spec, last_layer_rows, mlm_rows, tokens)
+
+
+def computed_tokens(spec: StepSpec, num_batches: int = NUM_DATA_BATCHES) -> float:
+    """Mean tokens per step bert-train's pretrainer computes when it packs them: the real
+    tokens of `make_batches(spec, num_batches)` (its masked positions and [CLS] are among
+    them)."""
+    return float(np.mean([np.count_nonzero(b[features.INPUT_MASK])
+                          for b in make_batches(spec, num_batches)]))
 
 
 def computed_mlm_rows(spec: StepSpec, num_batches: int = NUM_DATA_BATCHES) -> float:

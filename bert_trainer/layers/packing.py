@@ -1,0 +1,61 @@
+"""Token packing: a layer stack computed on the real tokens of a padded batch only."""
+
+from keras import ops
+
+from bert_trainer import kernels
+
+
+class TokenPacking:
+    """The slots of a `[batch, seq]` batch that a stack of layers computes, as `[tokens, width]`
+    rows: the real tokens (and any slot asked for), not the padding.
+
+    Dense layers, LayerNorm, dropout and the feed-forward network act on each token alone, so
+    computing them on the packed rows gives the same values at those tokens for fewer FLOPs
+    (BERT's pretraining data is about 5 % padding; fine-tuning batches often far more).
+    Attention mixes tokens: it unpacks its keys and values to `[batch, seq]` (zeros at the
+    padding, which its mask hides) and packs its output again. Values at the padded slots are
+    not computed at all, so only a caller that reads none of them (BERT pretraining reads
+    [CLS] and the masked positions) may pack.
+
+    The packed shapes vary with the batch: use it where shapes may vary for free (the CPU
+    outside XLA, `bert_trainer.kernels.dynamic_shapes_are_free`).
+
+    Args:
+      keep: bool `[batch, seq]`: the slots to compute.
+    """
+
+    def __init__(self, keep):
+        shape = ops.shape(keep)
+        self.batch, self.seq = shape[0], shape[1]
+        flat = ops.reshape(ops.cast(keep, "int32"), (-1,))
+        # rows[t]: the flat slot (b * seq + s) of packed row t; index[slot]: its packed row.
+        self.rows = ops.cast(ops.reshape(ops.nonzero(flat)[0], (-1,)), "int32")
+        self.index = ops.cumsum(flat) - 1
+        # [batch, seq]: each slot's packed row, -1 where not kept (the fused kernels' form).
+        self.slot_index = ops.reshape(ops.where(flat > 0, self.index, -1), shape)
+
+    def pack(self, x):
+        """`[batch, seq, width]` -> `[tokens, width]`."""
+        flat = ops.reshape(x, (-1, x.shape[-1]))
+        if kernels.active(x.dtype):  # a row copy whose gradient is dense
+            return kernels.pack_rows(flat, self.rows)
+        return ops.take(flat, self.rows, axis=0)
+
+    def unpack(self, y):
+        """`[tokens, width]` -> `[batch, seq, width]`, zeros at the slots not kept."""
+        width = y.shape[-1]
+        slots = self.batch * self.seq
+        if kernels.active(y.dtype):
+            flat = kernels.unpack_rows(y, self.rows, slots)
+        else:
+            flat = ops.scatter(ops.expand_dims(self.rows, -1), y, (slots, width))
+        return ops.reshape(flat, (self.batch, self.seq, width))
+
+    def gather(self, y, positions):
+        """`[tokens, width]` rows at `positions` (int `[batch, K]`, kept slots) ->
+        `[batch, K, width]`."""
+        positions = ops.cast(positions, "int32")
+        offsets = ops.arange(self.batch, dtype="int32")[:, None] * ops.cast(self.seq, "int32")
+        rows = ops.take(self.index, ops.reshape(positions + offsets, (-1,)), axis=0)
+        count = positions.shape[1] if positions.shape[1] is not None else ops.shape(positions)[1]
+        return ops.reshape(ops.take(y, rows, axis=0), (self.batch, count, y.shape[-1]))

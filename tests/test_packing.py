@@ -1,0 +1,131 @@
+"""Token packing: the encoder on the real tokens only (`TokenPacking`, the packing kernels,
+`BertEncoder.call_at_positions(pack=True)`), checked against the padded computation."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bert_trainer import features, kernels
+from bert_trainer.encoders import AlbertEncoder, BertEncoder
+from bert_trainer.layers.packing import TokenPacking
+
+RNG = np.random.default_rng(0)
+KEEP = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [0, 1, 0, 0, 1]], bool)  # 10 of 15 slots
+TINY = dict(vocab_size=40, hidden_size=16, num_layers=3, num_attention_heads=2, inner_dim=32,
+            max_sequence_length=16, output_dropout=0.0, attention_dropout=0.0)
+
+
+@pytest.fixture(autouse=True)
+def _cpu_host(monkeypatch):
+    # Packing (and the kernels) run where shapes may vary for free: the CPU outside XLA.
+    monkeypatch.setattr(kernels, "_accelerators_visible", lambda: False)
+
+
+def _packed_reference(x):
+    """numpy: `[batch, seq, width]` -> the rows of KEEP's slots, in order."""
+    return x.reshape(-1, x.shape[-1])[KEEP.reshape(-1)]
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
+def test_pack_and_unpack_rows_are_each_others_gradient(dtype, monkeypatch):
+    monkeypatch.setenv(kernels.MODE_ENV, "on")
+    rows = tf.constant(np.flatnonzero(KEEP), tf.int32)
+    x = tf.cast(RNG.standard_normal((15, 6)), dtype)
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        packed = kernels.pack_rows(x, rows)
+        unpacked = kernels.unpack_rows(packed, rows, 15)
+    np.testing.assert_array_equal(packed.numpy(), x.numpy()[np.flatnonzero(KEEP)])
+    want = np.where(KEEP.reshape(-1, 1), x.numpy(), 0)
+    np.testing.assert_array_equal(unpacked.numpy(), want)
+    # d(pack)/dx scatters ones to the kept rows; unpack's gradient gathers them back.
+    np.testing.assert_array_equal(tape.gradient(packed, x).numpy(),
+                                  np.broadcast_to(KEEP.reshape(-1, 1), (15, 6)))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="rows must be increasing slots"):
+        kernels.pack_rows(x, tf.constant([3, 1], tf.int32))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"in \[0, 15\), got 15"):
+        kernels.unpack_rows(packed[:1], tf.constant([15], tf.int32), 15)
+
+
+def test_packed_head_split_and_merge_are_the_padded_ones_at_the_kept_slots(monkeypatch):
+    monkeypatch.setenv(kernels.MODE_ENV, "on")
+    packing = TokenPacking(tf.constant(KEEP))
+    x = tf.constant(RNG.standard_normal((3, 5, 2 * 2 * 4)), tf.float32)  # n=2, heads=2, dim=4
+    packed = _packed_reference(x.numpy())
+    with tf.GradientTape() as tape:
+        source = tf.constant(packed)
+        tape.watch(source)
+        q, k = kernels.split_heads_packed(source, packing.slot_index, 2, 2)
+        loss = tf.reduce_sum(q * q) + 3.0 * tf.reduce_sum(k)
+    want_q, want_k = kernels.split_heads(x * KEEP[..., None], 2, 2)  # zeros at the padding
+    np.testing.assert_array_equal(q.numpy(), want_q.numpy())
+    np.testing.assert_array_equal(k.numpy(), want_k.numpy())
+    merged = kernels.merge_heads_packed([q, k], packing.slot_index)
+    np.testing.assert_array_equal(merged.numpy(), packed)
+    grad = tape.gradient(loss, source).numpy()  # 2q on the first half, 3 on the second
+    np.testing.assert_allclose(grad[:, :8], 2 * packed[:, :8], rtol=1e-6)
+    np.testing.assert_array_equal(grad[:, 8:], 3.0)
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="index keeps 10 slots but x has 8 rows"):
+        kernels.split_heads_packed(source[:8], packing.slot_index, 2, 2)
+    bad = tf.constant([[0, 2, -1, -1, -1]] * 3, tf.int32)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="must number the kept slots"):
+        kernels.merge_heads_packed([q], bad)
+
+
+def test_token_packing_with_and_without_the_kernels(kernel_mode):
+    packing = TokenPacking(tf.constant(KEEP))
+    x = RNG.standard_normal((3, 5, 6)).astype("float32")
+    packed = packing.pack(tf.constant(x))
+    np.testing.assert_array_equal(packed.numpy(), _packed_reference(x))
+    np.testing.assert_array_equal(packing.unpack(packed).numpy(), x * KEEP[..., None])
+    positions = tf.constant([[0, 2], [4, 1], [1, 4]])
+    np.testing.assert_array_equal(packing.gather(packed, positions).numpy(),
+                                  np.take_along_axis(x, positions.numpy()[..., None], 1))
+    np.testing.assert_array_equal(packing.slot_index.numpy(),
+                                  np.where(KEEP, np.cumsum(KEEP.reshape(-1)).reshape(3, 5) - 1,
+                                           -1))
+
+
+def _encoder_inputs():
+    mask = np.array([[1] * 12 + [0] * 4, [1] * 16, [1] * 5 + [0] * 11], "int32")
+    ids = RNG.integers(1, 40, mask.shape).astype("int32") * mask
+    return {features.INPUT_WORD_IDS: ids, features.INPUT_MASK: mask,
+            features.INPUT_TYPE_IDS: (np.arange(16)[None] >= 4).astype("int32") * mask}
+
+
+@pytest.mark.parametrize("cls", [BertEncoder, AlbertEncoder])
+def test_packed_encoder_equals_the_padded_one_with_its_gradients(cls, kernel_mode):
+    encoder = cls(**TINY)
+    inputs = _encoder_inputs()
+    # Row 2 asks for slot 9, past its 5 real tokens: packing computes it too.
+    positions = tf.constant([[3, 11, 0], [15, 1, 8], [4, 9, 0]])
+
+    def run(pack):
+        with tf.GradientTape() as tape:
+            out = encoder.call_at_positions(inputs, positions, training=True, pack=pack)
+            loss = (tf.reduce_sum(out[features.SEQUENCE_OUTPUT] ** 2)
+                    + tf.reduce_sum(out[features.POOLED_OUTPUT]))
+        return out, tape.gradient(loss, encoder.trainable_variables)
+
+    packed, packed_grads = run(True)
+    padded, padded_grads = run(False)
+    assert int(encoder.packed_tokens(inputs, positions)) == 12 + 16 + 5 + 1
+    assert packed.keys() == padded.keys()
+    for key in (features.SEQUENCE_OUTPUT, features.POOLED_OUTPUT):
+        np.testing.assert_allclose(packed[key], padded[key], atol=1e-5)
+    for got, want in zip(packed_grads, padded_grads, strict=True):
+        got, want = tf.convert_to_tensor(got).numpy(), tf.convert_to_tensor(want).numpy()
+        np.testing.assert_allclose(got, want, atol=1e-5)
+        assert np.abs(want).max() > 0  # every variable gets a gradient
+
+
+def test_packing_needs_a_padding_mask():
+    from bert_trainer.layers import TransformerEncoder
+
+    layer = TransformerEncoder(num_attention_heads=2, inner_dim=8)
+    data = tf.zeros([2, 3, 4])
+    layer(data)
+    packing = TokenPacking(tf.ones([2, 3], bool))
+    with pytest.raises(ValueError, match=r"packed data needs a \[batch, seq\] padding mask"):
+        layer(packing.pack(data), attention_mask=tf.ones([2, 3, 3]), packing=packing)

@@ -25,7 +25,8 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 RNG = np.random.default_rng(0)
 FUSED_OPS = {"BertFusedDropout", "BertAttentionSoftmax", "BertAttentionSoftmaxGrad",
              "BertLayerNorm", "BertLayerNormGrad", "BertGelu", "BertGeluGrad", "BertSplitHeads",
-             "BertMergeHeads", "BertSparseSoftmaxXent", "BertSparseSoftmaxXentGrad",
+             "BertMergeHeads", "BertSplitHeadsPacked", "BertMergeHeadsPacked", "BertPackRows",
+             "BertUnpackRows", "BertSparseSoftmaxXent", "BertSparseSoftmaxXentGrad",
              "BertApplyAdamW"}
 
 

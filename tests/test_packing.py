@@ -39,12 +39,15 @@ def test_pack_and_unpack_rows_are_each_others_gradient(dtype, monkeypatch):
     want = np.where(KEEP.reshape(-1, 1), x.numpy(), 0)
     np.testing.assert_array_equal(unpacked.numpy(), want)
     # d(pack)/dx scatters ones to the kept rows; unpack's gradient gathers them back.
-    np.testing.assert_array_equal(tape.gradient(packed, x).numpy(),
-                                  np.broadcast_to(KEEP.reshape(-1, 1), (15, 6)))
+    kept = np.broadcast_to(KEEP.reshape(-1, 1), (15, 6))
+    np.testing.assert_array_equal(tape.gradient(packed, x).numpy(), kept)
+    np.testing.assert_array_equal(tape.gradient(unpacked, x).numpy(), kept)
     with pytest.raises(tf.errors.InvalidArgumentError, match="rows must be increasing slots"):
         kernels.pack_rows(x, tf.constant([3, 1], tf.int32))
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"in \[0, 15\), got 15"):
         kernels.unpack_rows(packed[:1], tf.constant([15], tf.int32), 15)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="slots must be >= 0, got -3"):
+        kernels.unpack_rows(packed[:0], rows[:0], -3)
 
 
 def test_packed_head_split_and_merge_are_the_padded_ones_at_the_kept_slots(monkeypatch):
@@ -88,7 +91,8 @@ def test_token_packing_with_and_without_the_kernels(kernel_mode):
 
 
 def _encoder_inputs():
-    mask = np.array([[1] * 12 + [0] * 4, [1] * 16, [1] * 5 + [0] * 11], "int32")
+    # Row 3 has no real token: its [CLS] attends to every slot, so packing keeps them all.
+    mask = np.array([[1] * 12 + [0] * 4, [1] * 16, [1] * 5 + [0] * 11, [0] * 16], "int32")
     ids = RNG.integers(1, 40, mask.shape).astype("int32") * mask
     return {features.INPUT_WORD_IDS: ids, features.INPUT_MASK: mask,
             features.INPUT_TYPE_IDS: (np.arange(16)[None] >= 4).astype("int32") * mask}
@@ -99,7 +103,7 @@ def test_packed_encoder_equals_the_padded_one_with_its_gradients(cls, kernel_mod
     encoder = cls(**TINY)
     inputs = _encoder_inputs()
     # Row 2 asks for slot 9, past its 5 real tokens: packing computes it too.
-    positions = tf.constant([[3, 11, 0], [15, 1, 8], [4, 9, 0]])
+    positions = tf.constant([[3, 11, 0], [15, 1, 8], [4, 9, 0], [2, 0, 0]])
 
     def run(pack):
         with tf.GradientTape() as tape:
@@ -110,7 +114,7 @@ def test_packed_encoder_equals_the_padded_one_with_its_gradients(cls, kernel_mod
 
     packed, packed_grads = run(True)
     padded, padded_grads = run(False)
-    assert int(encoder.packed_tokens(inputs, positions)) == 12 + 16 + 5 + 1
+    assert int(encoder.packed_tokens(inputs, positions)) == 12 + 16 + 5 + 1 + 16
     assert packed.keys() == padded.keys()
     for key in (features.SEQUENCE_OUTPUT, features.POOLED_OUTPUT):
         np.testing.assert_allclose(packed[key], padded[key], atol=1e-5)
@@ -121,7 +125,7 @@ def test_packed_encoder_equals_the_padded_one_with_its_gradients(cls, kernel_mod
 
 
 def test_packing_needs_a_padding_mask():
-    from bert_trainer.layers import TransformerEncoder
+    from bert_trainer.layers import MultiHeadAttention, TransformerEncoder
 
     layer = TransformerEncoder(num_attention_heads=2, inner_dim=8)
     data = tf.zeros([2, 3, 4])
@@ -129,3 +133,8 @@ def test_packing_needs_a_padding_mask():
     packing = TokenPacking(tf.ones([2, 3], bool))
     with pytest.raises(ValueError, match=r"packed data needs a \[batch, seq\] padding mask"):
         layer(packing.pack(data), attention_mask=tf.ones([2, 3, 3]), packing=packing)
+    attention = MultiHeadAttention(num_heads=2, key_dim=2)
+    attention(data, data)
+    rows = packing.pack(data)
+    with pytest.raises(ValueError, match="packed inputs need the padding mask"):
+        attention(rows, rows, packing=packing)

@@ -242,8 +242,9 @@ class BertEncoder(keras.Model):
           positions: int `[batch, P]`, each in `[0, seq)`.
           training: enables dropout.
           pack: compute the layers on the real tokens (and `positions`) only, not the
-            padding (`TokenPacking`): the same outputs for fewer FLOPs. Shapes then vary
-            with the batch: for the CPU outside XLA.
+            padding (`TokenPacking`): the same outputs for fewer FLOPs (in training, the
+            dropout masks are drawn over the packed rows: another stream of the same
+            distribution). Shapes then vary with the batch: for the CPU outside XLA.
 
         Returns:
           dict `sequence_output` `[batch, P, hidden]` (row k at `positions[:, k]`) and
@@ -263,8 +264,7 @@ class BertEncoder(keras.Model):
         """int32 scalar: the tokens `call_at_positions(inputs, positions, pack=True)` computes
         in each layer: the real ones, and [CLS] and `positions` where they fall outside them."""
         _, mask, _ = self._standardize_inputs_or_raise(inputs)
-        return ops.cast(ops.sum(ops.cast(_kept_slots(mask, _with_cls(positions)), "int32")),
-                        "int32")
+        return ops.sum(ops.cast(_kept_slots(mask, _with_cls(positions)), "int32"))
 
     def __call__(self, inputs, *args, **kwargs):
         return super().__call__(self._standardize_inputs_or_raise(inputs), *args, **kwargs)
@@ -332,12 +332,15 @@ def _with_cls(positions):
 
 
 def _kept_slots(mask, positions):
-    """bool `[batch, seq]`: the real tokens (`mask` nonzero) and every slot in `positions`
-    (int `[batch, K]`), which the last layer reads even where the mask is 0."""
+    """bool `[batch, seq]`: the real tokens (`mask` nonzero), every slot in `positions` (int
+    `[batch, K]`), which the last layer reads even where the mask is 0, and every slot of a
+    sequence without real tokens (its queries attend to all of them, as unpacked)."""
     shape = ops.shape(mask)
+    real = ops.not_equal(mask, 0)
+    empty = ops.logical_not(ops.any(real, axis=1, keepdims=True))  # (batch, 1)
     positions = ops.cast(positions, "int32")
     offsets = ops.arange(shape[0], dtype="int32")[:, None] * ops.cast(shape[1], "int32")
     flat = ops.reshape(positions + offsets, (-1, 1))
     asked = ops.scatter(flat, ops.ones((ops.shape(flat)[0],), "int32"), (shape[0] * shape[1],))
-    return ops.logical_or(ops.not_equal(mask, 0),
-                          ops.reshape(ops.greater(asked, 0), (shape[0], shape[1])))
+    asked = ops.reshape(ops.greater(asked, 0), (shape[0], shape[1]))
+    return ops.logical_or(ops.logical_or(real, asked), empty)

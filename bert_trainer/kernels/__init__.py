@@ -29,8 +29,9 @@ from absl import logging
 
 MODE_ENV = "BERT_TRAIN_FUSED_KERNELS"
 MODES = ("auto", "on", "off")
-# What the elementwise kernels (dropout, GELU) take; LayerNorm and the cross-entropy are
-# float32 (their layers compute in float32 under mixed precision).
+# What the elementwise and layout kernels (dropout, GELU, the attention probabilities, the
+# heads' layout, token packing) take; LayerNorm and the cross-entropy are float32 (their
+# layers compute in float32 under mixed precision).
 ELEMENTWISE_DTYPES = ("float32", "bfloat16", "float16")
 
 _state = threading.local()

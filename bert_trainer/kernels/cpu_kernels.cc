@@ -738,12 +738,12 @@ class MergeHeadsOp : public OpKernel {
     const int n = ctx->num_inputs() - (packed ? 1 : 0);
     const Tensor& first = ctx->input(0);
     OP_REQUIRES(ctx, first.dims() == 4 && first.dim_size(1) == heads_,
-                InvalidArgument("BertMergeHeads: inputs must be [batch, ", heads_,
+                InvalidArgument(name(), ": inputs must be [batch, ", heads_,
                                 ", seq, dim], got ", first.shape().DebugString()));
     std::vector<T*> inputs(n);
     for (int i = 0; i < n; ++i) {
       OP_REQUIRES(ctx, ctx->input(i).shape() == first.shape(),
-                  InvalidArgument("BertMergeHeads: inputs must have one shape"));
+                  InvalidArgument(name(), ": inputs must have one shape"));
       inputs[i] = const_cast<T*>(ctx->input(i).flat<T>().data());
     }
     const int64_t batch = first.dim_size(0), heads = first.dim_size(1);
@@ -829,6 +829,8 @@ class UnpackRowsOp : public OpKernel {
                                 rows.shape().DebugString(), " and ",
                                 slots_tensor.shape().DebugString()));
     const int64_t slots = slots_tensor.flat<int32_t>()(0);
+    OP_REQUIRES(ctx, slots >= 0,
+                InvalidArgument("BertUnpackRows: slots must be >= 0, got ", slots));
     if (!RowsAreSlots(ctx, "BertUnpackRows", rows, slots)) return;
     const int64_t tokens = rows.dim_size(0), width = y.dim_size(1);
     Tensor* x = nullptr;
@@ -973,8 +975,9 @@ REGISTER_OP("BertAttentionSoftmax")
     .Attr("rate: float")
     .Attr("T: {float, bfloat16, half}")
     .SetShapeFn([](InferenceContext* c) {
-      ShapeHandle scores;
+      ShapeHandle scores, bias;
       TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 4, &scores));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 3, &bias));
       c->set_output(0, scores);
       c->set_output(1, scores);
       return tensorflow::OkStatus();

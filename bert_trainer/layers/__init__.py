@@ -1,7 +1,9 @@
 """The Keras layer library BERT-style encoders are made of (keras-nlp Transformer Encoder RFC).
 
-Layers import only `keras` (Dropout's cheaper mask also imports TensorFlow, on that backend
-only); every one is registered for serialization under the package name "bert_trainer".
+Layers import `keras` and, for their fused CPU kernels, `bert_trainer.kernels` (which imports
+TensorFlow only when used), never training code; every one is registered for serialization
+under the package name "bert_trainer". `packing.TokenPacking` (not a layer) carries the packed
+rows of the real tokens through a layer stack.
 """
 
 from bert_trainer.layers.dropout import Dropout

@@ -29,7 +29,9 @@ class Dropout(keras.layers.Dropout):
     On TensorFlow's path, a rate that 16 bits cannot hold within 0.1 % (of the rate and of
     the keep probability: below about 0.008 or above 0.992) uses Keras' own dropout, as do
     other backends and `noise_shape`. The two paths draw different masks from one seed, so a
-    run that switches path (XLA on or off, kernels on or off) changes its dropout stream.
+    run that switches path (XLA on or off, kernels on or off) changes its dropout stream; so
+    does packing the tokens (`BertPretrainer(pack_tokens=...)`), which numbers the elements
+    differently.
     """
 
     def call(self, inputs, training=False):
@@ -43,12 +45,11 @@ class Dropout(keras.layers.Dropout):
             return super().call(inputs, training=training)
         return _dropout_16bit(inputs, threshold, self.seed_generator.next())
 
-
     def kernel_rate_and_seed(self, training):
         """(rate, seed) for a fused kernel that applies this dropout as `call` would on the
         kernel path (`bert_trainer.kernels`), drawing the seed `call` would: rate 0 and no
         seed where `call` passes its input through; None where `call` would take another
-        path (`noise_shape`, a rate of 1, another backend)."""
+        path (`noise_shape`, a rate of 1). Only where the kernels run (`kernels.active`)."""
         if not training or self.rate == 0.0:
             return 0.0, None
         if not 0.0 < self.rate < 1.0 or self.noise_shape is not None:

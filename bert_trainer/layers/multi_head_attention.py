@@ -81,9 +81,14 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
                 and query_mask is None and value_mask is None and key_mask is None
                 and not keras.config.is_flash_attention_enabled())
         if packing is not None:
-            if not lean or len(value.shape) != 2 or len(key.shape) != 2:
+            dense = self.output_dense
+            if (not lean or len(value.shape) != 2 or len(key.shape) != 2
+                    or len(dense.kernel.shape) != 3 or getattr(dense, "quantization_mode", None)):
                 raise ValueError(f"MultiHeadAttention '{self.name}': packed inputs take none "
                                  "of the options of Keras' general computation")
+            if attention_mask is None:  # the slots not kept must be hidden from the queries
+                raise ValueError(f"MultiHeadAttention '{self.name}': packed inputs need the "
+                                 "padding mask")
             return self._lean_call(query, key, value, attention_mask, training, packing)
         if not (lean and len(query.shape) == 3 and len(value.shape) == 3):
             return super().call(

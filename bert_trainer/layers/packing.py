@@ -21,7 +21,8 @@ class TokenPacking:
     outside XLA, `bert_trainer.kernels.dynamic_shapes_are_free`).
 
     Args:
-      keep: bool `[batch, seq]`: the slots to compute.
+      keep: bool `[batch, seq]`: the slots to compute; it must hold every slot the padding
+        mask lets attention see (the others are zeros to attention, hidden by the mask).
     """
 
     def __init__(self, keep):

@@ -37,9 +37,11 @@ class BertPretrainer(EncoderModel):
       mlm_projection_in_compute_dtype: `MaskedLM(projection_in_compute_dtype=...)`: under a
         mixed policy, the tied vocabulary projection runs in bfloat16/float16 too.
       pack_tokens: with the sparse last layer, run the encoder on the real tokens only,
-        not the padding (`BertEncoder.call_at_positions(pack=True)`): exact, and the dense
-        layers' FLOPs shrink by the padding fraction (about 5 % of BERT's pretraining
-        tokens). Only where shapes may vary for free (the CPU, outside XLA).
+        not the padding (`BertEncoder.call_at_positions(pack=True)`): the same values (the
+        dropout masks are another draw of the same distribution), and the dense layers'
+        FLOPs shrink by the padding fraction (about 5 % of BERT's pretraining tokens). Only
+        where shapes may vary for free (the CPU, outside XLA), for an encoder that packs
+        (`packed_tokens`), and without Keras' flash attention.
       skip_unweighted_predictions: in training, when the inputs hold `masked_lm_weights`,
         compute the masked LM only at the predictions of nonzero weight (padded with
         unweighted ones to a multiple of `features.PREDICTION_ROW_MULTIPLE` rows) and
@@ -128,7 +130,10 @@ class BertPretrainer(EncoderModel):
         """Whether a call traced here, now, runs the encoder on the real tokens only (asked,
         the sparse last layer runs, and the shapes may vary: the CPU, outside XLA)."""
         return (self.pack_tokens and self.sparse_last_layer_active
-                and keras.backend.backend() == "tensorflow" and kernels.dynamic_shapes_are_free())
+                and hasattr(self.encoder, "packed_tokens")
+                and keras.backend.backend() == "tensorflow"
+                and not keras.config.is_flash_attention_enabled()
+                and kernels.dynamic_shapes_are_free())
 
     def packed_tokens(self, inputs):
         """int32 scalar: the tokens per layer a call traced here, now, computes on `inputs`

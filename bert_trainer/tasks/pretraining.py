@@ -62,7 +62,8 @@ class PretrainingConfig:
             only at the predictions of nonzero weight (`BertPretrainer`'s option; exact);
             False computes every one of the `max_predictions_per_seq` slots.
         pack_tokens: on CPU (outside XLA), run the encoder on the real tokens only, not the
-            padding (`BertPretrainer`'s option; exact); False computes every slot.
+            padding (`BertPretrainer`'s option; the same values, the dropout masks drawn over
+            the packed rows); False computes every slot.
     """
 
     train_data: str | None = None

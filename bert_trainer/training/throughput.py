@@ -21,8 +21,8 @@ So training costs 6 * N_matmul * tokens + 12 * L * h * s per token, the usual MF
 (PaLM, appendix B). Padding tokens are counted where the model computes on them; where it
 packs the real tokens (BertPretrainer's `pack_tokens`: `computed_tokens` per sequence), the
 dense layers and the last layer's K and V are counted on those, attention still on the padded
-s x s (its layout). Embedding
-lookups, softmax, LayerNorm, GELU and the optimizer update are elementwise and left out.
+s x s (its layout).
+Embedding lookups, softmax, LayerNorm, GELU and the optimizer update are elementwise and left out.
 Token-level heads (tagging, spans: h x labels per token) are counted once per sequence; the
 difference is < 0.1 % of the encoder.
 

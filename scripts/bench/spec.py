@@ -16,7 +16,8 @@ f inner, P masked predictions, V vocabulary):
 
 Embedding lookups, softmax, LayerNorm, GELU and the AdamW update are elementwise (O(params) or
 O(b*s*h)) and left out, as is usual for model FLOPs utilization (MFU): they are < 1 % here.
-Padding tokens are counted: the dense model computes on them.
+Padding tokens are counted: the dense model computes on them (bert-train's pretrainer packs
+the real tokens on CPU without XLA: `computed_tokens`, `forward_flops(tokens=...)`).
 """
 
 import dataclasses

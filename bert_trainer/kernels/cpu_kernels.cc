@@ -206,17 +206,34 @@ void DropoutChunk(const T* in, T* out, int64_t first, int64_t count, DropoutStre
   }
 }
 
-template <typename T>
-class FusedDropoutOp : public OpKernel {
+// An op with a `rate` attribute and a 2-element int64 seed input: its dropout stream.
+class DropoutStreamOp : public OpKernel {
  public:
-  explicit FusedDropoutOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, DropoutStream::FromRate(ctx, "BertFusedDropout", &stream_));
+  explicit DropoutStreamOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, DropoutStream::FromRate(ctx, type_string().c_str(), &stream_));
   }
+
+ protected:
+  // The stream keyed by the seed at input `seed_input`; false after failing the op.
+  bool Keyed(OpKernelContext* ctx, int seed_input, DropoutStream* keyed) const {
+    const auto status = stream_.Seeded(type_string().c_str(), ctx->input(seed_input), keyed);
+    if (!status.ok()) ctx->CtxFailure(status);
+    return status.ok();
+  }
+
+ private:
+  DropoutStream stream_;
+};
+
+template <typename T>
+class FusedDropoutOp : public DropoutStreamOp {
+ public:
+  using DropoutStreamOp::DropoutStreamOp;
 
   void Compute(OpKernelContext* ctx) override {
     const Tensor& x = ctx->input(0);
     DropoutStream stream;
-    OP_REQUIRES_OK(ctx, stream_.Seeded("BertFusedDropout", ctx->input(1), &stream));
+    if (!Keyed(ctx, 1, &stream)) return;
     Tensor* y = nullptr;
     OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 0, x.shape(), &y));
     const T* in = x.flat<T>().data();
@@ -225,9 +242,6 @@ class FusedDropoutOp : public OpKernel {
       DropoutChunk(in, out, first, count, stream);
     });
   }
-
- private:
-  DropoutStream stream_;
 };
 
 // ---------------------------------------------------------------------------------------
@@ -238,11 +252,9 @@ class FusedDropoutOp : public OpKernel {
 // [batch, heads, queries, keys] tensor.
 
 template <typename T>
-class AttentionSoftmaxOp : public OpKernel {
+class AttentionSoftmaxOp : public DropoutStreamOp {
  public:
-  explicit AttentionSoftmaxOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, DropoutStream::FromRate(ctx, "BertAttentionSoftmax", &stream_));
-  }
+  using DropoutStreamOp::DropoutStreamOp;
 
   void Compute(OpKernelContext* ctx) override {
     const Tensor& scores = ctx->input(0);
@@ -262,7 +274,7 @@ class AttentionSoftmaxOp : public OpKernel {
                                 " does not broadcast to scores ",
                                 scores.shape().DebugString()));
     DropoutStream stream;
-    OP_REQUIRES_OK(ctx, stream_.Seeded("BertAttentionSoftmax", ctx->input(2), &stream));
+    if (!Keyed(ctx, 2, &stream)) return;
     Tensor* probs = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, scores.shape(), &probs));
     Tensor* y = probs;
@@ -306,18 +318,13 @@ class AttentionSoftmaxOp : public OpKernel {
       }
     });
   }
-
- private:
-  DropoutStream stream_;
 };
 
 // dscores = probs * (g - sum(g * probs)) per row, g = dy * keep (the forward's dropout).
 template <typename T>
-class AttentionSoftmaxGradOp : public OpKernel {
+class AttentionSoftmaxGradOp : public DropoutStreamOp {
  public:
-  explicit AttentionSoftmaxGradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, DropoutStream::FromRate(ctx, "BertAttentionSoftmaxGrad", &stream_));
-  }
+  using DropoutStreamOp::DropoutStreamOp;
 
   void Compute(OpKernelContext* ctx) override {
     const Tensor& dy = ctx->input(0);
@@ -325,7 +332,7 @@ class AttentionSoftmaxGradOp : public OpKernel {
     OP_REQUIRES(ctx, dy.shape() == probs.shape() && probs.dims() >= 1,
                 InvalidArgument("BertAttentionSoftmaxGrad: dy and probs must have one shape"));
     DropoutStream stream;
-    OP_REQUIRES_OK(ctx, stream_.Seeded("BertAttentionSoftmaxGrad", ctx->input(2), &stream));
+    if (!Keyed(ctx, 2, &stream)) return;
     Tensor* dx = nullptr;
     OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 0, dy.shape(), &dx));
     const int64_t keys = probs.dim_size(probs.dims() - 1);
@@ -349,9 +356,6 @@ class AttentionSoftmaxGradOp : public OpKernel {
       }
     });
   }
-
- private:
-  DropoutStream stream_;
 };
 
 // ---------------------------------------------------------------------------------------
@@ -1034,25 +1038,44 @@ REGISTER_OP("BertGeluGrad")
     .Attr("T: {float, bfloat16, half}")
     .SetShapeFn(::tensorflow::shape_inference::UnchangedShape);
 
+// n x [batch, heads, seq, dim] from x [batch, seq, n * heads * dim] or, packed, from x
+// [tokens, n * heads * dim] and index [batch, seq].
+tensorflow::Status SplitHeadsShape(InferenceContext* c, bool packed) {
+  ShapeHandle x, grid;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(0), packed ? 2 : 3, &x));
+  grid = x;
+  if (packed) TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 2, &grid));
+  int n, heads;
+  TF_RETURN_IF_ERROR(c->GetAttr("N", &n));
+  TF_RETURN_IF_ERROR(c->GetAttr("num_heads", &heads));
+  DimensionHandle dim;
+  TF_RETURN_IF_ERROR(c->Divide(c->Dim(x, packed ? 1 : 2), static_cast<int64_t>(n) * heads,
+                               /*evenly_divisible=*/true, &dim));
+  ShapeHandle y = c->MakeShape({c->Dim(grid, 0), c->MakeDim(heads), c->Dim(grid, 1), dim});
+  for (int i = 0; i < n; ++i) c->set_output(i, y);
+  return tensorflow::OkStatus();
+}
+
+// [batch, seq, n * heads * dim] from n x [batch, heads, seq, dim] or, packed (the last input
+// is the index), [tokens, n * heads * dim].
+tensorflow::Status MergeHeadsShape(InferenceContext* c, bool packed) {
+  ShapeHandle y;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 4, &y));
+  DimensionHandle width;
+  TF_RETURN_IF_ERROR(c->Multiply(c->Dim(y, 1), c->Dim(y, 3), &width));
+  TF_RETURN_IF_ERROR(c->Multiply(width, c->num_inputs() - (packed ? 1 : 0), &width));
+  c->set_output(0, packed ? c->Matrix(c->UnknownDim(), width)
+                          : c->MakeShape({c->Dim(y, 0), c->Dim(y, 2), width}));
+  return tensorflow::OkStatus();
+}
+
 REGISTER_OP("BertSplitHeads")
     .Input("x: T")
     .Output("y: N * T")
     .Attr("N: int >= 1")
     .Attr("num_heads: int >= 1")
     .Attr("T: {float, bfloat16, half}")
-    .SetShapeFn([](InferenceContext* c) {
-      ShapeHandle x;
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 3, &x));
-      int n, heads;
-      TF_RETURN_IF_ERROR(c->GetAttr("N", &n));
-      TF_RETURN_IF_ERROR(c->GetAttr("num_heads", &heads));
-      DimensionHandle dim;
-      TF_RETURN_IF_ERROR(c->Divide(c->Dim(x, 2), static_cast<int64_t>(n) * heads,
-                                   /*evenly_divisible=*/true, &dim));
-      ShapeHandle y = c->MakeShape({c->Dim(x, 0), c->MakeDim(heads), c->Dim(x, 1), dim});
-      for (int i = 0; i < n; ++i) c->set_output(i, y);
-      return tensorflow::OkStatus();
-    });
+    .SetShapeFn([](InferenceContext* c) { return SplitHeadsShape(c, /*packed=*/false); });
 
 REGISTER_OP("BertMergeHeads")
     .Input("y: N * T")
@@ -1060,15 +1083,7 @@ REGISTER_OP("BertMergeHeads")
     .Attr("N: int >= 1")
     .Attr("num_heads: int >= 1")
     .Attr("T: {float, bfloat16, half}")
-    .SetShapeFn([](InferenceContext* c) {
-      ShapeHandle y;
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 4, &y));
-      DimensionHandle width;
-      TF_RETURN_IF_ERROR(c->Multiply(c->Dim(y, 1), c->Dim(y, 3), &width));
-      TF_RETURN_IF_ERROR(c->Multiply(width, c->num_inputs(), &width));
-      c->set_output(0, c->MakeShape({c->Dim(y, 0), c->Dim(y, 2), width}));
-      return tensorflow::OkStatus();
-    });
+    .SetShapeFn([](InferenceContext* c) { return MergeHeadsShape(c, /*packed=*/false); });
 
 REGISTER_OP("BertSplitHeadsPacked")
     .Input("x: T")
@@ -1077,21 +1092,7 @@ REGISTER_OP("BertSplitHeadsPacked")
     .Attr("N: int >= 1")
     .Attr("num_heads: int >= 1")
     .Attr("T: {float, bfloat16, half}")
-    .SetShapeFn([](InferenceContext* c) {
-      ShapeHandle x, index;
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &x));
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 2, &index));
-      int n, heads;
-      TF_RETURN_IF_ERROR(c->GetAttr("N", &n));
-      TF_RETURN_IF_ERROR(c->GetAttr("num_heads", &heads));
-      DimensionHandle dim;
-      TF_RETURN_IF_ERROR(c->Divide(c->Dim(x, 1), static_cast<int64_t>(n) * heads,
-                                   /*evenly_divisible=*/true, &dim));
-      ShapeHandle y =
-          c->MakeShape({c->Dim(index, 0), c->MakeDim(heads), c->Dim(index, 1), dim});
-      for (int i = 0; i < n; ++i) c->set_output(i, y);
-      return tensorflow::OkStatus();
-    });
+    .SetShapeFn([](InferenceContext* c) { return SplitHeadsShape(c, /*packed=*/true); });
 
 REGISTER_OP("BertMergeHeadsPacked")
     .Input("y: N * T")
@@ -1100,15 +1101,7 @@ REGISTER_OP("BertMergeHeadsPacked")
     .Attr("N: int >= 1")
     .Attr("num_heads: int >= 1")
     .Attr("T: {float, bfloat16, half}")
-    .SetShapeFn([](InferenceContext* c) {
-      ShapeHandle y;
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 4, &y));
-      DimensionHandle width;
-      TF_RETURN_IF_ERROR(c->Multiply(c->Dim(y, 1), c->Dim(y, 3), &width));
-      TF_RETURN_IF_ERROR(c->Multiply(width, c->num_inputs() - 1, &width));
-      c->set_output(0, c->Matrix(c->UnknownDim(), width));
-      return tensorflow::OkStatus();
-    });
+    .SetShapeFn([](InferenceContext* c) { return MergeHeadsShape(c, /*packed=*/true); });
 
 REGISTER_OP("BertPackRows")
     .Input("x: T")

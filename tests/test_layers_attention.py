@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 from layer_testing import assert_layer_contract
 
+from bert_trainer import kernels
 from bert_trainer.layers import MultiHeadAttention, SelfAttentionMask, TransformerEncoder
 
 RNG = np.random.default_rng(0)
@@ -274,15 +275,70 @@ def test_multi_head_attention_dropout_only_in_training():
     assert np.abs(np.asarray(trained) - np.asarray(inference)).max() > 1e-3
 
 
-def test_multi_head_attention_fused_probabilities_equal_the_three_ops(monkeypatch):
+# --- the attention probabilities' fused kernel (mask add, softmax, dropout) ----------------
+
+@pytest.fixture
+def kernels_required(monkeypatch):
+    """The fused CPU kernels on, and run on the CPU even where a GPU is visible."""
+    monkeypatch.setenv(kernels.MODE_ENV, "on")
+    monkeypatch.setattr(kernels, "_accelerators_visible", lambda: False)
+
+
+@pytest.mark.parametrize("bias_shape", [(3, 1, 9), (3, 5, 9), (1, 1, 9)],
+                         ids=["padding", "full", "shared"])
+@pytest.mark.parametrize("rate", [0.0, 0.25])
+def test_attention_softmax_is_the_masked_softmax_then_the_same_dropout(bias_shape, rate,
+                                                                        kernels_required):
+    scores = tf.random.normal([3, 2, 5, 9], seed=2) * 3.0
+    bias = tf.where(tf.random.uniform(bias_shape, seed=3) < 0.3, -1e9, 0.0)
+    bias = tf.concat([tf.zeros(bias_shape[:-1] + (1,)), bias[..., 1:]], -1)  # a visible key
+    seed = tf.constant([5, 6])
+    upstream = tf.random.normal(scores.shape, seed=4)
+
+    def forward_backward(fn):
+        with tf.GradientTape() as tape:
+            tape.watch(scores)
+            y = fn(scores)
+            loss = tf.reduce_sum(y * upstream)
+        return y.numpy(), tape.gradient(loss, scores).numpy()
+
+    got, got_grad = forward_backward(lambda s: kernels.attention_softmax(s, bias, rate, seed))
+    probs = lambda s: tf.nn.softmax(s + bias[:, None], axis=-1)  # noqa: E731
+    want, want_grad = forward_backward(
+        (lambda s: kernels.dropout(probs(s), rate, seed)) if rate else probs)
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    np.testing.assert_allclose(got_grad, want_grad, atol=1e-5)
+    np.testing.assert_array_equal(got == 0, want == 0)  # the same dropped elements
+    assert got_grad.std() > 0.01  # a real gradient, not zeros
+    if rate:
+        assert 0.15 < ((got == 0) & (tf.nn.softmax(scores + bias[:, None]).numpy() > 0)).mean()
+    else:
+        np.testing.assert_allclose(got.sum(-1), 1.0, rtol=1e-5)
+
+
+def test_attention_softmax_in_half_precision_and_its_checks(kernels_required):
+    scores = tf.random.normal([2, 2, 3, 4], seed=1)
+    bias = tf.zeros([2, 1, 4])
+    want = kernels.attention_softmax(scores, bias, 0.5, [1, 2]).numpy()
+    for dtype in (tf.bfloat16, tf.float16):
+        half = kernels.attention_softmax(tf.cast(scores, dtype), tf.cast(bias, dtype), 0.5, [1, 2])
+        assert half.dtype == dtype
+        np.testing.assert_allclose(tf.cast(half, tf.float32), want, rtol=2e-2, atol=1e-2)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"bias \[2,2,4\] does not "
+                       r"broadcast to scores \[2,2,3,4\]"):
+        kernels.attention_softmax(scores, tf.zeros([2, 2, 4]), 0.0)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"rate must be in \[0, 1\)"):
+        kernels.attention_softmax(scores, bias, 1.0, [1, 2])
+
+
+
+def test_multi_head_attention_fused_probabilities_equal_the_three_ops(monkeypatch,
+                                                                    kernels_required):
     """With the kernels on, training fuses mask, softmax and dropout into one kernel: the
     same outputs and gradients as the add, softmax and dropout layer it replaces (same
     seed, same mask)."""
-    from bert_trainer import kernels
     from bert_trainer.layers.dropout import Dropout
 
-    monkeypatch.setenv(kernels.MODE_ENV, "on")
-    monkeypatch.setattr(kernels, "_accelerators_visible", lambda: False)
     layer, _ = _attention_pair(DATA, DATA, dropout=0.3, seed=3)
     state = layer._dropout_layer.seed_generator.state
     start = state.numpy()

@@ -18,6 +18,7 @@ from bert_trainer.layers import (
 )
 from bert_trainer.layers.initializers import clone_initializer
 from bert_trainer.layers.packing import TokenPacking
+from bert_trainer.layers.positions import flat_slots
 
 POSITION_EMBEDDING_TYPES = ("learned", "sinusoidal")
 # The keras.Model arguments a functional model honours; it drops any other keyword silently,
@@ -338,9 +339,7 @@ def _kept_slots(mask, positions):
     shape = ops.shape(mask)
     real = ops.not_equal(mask, 0)
     empty = ops.logical_not(ops.any(real, axis=1, keepdims=True))  # (batch, 1)
-    positions = ops.cast(positions, "int32")
-    offsets = ops.arange(shape[0], dtype="int32")[:, None] * ops.cast(shape[1], "int32")
-    flat = ops.reshape(positions + offsets, (-1, 1))
-    asked = ops.scatter(flat, ops.ones((ops.shape(flat)[0],), "int32"), (shape[0] * shape[1],))
+    slots = flat_slots(positions, shape[1])
+    asked = ops.scatter(ops.expand_dims(slots, -1), ops.ones_like(slots), (shape[0] * shape[1],))
     asked = ops.reshape(ops.greater(asked, 0), (shape[0], shape[1]))
     return ops.logical_or(ops.logical_or(real, asked), empty)

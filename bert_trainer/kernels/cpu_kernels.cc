@@ -193,6 +193,11 @@ struct DropoutStream {
   }
 
   bool drops() const { return threshold != 0; }
+
+  // keep[i] = scale or 0 for elements [first, first + count) (see KeepScales).
+  void Keep(int64_t first, int64_t count, float* keep) const {
+    KeepScales(first, count, k0, k1, threshold, scale, keep);
+  }
 };
 
 // out[i] = in[i] * (kept ? scale : 0) for elements [first, first + count) of the stream.
@@ -200,7 +205,7 @@ struct DropoutStream {
 template <typename T>
 void DropoutChunk(const T* in, T* out, int64_t first, int64_t count, DropoutStream stream) {
   float keep[kChunk];
-  KeepScales(first, count, stream.k0, stream.k1, stream.threshold, stream.scale, keep);
+  stream.Keep(first, count, keep);
   for (int64_t i = 0; i < count; ++i) {
     out[first + i] = static_cast<T>(static_cast<float>(in[first + i]) * keep[i]);
   }
@@ -310,8 +315,7 @@ class AttentionSoftmaxOp : public DropoutStreamOp {
           p[j] = static_cast<T>(row[j]);
         }
         if (drops) {
-          KeepScales(r * keys, keys, stream.k0, stream.k1, stream.threshold, stream.scale,
-                     keep);
+          stream.Keep(r * keys, keys, keep);
           T* out = ys + r * keys;
           for (int64_t j = 0; j < keys; ++j) out[j] = static_cast<T>(row[j] * keep[j]);
         }
@@ -347,8 +351,7 @@ class AttentionSoftmaxGradOp : public DropoutStreamOp {
         Load(dys + r * keys, keys, g.data());
         Load(ps + r * keys, keys, p.data());
         if (drops) {
-          KeepScales(r * keys, keys, stream.k0, stream.k1, stream.threshold, stream.scale,
-                     keep.data());
+          stream.Keep(r * keys, keys, keep.data());
           g *= keep;
         }
         g = p * (g - (g * p).sum());

@@ -3,6 +3,7 @@
 from keras import ops
 
 from bert_trainer import kernels
+from bert_trainer.layers.positions import flat_slots
 
 
 class TokenPacking:
@@ -29,11 +30,10 @@ class TokenPacking:
         shape = ops.shape(keep)
         self.batch, self.seq = shape[0], shape[1]
         flat = ops.reshape(ops.cast(keep, "int32"), (-1,))
-        # rows[t]: the flat slot (b * seq + s) of packed row t; index[slot]: its packed row.
+        # rows[t]: the flat slot (b * seq + s) of packed row t.
         self.rows = ops.cast(ops.reshape(ops.nonzero(flat)[0], (-1,)), "int32")
-        self.index = ops.cumsum(flat) - 1
-        # [batch, seq]: each slot's packed row, -1 where not kept (the fused kernels' form).
-        self.slot_index = ops.reshape(ops.where(flat > 0, self.index, -1), shape)
+        # [batch, seq]: each slot's packed row, -1 where not kept.
+        self.slot_index = ops.reshape(ops.where(flat > 0, ops.cumsum(flat) - 1, -1), shape)
 
     def pack(self, x):
         """`[batch, seq, width]` -> `[tokens, width]`."""
@@ -55,8 +55,7 @@ class TokenPacking:
     def gather(self, y, positions):
         """`[tokens, width]` rows at `positions` (int `[batch, K]`, kept slots) ->
         `[batch, K, width]`."""
-        positions = ops.cast(positions, "int32")
-        offsets = ops.arange(self.batch, dtype="int32")[:, None] * ops.cast(self.seq, "int32")
-        rows = ops.take(self.index, ops.reshape(positions + offsets, (-1,)), axis=0)
+        rows = ops.take(ops.reshape(self.slot_index, (-1,)), flat_slots(positions, self.seq),
+                        axis=0)
         count = positions.shape[1] if positions.shape[1] is not None else ops.shape(positions)[1]
         return ops.reshape(ops.take(y, rows, axis=0), (self.batch, count, y.shape[-1]))

@@ -3,6 +3,14 @@
 from keras import ops
 
 
+def flat_slots(positions, seq_length):
+    """int32 `[batch * K]`: the flat slot `b * seq_length + positions[b, k]` of each position
+    (int `[batch, K]`) in a `[batch, seq_length]` grid flattened row by row."""
+    positions = ops.cast(positions, "int32")
+    offsets = ops.arange(ops.shape(positions)[0], dtype="int32")[:, None]
+    return ops.reshape(positions + offsets * ops.cast(seq_length, "int32"), (-1,))
+
+
 def gather_positions(sequence, positions):
     """`sequence[b, positions[b, k]]` for every b, k.
 
@@ -22,8 +30,6 @@ def gather_positions(sequence, positions):
     shape = ops.shape(sequence)
     batch, length = shape[0], shape[1]
     width = sequence.shape[-1] if sequence.shape[-1] is not None else shape[2]
-    positions = ops.cast(positions, "int32")
-    offsets = ops.arange(batch, dtype="int32")[:, None] * ops.cast(length, "int32")
-    flat = ops.take(ops.reshape(sequence, (-1, width)), ops.reshape(positions + offsets, (-1,)),
+    flat = ops.take(ops.reshape(sequence, (-1, width)), flat_slots(positions, length),
                     axis=0)  # (batch * P, width)
     return ops.reshape(flat, (batch, positions.shape[1] or ops.shape(positions)[1], width))

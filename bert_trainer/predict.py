@@ -7,7 +7,8 @@ Inputs (`--format`, default from the file's extension: .tsv, .jsonl/.json, else 
   jsonl  one JSON object per line with the input names as keys (extra keys are ignored).
 Blank lines are skipped. A line that cannot be read (not UTF-8, bad JSON, missing field, wrong
 column count) is reported on stderr with its line number; `on_error="skip"` counts it and goes
-on, `"stop"` raises a `UserError` naming file:line after writing what came before it.
+on, `"stop"` raises a `UserError` naming file:line (stdout gets what came before it; an output
+file is written only when complete, so an existing one is left as it was).
 
 Outputs, one JSON line per input, in input order: {"line": N, <the inputs>, <the answer>}
 with the answer by family:
@@ -21,7 +22,9 @@ same function built in-process from a model directory (`export.build_serving_mod
 both give the same answers.
 """
 
+import contextlib
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -31,6 +34,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 
+from bert_trainer import outputs
 from bert_trainer.errors import UserError
 
 FORMATS = ("text", "tsv", "jsonl")
@@ -362,16 +366,51 @@ def _count_lines(path: str) -> int:
         return sum(1 for _ in f)
 
 
+def is_predictions_file(path: str) -> bool:
+    """Whether `path` is empty or holds predict's JSON lines (checked on its first lines).
+
+    This is what `predict --overwrite` may replace; any other file is kept.
+    """
+    try:
+        with open(path, "rb") as f:
+            head = [line for line in itertools.islice(f, _CHECKED_LINES) if line.strip()]
+        records = [json.loads(line) for line in head]
+    except (OSError, ValueError):  # ValueError: not JSON, not UTF-8
+        return False
+    return all(isinstance(r, dict) and isinstance(r.get("line"), int) for r in records)
+
+
+_CHECKED_LINES = 5
+PREDICTIONS = outputs.Kind("predict", "a predictions file (JSON lines written by bert-train "
+                           "predict)", directory=False, recognizes=is_predictions_file)
+
+
+def check_output(output_path: str, overwrite: bool = False) -> str:
+    """`output_path` made absolute ("-" as is), once it is known that writing it loses nothing.
+
+    Raises:
+      UserError: it exists (without `overwrite`), is not a predictions file, or lies in a
+        model directory (see `outputs.check_output`).
+    """
+    if output_path == "-":
+        return output_path
+    return outputs.check_output(output_path, PREDICTIONS, overwrite=overwrite)
+
+
 def run_predict(predictor: Predictor, input_path: str, output_path: str, *,
                 fmt: str | None = None, batch_size: int = 32, on_error: str = "skip",
-                stderr=None) -> PredictSummary:
+                overwrite: bool = False, stderr=None) -> PredictSummary:
     """`bert-train predict` on files ('-' is stdin / stdout).
+
+    An output file is written aside and renamed into place when every input is answered:
+    a refused input (or any failure) leaves an existing `output_path` as it was.
 
     Args:
       predictor: from `load_predictor`.
       input_path, output_path: files, or "-".
       fmt: see `detect_format`.
       batch_size, on_error: see `predict_lines`.
+      overwrite: replace an existing `output_path` that is a predictions file.
       stderr: progress and messages (default sys.stderr).
 
     Returns:
@@ -381,19 +420,17 @@ def run_predict(predictor: Predictor, input_path: str, output_path: str, *,
     fmt = detect_format(input_path, fmt)
     if input_path != "-" and not os.path.isfile(input_path):
         raise UserError(f"--input={input_path} does not exist; pass a file or - for stdin")
+    output_path = check_output(output_path, overwrite)
     total = None if input_path == "-" else _count_lines(input_path)
     progress = Progress(stderr, total)
     source = "<stdin>" if input_path == "-" else input_path
-    reader = sys.stdin.buffer if input_path == "-" else open(input_path, "rb")
-    if output_path != "-":
-        os.makedirs(os.path.dirname(os.path.abspath(output_path)), exist_ok=True)
-    writer = sys.stdout if output_path == "-" else open(output_path, "w", encoding="utf-8")
-    try:
-        return predict_lines(predictor, reader, writer.write, fmt=fmt, batch_size=batch_size,
+    with contextlib.ExitStack() as stack:
+        reader = (sys.stdin.buffer if input_path == "-"
+                  else stack.enter_context(open(input_path, "rb")))
+        if output_path == "-":
+            stack.callback(sys.stdout.flush)
+            write = sys.stdout.write
+        else:
+            write = stack.enter_context(outputs.new_file(output_path, writing="predictions")).write
+        return predict_lines(predictor, reader, write, fmt=fmt, batch_size=batch_size,
                              on_error=on_error, source=source, progress=progress)
-    finally:
-        writer.flush()
-        if reader is not sys.stdin.buffer:
-            reader.close()
-        if writer is not sys.stdout:
-            writer.close()

@@ -160,7 +160,9 @@ def test_bad_arguments_are_user_errors(corpus, vocab_file, tmp_path):
     empty.write_text("\n\n   \n", encoding="utf-8")
     with pytest.raises(UserError, match="produced no examples"):
         cpd.create_pretraining_data(str(empty), vocab_file, out, overwrite=True, progress=None)
-    assert not list(tmp_path.glob("x-*"))  # Neither the old shard nor an empty new one.
+    # The refused run leaves the old shard as it was, no empty new one, and no temporaries.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.txt", "x-00000-of-00001.tfrecord"]
+    assert (tmp_path / "x-00000-of-00001.tfrecord").read_bytes() == b"old"
 
 
 def _google_truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng):

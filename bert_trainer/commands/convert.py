@@ -14,13 +14,14 @@ max |difference| and writes OUTPUT/parity_report.json; it exits 1 if a differenc
 """
 
 import dataclasses
+import fnmatch
 import glob
 import os
 
 import keras
 from absl import flags
 
-from bert_trainer import model_dir
+from bert_trainer import model_dir, outputs
 from bert_trainer.commands import require_flags, shared_flags
 from bert_trainer.commands.shared_flags import Usage
 from bert_trainer.encoders import pretrained
@@ -33,7 +34,8 @@ SHARED_FLAGS = shared_flags.declare(
     input=Usage(None, "Checkpoint directory to convert (Hugging Face, Google TF1 or "
                 "bert-train; detected)."),
     output=Usage(None, "Directory to write (must be new or empty, see --overwrite)."),
-    overwrite=Usage(False, "Replace the converter's files in a non-empty --output."))
+    overwrite=Usage(False, "Replace an --output directory that bert-train convert wrote "
+                    "(nothing else)."))
 flags.DEFINE_enum("to", formats.BERT_TRAIN, [formats.BERT_TRAIN, formats.HF],
                   "Output format: a bert-train model directory or a Hugging Face directory.")
 flags.DEFINE_boolean("verify", False, "Write a per-layer parity report (parity_report.json).")
@@ -42,9 +44,6 @@ flags.DEFINE_boolean("allow_pickle", False, "Read a pickle pytorch_model.bin (ne
 FLAGS = flags.FLAGS
 
 REPORT_FILE = "parity_report.json"
-# What a conversion writes; --overwrite removes exactly these, nothing else.
-_OUTPUT_FILES = (formats.MODEL_INFO_FILE, formats.VOCAB_FILE, "checkpoint", "ckpt-*",
-                 formats.HF_CONFIG, formats.HF_WEIGHTS, "tokenizer_config.json", REPORT_FILE)
 
 
 @dataclasses.dataclass
@@ -74,11 +73,14 @@ def convert(input_path: str, output_dir: str, *, to: str = formats.BERT_TRAIN,
       A `Conversion`; its `report` is the parity report when `verify` is set.
 
     Raises:
-      UserError: bad input files, or an `output_dir` that is not empty (without `overwrite`).
+      UserError: bad input files; an `output_dir` that is not empty (without `overwrite`),
+        holds anything convert did not write, or lies in a model directory; a full disk or a
+        refused write (an earlier output is then left as it was).
     """
-    _check_output(input_path, output_dir, overwrite)
+    if to not in (formats.BERT_TRAIN, formats.HF):
+        raise UserError(f"--to={to} is unknown; use {formats.BERT_TRAIN} or {formats.HF}")
+    output_dir = _check_output(input_path, output_dir, overwrite)
     source = read_source(input_path, allow_pickle=allow_pickle)
-    _clear_output(output_dir)  # Only once the input has been read and validated.
     heads = [g for g in (formats.MASKED_LM, formats.NEXT_SENTENCE) if source.has(g)]
     c = source.config
     log(f"read {source.weights_file}: BERT with {c.num_layers} layers, hidden {c.hidden_size}, "
@@ -86,19 +88,23 @@ def convert(input_path: str, output_dir: str, *, to: str = formats.BERT_TRAIN,
         f"{', '.join(heads) or 'none'}")
     if to == formats.BERT_TRAIN and not source.has(formats.POOLER):
         log("note: the input has no pooler; the converted pooler is freshly initialized")
-    if to == formats.HF:
-        files = hf.write_hf(output_dir, source)
-    elif to == formats.BERT_TRAIN:
-        files = write_bert_train(output_dir, source)
-    else:
-        raise UserError(f"--to={to} is unknown; use {formats.BERT_TRAIN} or {formats.HF}")
-    log(f"wrote {to} model to {output_dir}: {', '.join(sorted(map(os.path.basename, files)))}")
     report = None
-    if verify:
-        # Re-read what was written, so the report checks the files, not an in-memory model.
-        converted = pretrained.from_pretrained(output_dir).encoder
-        report = parity.verify(source, converted, source=input_path)
-        parity.write_report(os.path.join(output_dir, REPORT_FILE), report)
+    size = sum(a.nbytes for a in source.weights.values())
+    # Written aside and renamed into place whole: a failure leaves an earlier output as it was.
+    with outputs.new_directory(output_dir, CONVERTED, writing=f"the converted {to} model",
+                               needed_bytes=size) as staging:
+        if to == formats.HF:
+            written = hf.write_hf(staging, source)
+        else:
+            written = write_bert_train(staging, source)
+        if verify:
+            # Re-read what was written, so the report checks the files, not an in-memory model.
+            converted = pretrained.from_pretrained(staging).encoder
+            report = parity.verify(source, converted, source=input_path)
+            parity.write_report(os.path.join(staging, REPORT_FILE), report)
+    files = [os.path.join(output_dir, os.path.relpath(f, staging)) for f in written]
+    log(f"wrote {to} model to {output_dir}: {', '.join(sorted(map(os.path.basename, files)))}")
+    if report is not None:
         log(parity.format_report(report))
     return Conversion(output_dir, files, heads, report)
 
@@ -152,19 +158,29 @@ def build_heads(encoder, config: formats.BertConfig) -> tuple:
     return model.masked_lm, model.next_sentence
 
 
-def _check_output(input_path: str, output_dir: str, overwrite: bool) -> None:
-    if os.path.abspath(input_path) == os.path.abspath(output_dir):
+def _is_conversion(path: str) -> bool:
+    """Whether `path` holds exactly what converting to bert-train writes (made before markers)."""
+    entries = os.listdir(path)
+    return formats.MODEL_INFO_FILE in entries and all(
+        any(fnmatch.fnmatchcase(e, p) for p in _BERT_TRAIN_FILES) for e in entries)
+
+
+# What a conversion to bert-train writes (a training run writes more: ckpt-N, summaries, ...).
+_BERT_TRAIN_FILES = (formats.MODEL_INFO_FILE, formats.VOCAB_FILE, "checkpoint", "ckpt-0.index",
+                     "ckpt-0.data-*", REPORT_FILE)
+CONVERTED = outputs.Kind("convert", "a directory written by bert-train convert", directory=True,
+                         recognizes=_is_conversion)
+
+
+def _check_output(input_path: str, output_dir: str, overwrite: bool) -> str:
+    """The absolute output path; UserError if writing there could lose anything."""
+    source, target = os.path.realpath(input_path), os.path.realpath(output_dir)
+    if source == target:
         raise UserError(f"--output={output_dir} is the input directory; write to a new one")
-    if os.path.isfile(output_dir):
-        raise UserError(f"--output={output_dir} is a file; pass a directory")
-    if os.path.isdir(output_dir) and os.listdir(output_dir) and not overwrite:
-        raise UserError(f"--output={output_dir} exists and is not empty; choose a new "
-                        "directory or pass --overwrite")
-
-
-def _clear_output(output_dir: str) -> None:
-    """Creates `output_dir`, removing what an earlier conversion wrote there (not other files)."""
-    for pattern in _OUTPUT_FILES:
-        for path in glob.glob(os.path.join(output_dir, pattern)):
-            os.remove(path)
-    os.makedirs(output_dir, exist_ok=True)
+    if target.startswith(source + os.sep):
+        raise UserError(f"--output={output_dir} is inside --input={input_path}; write to a "
+                        "directory outside it")
+    if source.startswith(target + os.sep):
+        raise UserError(f"--output={output_dir} contains --input={input_path}; write to a new "
+                        "directory")
+    return outputs.check_output(output_dir, CONVERTED, overwrite=overwrite)

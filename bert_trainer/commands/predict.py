@@ -23,7 +23,10 @@ SHARED_FLAGS = shared_flags.declare(
     __name__,
     model_dir=Usage(None, "Model directory written by finetune."),
     input=Usage(None, "Input file, or - for stdin."),
-    output=Usage("-", "Output JSON lines file, or - for stdout."),
+    output=Usage("-", "Output JSON lines file (must be new, see --overwrite), or - for "
+                 "stdout."),
+    overwrite=Usage(False, "Replace an existing --output that is a predictions file "
+                    "(nothing else)."),
     batch_size=Usage(32, "Inputs per model call."),
     checkpoint=Usage(None, "With --model_dir: best, latest or a prefix."),
     seq_length=Usage(None, "With --model_dir: packed sequence length."))
@@ -41,10 +44,12 @@ def main(argv):
     if (FLAGS.model_dir is None) == (FLAGS.saved_model is None):
         raise UserError("pass exactly one of --model_dir (a trained run) and --saved_model "
                         "(an export)")
+    predict.check_output(FLAGS.output, FLAGS.overwrite)  # before the slow part
     predictor = predict.load_predictor(model_dir=FLAGS.model_dir, saved_model=FLAGS.saved_model,
                                        checkpoint=FLAGS.checkpoint, seq_length=FLAGS.seq_length)
     summary = predict.run_predict(predictor, FLAGS.input, FLAGS.output, fmt=FLAGS.format,
-                                  batch_size=FLAGS.batch_size, on_error=FLAGS.on_error)
+                                  batch_size=FLAGS.batch_size, on_error=FLAGS.on_error,
+                                  overwrite=FLAGS.overwrite)
     skipped = f", skipped {summary.skipped} unreadable lines" if summary.skipped else ""
     print(f"predict: answered {summary.answered} inputs in {summary.seconds:.1f}s{skipped}",
           file=sys.stderr)

@@ -17,7 +17,8 @@ from bert_trainer.errors import UserError
 SHARED_FLAGS = shared_flags.declare(
     __name__,
     input=Usage(None, "Text files: comma-separated list and/or globs."),
-    output=Usage(None, "Path of the vocab.txt to write."),
+    output=Usage(None, "Path of the vocab.txt to write (must be new, see --overwrite)."),
+    overwrite=Usage(False, "Replace an existing --output that is a vocabulary (nothing else)."),
     lower_case=Usage(True, "Lower-case and strip accents (uncased model)."),
     encoding_errors=Usage("strict", "Lines that are not UTF-8: fail, replace bad bytes, or "
                           "skip the line."))
@@ -38,6 +39,7 @@ def main(argv):
             raise UserError(f"--{name} is required (see 'bert-train vocab --help')")
     # progress: the stream of now (learn_vocab's default is bound when it is imported).
     learn_vocab(FLAGS.input, FLAGS.vocab_size, FLAGS.output, lower_case=FLAGS.lower_case,
-                encoding_errors=FLAGS.encoding_errors, lower_thresh=FLAGS.min_token_count,
+                encoding_errors=FLAGS.encoding_errors, overwrite=FLAGS.overwrite,
+                lower_thresh=FLAGS.min_token_count,
                 progress=sys.stderr)
     return 0

@@ -19,18 +19,21 @@ Default output is unmasked (our feature names, for dynamic masking in the input 
 """
 
 import collections
+import contextlib
 import dataclasses
 import glob
 import itertools
+import json
 import os
 import random
+import re
 import sys
 import time
 
 import numpy as np
 import tensorflow as tf
 
-from bert_trainer import features
+from bert_trainer import features, outputs
 from bert_trainer.data import masking, text_corpus
 from bert_trainer.data import pretraining_data_report as report
 from bert_trainer.data.tokenizer import Tokenizer
@@ -219,20 +222,24 @@ def tokenize_documents(documents: list[list[str]], tokenizer: Tokenizer) -> list
 class ShardWriter:
     """Deals examples round-robin over `num_shards` files, or fills `examples_per_shard` each.
 
-    Files are written as `<name>.incomplete` and renamed to `...-SSSSS-of-NNNNN...` by
-    `close()`, so a crashed run never leaves files that match the output pattern.
+    The shards are written into `staging` (a hidden directory beside the output) under
+    provisional names; `close()` says which final name each one takes, and the caller moves
+    the whole set into place at once (`outputs.replace_files`), so a crashed or interrupted run
+    never leaves files that match the output pattern.
     """
 
-    def __init__(self, pattern: str, num_shards: int | None, examples_per_shard: int | None):
+    def __init__(self, pattern: str, num_shards: int | None, examples_per_shard: int | None,
+                 staging: str):
         self.pattern, self.num_shards = pattern, num_shards
-        self.examples_per_shard = examples_per_shard
+        self.examples_per_shard, self.staging = examples_per_shard, staging
         self._paths, self._writers, self._count = [], [], 0
         if num_shards:
             for _ in range(num_shards):
                 self._open()
 
     def _open(self):
-        path = self.pattern.replace("*", f"{len(self._paths):05d}") + ".incomplete"
+        name = os.path.basename(self.pattern).replace("*", f"{len(self._paths):05d}")
+        path = os.path.join(self.staging, name)
         self._paths.append(path)
         self._writers.append(tf.io.TFRecordWriter(path))
 
@@ -248,32 +255,68 @@ class ShardWriter:
         writer.write(example.SerializeToString())
         self._count += 1
 
-    def close(self) -> list[str]:
-        """Closes and renames the shards; returns their final paths."""
+    def close(self) -> list[tuple[str, str]]:
+        """Closes the shards; returns (written path, final path) for each, in order."""
         for writer in self._writers:
             writer.close()
-        final = []
-        for i, path in enumerate(self._paths):
-            name = self.pattern.replace("*", f"{i:05d}-of-{len(self._paths):05d}")
-            os.replace(path, name)
-            final.append(name)
-        return final
+        return [(path, self.pattern.replace("*", f"{i:05d}-of-{len(self._paths):05d}"))
+                for i, path in enumerate(self._paths)]
+
+    def abort(self) -> None:
+        """Closes the files after a failure (their space is freed once they are deleted)."""
+        for writer in self._writers:
+            with contextlib.suppress(Exception):
+                writer.close()
 
 
-def _check_output(output: str, overwrite: bool) -> str:
-    """Validates the output pattern, creates its directory, clears or refuses old shards."""
+def _check_output(output: str, overwrite: bool) -> tuple[str, list[str]]:
+    """Validates the output pattern; refuses old files that may not be replaced.
+
+    Nothing is deleted here: the old shards and summary are replaced only once the new set
+    is complete (see `create_pretraining_data`).
+
+    Returns:
+      (the summary's path, the old shards and summary that the new set replaces).
+    """
     if output.count("*") != 1 or "*" in os.path.dirname(output):
         raise UserError(f"--output={output} must hold exactly one '*' in the file name, "
                         "e.g. DIR/train-*.tfrecord")
-    directory = os.path.dirname(output) or "."
-    os.makedirs(directory, exist_ok=True)
-    old = glob.glob(output)
+    output = os.path.abspath(os.path.expanduser(output))
+    owner = outputs.enclosing_model_dir(output)
+    if owner is not None:
+        raise UserError(f"--output={output} is inside the model directory {owner}, which "
+                        "belongs to the run that made it; write the data elsewhere")
+    summary = os.path.splitext(output.replace("*", "summary"))[0] + ".json"
+    shards = [p for p in sorted(glob.glob(output)) if p != summary]
+    old = [summary] * os.path.isfile(summary) + shards
     if old and not overwrite:
-        raise UserError(f"--output={output} already matches {len(old)} file(s); remove them, "
+        if shards:
+            raise UserError(f"--output={output} already matches {len(shards)} file(s); remove "
+                            "them, pick another --output or pass --overwrite")
+        raise UserError(f"--output={output}: {summary} exists (the summary of earlier data); "
                         "pick another --output or pass --overwrite")
-    for path in old:
-        os.remove(path)
-    return os.path.splitext(output.replace("*", "summary"))[0] + ".json"
+    prefix, suffix = os.path.basename(output).split("*")
+    shard_name = re.compile(re.escape(prefix) + r"\d{5}-of-\d{5}" + re.escape(suffix))
+    foreign = [p for p in shards if not shard_name.fullmatch(os.path.basename(p))]
+    if os.path.isfile(summary) and not _is_summary(summary):
+        foreign.insert(0, summary)
+    if foreign:
+        names = ", ".join(os.path.basename(p) for p in foreign[:6])
+        raise UserError(f"--output={output}: {names}{' ...' * (len(foreign) > 6)} "
+                        "(not pretraining data written by bert-train create_pretraining_data) "
+                        "would be replaced; pick another --output")
+    outputs.check_writable(output, "--output")
+    return summary, old
+
+
+def _is_summary(path: str) -> bool:
+    """Whether `path` is a summary that `report.write_summary` wrote (a JSON with shards)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and isinstance(data.get("shards"), list)
 
 
 def _reservoir_add(reservoir: list, docs: list, seen: int, capacity: int,
@@ -327,7 +370,9 @@ def create_pretraining_data(inputs, vocab_file: str, output: str,
       lower_case: uncased tokenization.
       input_format, encoding_errors: see `text_corpus.read_documents`.
       num_shards / examples_per_shard: at most one; default 100,000 examples per shard.
-      overwrite: delete files already matching `output` instead of refusing.
+      overwrite: replace the shards and summary an earlier run wrote at `output` (once the
+        new set is complete; a failure or Ctrl-C leaves the old set). Files matching `output`
+        that are not such shards are refused, with or without it.
       progress: stream for progress lines, or None.
 
     Returns:
@@ -343,13 +388,36 @@ def create_pretraining_data(inputs, vocab_file: str, output: str,
         examples_per_shard = 100_000
     files = text_corpus.expand_inputs(inputs)
     tokenizer = Tokenizer(vocab_file, lower_case=lower_case)
-    summary_path = _check_output(output, overwrite)
+    summary_path, old = _check_output(output, overwrite)
+    output = os.path.abspath(os.path.expanduser(output))
     vocab = masking.MaskingVocab.from_tokenizer(tokenizer)
     rng = random.Random(config.seed)
     stats, tick = collections.Counter(), report.Progress(progress)
     documents = text_corpus.read_documents(files, input_format, encoding_errors=encoding_errors,
                                            stats=stats)
-    writer = ShardWriter(output, num_shards, examples_per_shard)
+    with outputs.staging_directory(output.replace("*", "shards"),
+                                   writing="pretraining data") as staging:
+        writer = ShardWriter(output, num_shards, examples_per_shard, staging)
+        try:
+            _write_examples(documents, config, tokenizer, vocab, rng, writer, stats, tick)
+            shards = writer.close()
+        except BaseException:
+            writer.abort()
+            raise
+        if not stats["examples"]:
+            raise UserError(f"--input={inputs} produced no examples ({stats['documents']} "
+                            "documents); it needs text with at least two sentences")
+        tick(stats, force=True)
+        staged_summary = os.path.join(staging, os.path.basename(summary_path))
+        summary = report.write_summary(staged_summary, stats, [f for _, f in shards], files,
+                                       config, vocab_file, lower_case, time.time() - tick.start)
+        # The summary goes last: it marks the set complete. The old set goes only now.
+        outputs.replace_files([*shards, (staged_summary, summary_path)], old)
+    return summary
+
+
+def _write_examples(documents, config, tokenizer, vocab, rng, writer, stats, tick) -> None:
+    """Streams the documents chunk by chunk into examples and deals them to `writer`."""
     reservoir, seen = [], 0
     chunks = iter(lambda: list(itertools.islice(documents, config.chunk_documents)), [])
     for chunk in chunks:
@@ -360,12 +428,3 @@ def create_pretraining_data(inputs, vocab_file: str, output: str,
         _process_chunk(docs, reservoir, config, rng, tokenizer, vocab, writer, stats)
         seen = _reservoir_add(reservoir, docs, seen, config.reservoir_documents, rng)
         tick(stats)
-    shards = writer.close()
-    if not stats["examples"]:
-        for path in shards:
-            os.remove(path)
-        raise UserError(f"--input={inputs} produced no examples ({stats['documents']} "
-                        "documents); it needs text with at least two sentences")
-    tick(stats, force=True)
-    return report.write_summary(summary_path, stats, shards, files, config, vocab_file,
-                                lower_case, time.time() - tick.start)

@@ -13,7 +13,7 @@ import time
 import tensorflow as tf
 from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset as bert_vocab
 
-from bert_trainer import features
+from bert_trainer import features, outputs
 from bert_trainer.data import text_corpus
 from bert_trainer.errors import UserError
 
@@ -48,8 +48,33 @@ def _line_batches(files, encoding_errors: str, progress):
             yield batch
 
 
+def is_vocab_file(path: str) -> bool:
+    """Whether `path` is a WordPiece vocabulary: UTF-8, one token a line, BERT's specials in it.
+
+    This is what `vocab --overwrite` may replace; any other file is kept.
+    """
+    try:
+        if os.path.getsize(path) > _LARGEST_VOCAB_BYTES:
+            return False
+        with open(path, encoding="utf-8") as f:
+            tokens = f.read().split("\n")
+    except (OSError, UnicodeDecodeError):
+        return False
+    if tokens and tokens[-1] == "":
+        tokens.pop()
+    if not all(t and t == t.strip() and len(t.split()) == 1 for t in tokens):
+        return False
+    return set(features.SPECIAL_TOKENS) <= set(tokens)
+
+
+_LARGEST_VOCAB_BYTES = 16 << 20  # far above any WordPiece vocabulary (BERT's: 230 kB)
+VOCAB = outputs.Kind("vocab", "a WordPiece vocabulary (one token a line, with [PAD] [UNK] "
+                     "[CLS] [SEP] [MASK])", directory=False, recognizes=is_vocab_file)
+
+
 def learn_vocab(inputs, vocab_size: int, output: str, *, lower_case: bool = True,
-                encoding_errors: str = "strict", progress=sys.stderr, **learn_params) -> dict:
+                encoding_errors: str = "strict", overwrite: bool = False, progress=sys.stderr,
+                **learn_params) -> dict:
     """Learns a WordPiece vocabulary and writes it as `vocab.txt`.
 
     Args:
@@ -60,6 +85,8 @@ def learn_vocab(inputs, vocab_size: int, output: str, *, lower_case: bool = True
       lower_case: lower-case and strip accents first (uncased BERT); use the same value for
         the tokenizer.
       encoding_errors: see `text_corpus.read_documents`.
+      overwrite: replace an existing `output` that is a vocabulary (`is_vocab_file`); any
+        other existing file is refused, and without it any existing file is.
       progress: stream for progress lines, or None.
       **learn_params: passed to tensorflow-text's `learn` (e.g. `lower_thresh`,
         `num_iterations`, `max_unique_chars`).
@@ -71,6 +98,7 @@ def learn_vocab(inputs, vocab_size: int, output: str, *, lower_case: bool = True
         raise UserError(f"--vocab_size={vocab_size} must exceed the "
                         f"{len(features.SPECIAL_TOKENS)} special tokens (BERT uses 30522)")
     files = text_corpus.expand_inputs(inputs)
+    output = outputs.check_output(output, VOCAB, overwrite=overwrite)  # before the slow part
     if encoding_errors not in text_corpus.ENCODING_ERRORS:
         raise UserError(f"encoding_errors='{encoding_errors}' is unknown; "
                         f"use one of {text_corpus.ENCODING_ERRORS}")
@@ -87,13 +115,12 @@ def learn_vocab(inputs, vocab_size: int, output: str, *, lower_case: bool = True
         if failures:
             raise failures[0] from None
         raise
-    if os.path.dirname(output):
-        os.makedirs(os.path.dirname(output), exist_ok=True)
+    text = "".join(token + "\n" for token in vocab)
     # Written whole or not at all: a run killed mid-write must not leave a short vocabulary
     # that a rerun (the demo's, say) would take for a finished one.
-    with open(output + ".tmp", "w", encoding="utf-8") as f:
-        f.writelines(token + "\n" for token in vocab)
-    os.replace(output + ".tmp", output)
+    with outputs.new_file(output, writing="the vocabulary",
+                          needed_bytes=len(text.encode("utf-8"))) as f:
+        f.write(text)
     seconds = time.time() - start
     if progress is not None:
         print(f"vocab: wrote {len(vocab):,} tokens to {output} in {seconds:.1f}s",

@@ -13,13 +13,11 @@ any device (mixed float16 is slow or unsupported on CPUs), and the variables are
 
 import dataclasses
 import os
-import shutil
-import tempfile
 
 import tensorflow as tf
 from absl import logging
 
-from bert_trainer import checkpoint_layout, kernels
+from bert_trainer import checkpoint_layout, kernels, outputs
 from bert_trainer import model_dir as model_dir_lib
 from bert_trainer.errors import UserError
 from bert_trainer.export.serving import ClassifierServing, EncoderServing, ServingModule
@@ -154,15 +152,44 @@ def build_serving_module(model_dir: str, *, checkpoint: str | None = None,
     return ClassifierServing(model, **common, **options)
 
 
-def check_output_dir(output: str, overwrite: bool = False) -> str:
-    """The absolute export path; UserError if it is a file, or a non-empty dir to keep."""
-    output = os.path.abspath(output)
-    if os.path.exists(output) and not os.path.isdir(output):
-        raise UserError(f"--output={output} is a file; give a directory path")
-    if os.path.isdir(output) and os.listdir(output) and not overwrite:
-        raise UserError(f"--output={output} exists and is not empty; choose a new directory "
-                        "or pass --overwrite")
-    return output
+def _is_saved_model(path: str) -> bool:
+    """Whether `path` holds a SavedModel and nothing else (an export made before markers)."""
+    entries = set(os.listdir(path))
+    return "saved_model.pb" in entries and entries <= _SAVED_MODEL_ENTRIES
+
+
+_SAVED_MODEL_ENTRIES = {"saved_model.pb", "fingerprint.pb", "variables", "assets"}
+SAVED_MODEL = outputs.Kind("export", "a SavedModel written by bert-train export",
+                           directory=True, recognizes=_is_saved_model)
+
+
+def check_output_dir(output: str, overwrite: bool = False, *,
+                     model_dir: str | None = None) -> str:
+    """The absolute export path, once it is known that writing it loses nothing.
+
+    Args:
+      output: the export directory.
+      overwrite: replace an existing export (a SavedModel bert-train export wrote, nothing else).
+      model_dir: the model directory exported; `output` may not be it, hold it or lie in it.
+
+    Returns:
+      The absolute path.
+
+    Raises:
+      UserError: see `outputs.check_output`, and an `output` that is, contains or lies in
+        `model_dir`.
+    """
+    if model_dir is not None:
+        target, source = os.path.realpath(output), os.path.realpath(model_dir)
+        if target == source:
+            raise UserError(f"--output={output} is the --model_dir; export to a new directory")
+        if source.startswith(target + os.sep):
+            raise UserError(f"--output={output} contains --model_dir={model_dir}; export to a "
+                            "new directory")
+        if target.startswith(source + os.sep):
+            raise UserError(f"--output={output} is inside --model_dir={model_dir}, which "
+                            "belongs to the run that made it; export to a directory outside it")
+    return outputs.check_output(output, SAVED_MODEL, overwrite=overwrite)
 
 
 def save(module: ServingModule, output: str, *, overwrite: bool = False) -> str:
@@ -171,24 +198,22 @@ def save(module: ServingModule, output: str, *, overwrite: bool = False) -> str:
     Args:
       module: a serving module.
       output: the export directory; must not exist or be empty unless `overwrite`.
-      overwrite: replace an existing export directory.
+      overwrite: replace an existing export directory (only a SavedModel that bert-train
+        export wrote; see `check_output_dir`).
 
     Returns:
-      `output`.
+      `output`, absolute.
+
+    Raises:
+      UserError: a refused `output`, or a full disk / refused write while saving (the
+        temporary directory is removed and an existing export is left as it was).
     """
     output = check_output_dir(output, overwrite)
-    parent = os.path.dirname(output)
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=".export-", dir=parent)
-    try:
+    size = sum(v.shape.num_elements() * v.dtype.size for v in module.variables)
+    with outputs.new_directory(output, SAVED_MODEL, writing="SavedModel",
+                               needed_bytes=size) as staging:
         with kernels.disabled():  # a retrace during saving gets TensorFlow's ops too
             tf.saved_model.save(module, staging, signatures=module.signatures())
-        if os.path.isdir(output):
-            shutil.rmtree(output)
-        os.replace(staging, output)
-    finally:
-        if os.path.isdir(staging):
-            shutil.rmtree(staging)
     return output
 
 
@@ -203,7 +228,7 @@ def export_saved_model(model_dir: str, output: str, *, checkpoint: str | None = 
     Returns:
       {"output", "family", "signatures": {name: {"inputs": [...], "outputs": [...]}}}.
     """
-    check_output_dir(output, overwrite)  # Before the slow part.
+    check_output_dir(output, overwrite, model_dir=model_dir)  # Before the slow part.
     module = build_serving_module(model_dir, checkpoint=checkpoint, seq_length=seq_length)
     signatures = module.signatures()
     path = save(module, output, overwrite=overwrite)

@@ -230,3 +230,86 @@ SUBPROCESS_CASES = [
     ("export truncated checkpoint",
      ["export", "--model_dir={broken_run}", "--output={root}/exp2"], "{broken_run}"),
 ]
+
+
+# ------------------------------------------------------------------ outputs (OUTPUT_CASES)
+# Commands that would replace or write into something they do not own, or that refuse their
+# input with an existing output in place. Each is refused with one line, and every file of the
+# guarded directories (test_bad_inputs.py's GUARDED and `outputs_root`, which holds the files
+# named here) keeps its sha256; no temporary is left behind. Paths under {outputs_root}:
+#   old.jsonl      predictions of an earlier predict run      notes.txt     a user's file
+#   my_vocab.txt   a vocabulary written by vocab
+#   mixed_export/  saved_model.pb + notes.txt (not only a SavedModel)
+#   data/          a shard set + train-summary.json made by create_pretraining_data
+#   mixed_data/    a shard set and train-notes.tfrecord;  odd_summary/  shards + a user's JSON
+# {existing_parent} is the directory holding the fine-tuned model_dir {existing}.
+OUTPUT_CASES = [
+    ("predict refuses its input, the old output stays",
+     ["predict", "--model_dir={existing}", "--input={bad.jsonl}", "--on_error=stop",
+      "--output={outputs_root}/old.jsonl", "--overwrite"], "{bad.jsonl}:2"),
+    ("predict existing output without --overwrite",
+     ["predict", "--model_dir={existing}", "--input={lines.txt}",
+      "--output={outputs_root}/old.jsonl"],
+     "--output={outputs_root}/old.jsonl exists; choose another path or pass --overwrite"),
+    ("predict --overwrite of a file that is not predictions",
+     ["predict", "--model_dir={existing}", "--input={lines.txt}",
+      "--output={outputs_root}/notes.txt", "--overwrite"],
+     "--output={outputs_root}/notes.txt is not a predictions file"),
+    ("predict output inside a model_dir",
+     ["predict", "--model_dir={existing}", "--input={lines.txt}",
+      "--output={existing}/predictions.jsonl"],
+     "--output={existing}/predictions.jsonl is inside the model directory {existing}"),
+    ("export --overwrite onto the model_dir",
+     ["export", "--model_dir={existing}", "--output={existing}", "--overwrite"],
+     "--output={existing} is the --model_dir; export to a new directory"),
+    ("export --overwrite onto the model_dir's parent",
+     ["export", "--model_dir={existing}", "--output={existing_parent}", "--overwrite"],
+     "--output={existing_parent} contains --model_dir={existing}"),
+    ("export into the model_dir",
+     ["export", "--model_dir={existing}", "--output={existing}/export"],
+     "--output={existing}/export is inside --model_dir={existing}"),
+    ("export into another model_dir",
+     ["export", "--model_dir={existing}", "--output={pretraining_run}/export"],
+     "--output={pretraining_run}/export is inside the model directory {pretraining_run}"),
+    ("export --overwrite of a directory holding more than a SavedModel",
+     ["export", "--model_dir={existing}", "--output={outputs_root}/mixed_export", "--overwrite"],
+     "--output={outputs_root}/mixed_export holds notes.txt, saved_model.pb (not a SavedModel "
+     "written by bert-train export)"),
+    ("vocab existing output without --overwrite",
+     ["vocab", "--input={lines.txt}", "--output={outputs_root}/my_vocab.txt"],
+     "--output={outputs_root}/my_vocab.txt exists; choose another path or pass --overwrite"),
+    ("vocab --overwrite of a file that is not a vocabulary",
+     ["vocab", "--input={lines.txt}", "--output={outputs_root}/notes.txt", "--overwrite"],
+     "--output={outputs_root}/notes.txt is not a WordPiece vocabulary"),
+    ("vocab --overwrite of a model's vocab.txt",
+     ["vocab", "--input={lines.txt}", "--output={existing}/vocab.txt", "--overwrite"],
+     "--output={existing}/vocab.txt is inside the model directory {existing}"),
+    ("convert --overwrite onto a fine-tuned model_dir",
+     ["convert", "--input={pretrained}", "--output={existing}", "--overwrite"],
+     "--output={existing} holds bert_train.json, best/, checkpoint"),
+    ("convert into a model_dir",
+     ["convert", "--input={pretrained}", "--output={pretraining_run}/hf", "--to=hf"],
+     "--output={pretraining_run}/hf is inside the model directory {pretraining_run}"),
+    ("convert into its input",
+     ["convert", "--input={pretrained}", "--output={pretrained}/converted"],
+     "--output={pretrained}/converted is inside --input={pretrained}"),
+    ("create_pretraining_data into a model_dir",
+     ["create_pretraining_data", "--input={lines.txt}", "--vocab={vocab}",
+      "--output={existing}/d-*.tfrecord"],
+     "--output={existing}/d-*.tfrecord is inside the model directory {existing}"),
+    ("create_pretraining_data existing shards without --overwrite",
+     ["create_pretraining_data", "--input={lines.txt}", "--vocab={vocab}",
+      "--output={outputs_root}/data/train-*.tfrecord"],
+     "--output={outputs_root}/data/train-*.tfrecord already matches 2 file(s)"),
+    ("create_pretraining_data --overwrite of files that are not shards",
+     ["create_pretraining_data", "--input={lines.txt}", "--vocab={vocab}",
+      "--output={outputs_root}/mixed_data/train-*.tfrecord", "--overwrite"],
+     "train-notes.tfrecord (not pretraining data written by bert-train create_pretraining_data)"),
+    ("create_pretraining_data --overwrite of a summary it did not write",
+     ["create_pretraining_data", "--input={lines.txt}", "--vocab={vocab}",
+      "--output={outputs_root}/odd_summary/train-*.tfrecord", "--overwrite"],
+     "train-summary.json (not pretraining data written by bert-train create_pretraining_data)"),
+    ("create_pretraining_data --overwrite, input fails mid-run: the old set stays",
+     ["create_pretraining_data", "--input={latin1.txt}", "--vocab={vocab}",
+      "--output={outputs_root}/data/train-*.tfrecord", "--overwrite"], "{latin1.txt}"),
+]

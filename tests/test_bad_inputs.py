@@ -21,7 +21,15 @@ import subprocess
 import sys
 
 import pytest
-from bad_input_cases import BAD_FILES, CLI_CASES, GOOD_ROWS, SST2, SST2_HEADER, SUBPROCESS_CASES
+from bad_input_cases import (
+    BAD_FILES,
+    CLI_CASES,
+    GOOD_ROWS,
+    OUTPUT_CASES,
+    SST2,
+    SST2_HEADER,
+    SUBPROCESS_CASES,
+)
 from robust_testing import RESULT, TESTS, subprocess_env, tree_digest
 
 from bert_trainer.commands import common
@@ -227,3 +235,68 @@ def test_library_raises_clear_errors(paths):
         checkpointing.latest_checkpoint(paths["broken_run"])
     with pytest.raises(UserError, match="--strategy='horovod' is unknown"):
         strategies.get_strategy("horovod")
+
+
+# ------------------------------------------------------------------ outputs (OUTPUT_CASES)
+
+TEMPORARY = re.compile(r"\.tmp-\d+$|\.old-\d+$")
+
+
+@pytest.fixture(scope="module")
+def output_paths(paths, tmp_path_factory):
+    """The placeholders of OUTPUT_CASES: `paths` plus earlier outputs the cases must keep."""
+    from bert_trainer.data import create_pretraining_data as cpd  # noqa: PLC0415
+
+    root = tmp_path_factory.mktemp("outputs_root")
+    (root / "old.jsonl").write_text('{"line": 1, "text": "fine", "label": "positive"}\n')
+    (root / "notes.txt").write_text("my notes\n")
+    shutil.copy(paths["vocab"], root / "my_vocab.txt")
+    (root / "mixed_export").mkdir()
+    (root / "mixed_export" / "saved_model.pb").write_bytes(b"\x08\x01")
+    (root / "mixed_export" / "notes.txt").write_text("mine\n")
+    corpus = root / "corpus.txt"
+    corpus.write_text("".join(f"the film {i} was good . it was fine .\nthe end {i} .\n\n"
+                              for i in range(20)))
+    for name in ("data", "mixed_data", "odd_summary"):
+        cpd.create_pretraining_data(
+            str(corpus), paths["vocab"], str(root / name / "train-*.tfrecord"),
+            cpd.PretrainingDataConfig(max_seq_length=16, seed=1), num_shards=2, progress=None)
+    (root / "mixed_data" / "train-notes.tfrecord").write_bytes(b"mine")
+    (root / "odd_summary" / "train-summary.json").write_text('{"mine": true}\n')
+    parent = pathlib.Path(paths["existing"]).parent
+    (parent / "unrelated.txt").write_text("kept\n")
+    return {**paths, "outputs_root": str(root), "existing_parent": str(parent)}
+
+
+def output_digests(paths) -> dict:
+    """sha256 of every guarded file: the model directories and the earlier outputs."""
+    return {d: tree_digest(paths[d])
+            for d in (*GUARDED, "outputs_root", "existing_parent")}
+
+
+@pytest.fixture(scope="module")
+def output_results(output_paths):
+    before = output_digests(output_paths)
+    return before, run_batches([fill(args, output_paths) for _, args, _ in OUTPUT_CASES])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("index", range(len(OUTPUT_CASES)), ids=[c[0] for c in OUTPUT_CASES])
+def test_outputs_are_replaced_only_when_ours(index, output_results, output_paths):
+    before, results = output_results
+    case, _, expected = OUTPUT_CASES[index]
+    rc, stderr = results[index]["rc"], results[index]["stderr"]
+    lines = [line for line in stderr.splitlines() if line.startswith("bert-train")]
+    if TABLE:
+        with open(TABLE, "a") as f:
+            f.write(f"{case}\t{rc}\t{' / '.join(lines) or stderr[-300:]!r}\n")
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert rc == EXIT_USER_ERROR, stderr[-3000:]
+    assert len(lines) == 1, stderr[-3000:]
+    assert fill([expected], output_paths)[0] in lines[0], lines[0]
+    assert output_digests(output_paths) == before
+    left = [os.path.join(d, n) for key in ("outputs_root", "existing_parent", "pretraining_run",
+                                           "pretrained")
+            for d, dirs, files in os.walk(output_paths[key]) for n in dirs + files
+            if TEMPORARY.search(n)]
+    assert not left, left

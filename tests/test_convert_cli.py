@@ -7,10 +7,11 @@ import sys
 
 import numpy as np
 import pytest
+from robust_testing import tree_digest
 from safetensors.numpy import load_file
 
 from bert_trainer.commands.convert import convert
-from bert_trainer.errors import EXIT_USER_ERROR
+from bert_trainer.errors import EXIT_USER_ERROR, UserError
 from bert_trainer.interop import formats, hf
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -66,22 +67,27 @@ def test_to_bert_train_refuses_a_used_output(tiny_hf, tmp_path):
     bt = tmp_path / "bt"
     proc = run_convert(f"--input={tiny_hf}", f"--output={bt}")
     assert proc.returncode == 0, proc.stderr
-    assert sorted(os.listdir(bt)) == ["bert_train.json", "checkpoint", "ckpt-0.data-00000-of-00001",
-                                      "ckpt-0.index", "vocab.txt"]
+    assert sorted(os.listdir(bt)) == [".bert-train-output.json", "bert_train.json", "checkpoint",
+                                      "ckpt-0.data-00000-of-00001", "ckpt-0.index", "vocab.txt"]
     again = run_convert(f"--input={tiny_hf}", f"--output={bt}")
     assert again.returncode == EXIT_USER_ERROR
     assert error_line(again) == (f"bert-train convert: error: --output={bt} exists and is not "
                                  "empty; choose a new directory or pass --overwrite")
 
 
-def test_overwrite_replaces_only_its_files_and_back_to_hf(tiny_hf, tmp_path):
+def test_overwrite_replaces_only_its_own_output_and_back_to_hf(tiny_hf, tmp_path):
     bt = tmp_path / "bt"
     convert(str(tiny_hf), str(bt), log=lambda _: None)
     (bt / "notes.txt").write_text("mine")
-    (bt / "ckpt-5.index").write_text("stale")
+    before = tree_digest(bt)
+    with pytest.raises(UserError, match=rf"^--output={bt} holds notes.txt besides what "
+                       "bert-train convert wrote there; move them or choose another --output$"):
+        convert(str(tiny_hf), str(bt), overwrite=True, log=lambda _: None)
+    assert tree_digest(bt) == before
+    (bt / "notes.txt").unlink()
+    (bt / "ckpt-0.index").write_text("stale")
     convert(str(tiny_hf), str(bt), overwrite=True, log=lambda _: None)
-    assert (bt / "notes.txt").read_text() == "mine"
-    assert not (bt / "ckpt-5.index").exists()
+    assert (bt / "ckpt-0.index").read_bytes() != b"stale"
     convert(str(bt), str(tmp_path / "back"), to=formats.HF, log=lambda _: None)
     first = load_file(str(tiny_hf / "model.safetensors"))
     second = load_file(str(tmp_path / "back" / "model.safetensors"))

@@ -213,7 +213,7 @@ def train_and_serve(stages: Stages, p: dict, s: Settings, task: demo_task.DemoTa
         f.writelines(sentence + "\n" for sentence, _ in DEMO_SENTENCES)
     stages.bert_train([("predict", bert_train_args(
         "predict", saved_model=p["export"], input=p["predict_input"],
-        output=p["predictions"]))])
+        output=p["predictions"], overwrite=True))])
 
 
 def _with_gin_params(args: list[str], bindings: list[str]) -> list[str]:

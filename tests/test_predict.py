@@ -191,13 +191,18 @@ def test_predict_cli_skips_a_malformed_line_and_answers_the_rest(sentiment_expor
     assert f"{source}:3: skipped: the line is not valid JSON" in proc.stderr
     assert "predict: answered 4 inputs" in proc.stderr and "skipped 1 unreadable" in proc.stderr
 
+    # A stop: stdout has the answers before the bad line; an output file appears only whole.
+    proc = cli("predict", f"--saved_model={root / 'export'}", f"--input={source}",
+               "--output=-", "--on_error=stop")
+    assert proc.returncode == EXIT_USER_ERROR
+    [error] = error_lines(proc, "predict")
+    assert error.startswith(f"bert-train predict: error: {source}:3: the line is not valid JSON")
+    assert [json.loads(line)["line"] for line in proc.stdout.splitlines()] == [1, 2]
     out = root / "stopped.jsonl"
     proc = cli("predict", f"--saved_model={root / 'export'}", f"--input={source}",
                f"--output={out}", "--on_error=stop")
     assert proc.returncode == EXIT_USER_ERROR
-    [error] = error_lines(proc, "predict")
-    assert error.startswith(f"bert-train predict: error: {source}:3: the line is not valid JSON")
-    assert [json.loads(line)["line"] for line in out.read_text().splitlines()] == [1, 2]
+    assert not [name for name in os.listdir(root) if "stopped" in name]  # nor a temporary
 
 
 def test_model_dir_and_saved_model_give_the_same_answers(sentiment_export, tmp_path):

@@ -193,6 +193,28 @@ def test_export_on_a_full_disk_keeps_the_old_export(serving_module):
         assert tree_digest(disk) == before
 
 
+def test_export_refused_mid_write_keeps_the_old_export(serving_module, tmp_path, monkeypatch):
+    import tensorflow as tf  # noqa: PLC0415
+
+    from bert_trainer.export import exporter  # noqa: PLC0415
+
+    out = tmp_path / "export"
+    exporter.save(serving_module, str(out))
+    before = tree_digest(tmp_path)
+    real_save = tf.saved_model.save
+
+    def refused(module, staging, **kwargs):
+        real_save(module, staging, **kwargs)  # written, then a late write is refused
+        raise tf.errors.PermissionDeniedError(
+            None, None, f"{staging}/variables/variables_temp; Permission denied")
+
+    monkeypatch.setattr(exporter.tf.saved_model, "save", refused)
+    with pytest.raises(UserError) as e:
+        exporter.save(serving_module, str(out), overwrite=True)
+    storage_message(str(e.value), "SavedModel", out, "permission denied")
+    assert tree_digest(tmp_path) == before
+
+
 # ---------------------------------------------------------------- vocab, convert, predict
 
 def test_vocab_on_a_full_disk_and_a_refused_write(corpus, tmp_path, monkeypatch):

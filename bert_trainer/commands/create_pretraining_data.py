@@ -23,7 +23,8 @@ SHARED_FLAGS = shared_flags.declare(
     lower_case=Usage(True, "Lower-case and strip accents (uncased model)."),
     encoding_errors=Usage("strict", "Lines that are not UTF-8: fail, replace bad bytes, or "
                           "skip the line."),
-    overwrite=Usage(False, "Delete files already matching --output."))
+    overwrite=Usage(False, "Replace the shards and summary an earlier run wrote at --output, "
+                    "once the new set is complete (other files are refused)."))
 flags.DEFINE_string("vocab", None, "The WordPiece vocab.txt.")
 flags.DEFINE_enum("input_format", "auto", text_corpus.INPUT_FORMATS,
                   "lines: one sentence per line, blank line between documents; prose: "

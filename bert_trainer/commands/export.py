@@ -19,12 +19,14 @@ from bert_trainer.export import export_saved_model
 SHARED_FLAGS = shared_flags.declare(
     __name__,
     model_dir=Usage(None, "Model directory written by finetune (or pretrain)."),
-    output=Usage(None, "Export directory to write (must be new or empty, see --overwrite)."),
+    output=Usage(None, "Export directory to write (must be new or empty, see --overwrite); "
+                 "not in or above --model_dir."),
     checkpoint=Usage(None, "best, latest or a checkpoint prefix; default: best when "
                      "model_dir/best/ holds one, else latest."),
     seq_length=Usage(None, "Packed sequence length of the text signatures; default: the "
                      "task's seq_length."),
-    overwrite=Usage(False, "Replace an existing --output directory."))
+    overwrite=Usage(False, "Replace an --output that bert-train export wrote (a SavedModel and "
+                    "nothing else)."))
 FLAGS = flags.FLAGS
 
 

@@ -19,14 +19,10 @@ Default output is unmasked (our feature names, for dynamic masking in the input 
 """
 
 import collections
-import contextlib
 import dataclasses
-import glob
 import itertools
-import json
 import os
 import random
-import re
 import sys
 import time
 
@@ -34,7 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from bert_trainer import features, outputs
-from bert_trainer.data import masking, text_corpus
+from bert_trainer.data import masking, shard_set, text_corpus
 from bert_trainer.data import pretraining_data_report as report
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import UserError
@@ -219,106 +215,6 @@ def tokenize_documents(documents: list[list[str]], tokenizer: Tokenizer) -> list
     return out
 
 
-class ShardWriter:
-    """Deals examples round-robin over `num_shards` files, or fills `examples_per_shard` each.
-
-    The shards are written into `staging` (a hidden directory beside the output) under
-    provisional names; `close()` says which final name each one takes, and the caller moves
-    the whole set into place at once (`outputs.replace_files`), so a crashed or interrupted run
-    never leaves files that match the output pattern.
-    """
-
-    def __init__(self, pattern: str, num_shards: int | None, examples_per_shard: int | None,
-                 staging: str):
-        self.pattern, self.num_shards = pattern, num_shards
-        self.examples_per_shard, self.staging = examples_per_shard, staging
-        self._paths, self._writers, self._count = [], [], 0
-        if num_shards:
-            for _ in range(num_shards):
-                self._open()
-
-    def _open(self):
-        name = os.path.basename(self.pattern).replace("*", f"{len(self._paths):05d}")
-        path = os.path.join(self.staging, name)
-        self._paths.append(path)
-        self._writers.append(tf.io.TFRecordWriter(path))
-
-    def write(self, example: tf.train.Example):
-        if self.num_shards:
-            writer = self._writers[self._count % self.num_shards]
-        else:
-            if self._count % self.examples_per_shard == 0:
-                if self._writers:
-                    self._writers[-1].close()
-                self._open()
-            writer = self._writers[-1]
-        writer.write(example.SerializeToString())
-        self._count += 1
-
-    def close(self) -> list[tuple[str, str]]:
-        """Closes the shards; returns (written path, final path) for each, in order."""
-        for writer in self._writers:
-            writer.close()
-        return [(path, self.pattern.replace("*", f"{i:05d}-of-{len(self._paths):05d}"))
-                for i, path in enumerate(self._paths)]
-
-    def abort(self) -> None:
-        """Closes the files after a failure (their space is freed once they are deleted)."""
-        for writer in self._writers:
-            with contextlib.suppress(Exception):
-                writer.close()
-
-
-def _check_output(output: str, overwrite: bool) -> tuple[str, list[str]]:
-    """Validates the output pattern; refuses old files that may not be replaced.
-
-    Nothing is deleted here: the old shards and summary are replaced only once the new set
-    is complete (see `create_pretraining_data`).
-
-    Returns:
-      (the summary's path, the old shards and summary that the new set replaces).
-    """
-    if output.count("*") != 1 or "*" in os.path.dirname(output):
-        raise UserError(f"--output={output} must hold exactly one '*' in the file name, "
-                        "e.g. DIR/train-*.tfrecord")
-    output = os.path.abspath(os.path.expanduser(output))
-    owner = outputs.enclosing_model_dir(output)
-    if owner is not None:
-        raise UserError(f"--output={output} is inside the model directory {owner}, which "
-                        "belongs to the run that made it; write the data elsewhere")
-    summary = os.path.splitext(output.replace("*", "summary"))[0] + ".json"
-    shards = [p for p in sorted(glob.glob(output)) if p != summary]
-    old = [summary] * os.path.isfile(summary) + shards
-    if old and not overwrite:
-        if shards:
-            raise UserError(f"--output={output} already matches {len(shards)} file(s); remove "
-                            "them, pick another --output or pass --overwrite")
-        raise UserError(f"--output={output}: {summary} exists (the summary of earlier data); "
-                        "pick another --output or pass --overwrite")
-    prefix, suffix = os.path.basename(output).split("*")
-    shard_name = re.compile(re.escape(prefix) + r"\d{5}-of-\d{5}" + re.escape(suffix))
-    foreign = [p for p in shards if not shard_name.fullmatch(os.path.basename(p))]
-    if os.path.isfile(summary) and not _is_summary(summary):
-        foreign.insert(0, summary)
-    if foreign:
-        names = ", ".join(os.path.basename(p) for p in foreign[:6])
-        raise UserError(f"--output={output}: {names}{' ...' * (len(foreign) > 6)} "
-                        "(not pretraining data written by bert-train create_pretraining_data) "
-                        "would be replaced; pick another --output")
-    outputs.check_writable(output, "--output")
-    return summary, old
-
-
-def _is_summary(path: str) -> bool:
-    """Whether `path` is a summary that `report.write_summary` wrote (a JSON with shards)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and isinstance(data.get("shards"), list)
-
-
 def _reservoir_add(reservoir: list, docs: list, seen: int, capacity: int,
                    rng: random.Random) -> int:
     """Reservoir sampling (Algorithm R) of documents from earlier chunks; returns `seen`.
@@ -388,7 +284,7 @@ def create_pretraining_data(inputs, vocab_file: str, output: str,
         examples_per_shard = 100_000
     files = text_corpus.expand_inputs(inputs)
     tokenizer = Tokenizer(vocab_file, lower_case=lower_case)
-    summary_path, old = _check_output(output, overwrite)
+    summary_path, old = shard_set.check_output(output, overwrite)
     output = os.path.abspath(os.path.expanduser(output))
     vocab = masking.MaskingVocab.from_tokenizer(tokenizer)
     rng = random.Random(config.seed)
@@ -397,7 +293,7 @@ def create_pretraining_data(inputs, vocab_file: str, output: str,
                                            stats=stats)
     with outputs.staging_directory(output.replace("*", "shards"),
                                    writing="pretraining data") as staging:
-        writer = ShardWriter(output, num_shards, examples_per_shard, staging)
+        writer = shard_set.ShardWriter(output, num_shards, examples_per_shard, staging)
         try:
             _write_examples(documents, config, tokenizer, vocab, rng, writer, stats, tick)
             shards = writer.close()

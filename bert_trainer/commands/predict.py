@@ -23,10 +23,9 @@ SHARED_FLAGS = shared_flags.declare(
     __name__,
     model_dir=Usage(None, "Model directory written by finetune."),
     input=Usage(None, "Input file, or - for stdin."),
-    output=Usage("-", "Output JSON lines file (must be new, see --overwrite), or - for "
-                 "stdout."),
-    overwrite=Usage(False, "Replace an existing --output that is a predictions file "
-                    "(nothing else)."),
+    output=Usage("-", "Output JSON lines file, or - for stdout."),
+    overwrite=Usage(False, "Replace an existing --output file that holds predictions "
+                    "(nothing else); it is replaced only once every input is answered."),
     batch_size=Usage(32, "Inputs per model call."),
     checkpoint=Usage(None, "With --model_dir: best, latest or a prefix."),
     seq_length=Usage(None, "With --model_dir: packed sequence length."))

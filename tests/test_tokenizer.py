@@ -79,14 +79,15 @@ def test_deleted_characters_match_huggingface_reference(minilm_tokenizer):
 
 
 def test_offsets_index_the_original_bytes_around_deleted_characters(minilm_tokenizer):
-    # 1-byte controls are removed before FastBertTokenizer and the offsets shifted back; longer
-    # deleted characters (U+FFFD, C1, private use) keep their length, so no shift is needed.
+    # The normalizer deletes them with an offset map, so a piece's span starts at its first kept
+    # character and ends where the next kept character begins: a deleted character right after
+    # a piece belongs to its span. Plane-16 private use is first rewritten to a same-length mark.
     text = "\x1bC\ufffdsar\x00, my L\x01ord\x7f \x85x\U000f0001y"
     ids, starts, ends = minilm_tokenizer.tokenize_with_offsets([text])
     raw = text.encode("utf-8")
     spans = zip(starts[0].numpy(), ends[0].numpy(), strict=True)
     pieces = [raw[s:e].decode("utf-8") for s, e in spans]
-    assert pieces == ["C\ufffdsa", "r", ",", "my", "L\x01ord", "x\U000f0001", "y"]
+    assert pieces == ["C\ufffdsa", "r\x00", ",", "my", "L\x01ord\x7f", "x\U000f0001", "y"]
     tokens = minilm_tokenizer.convert_ids_to_tokens(ids[0]).numpy().tolist()
     assert tokens == [b"csa", b"##r", b",", b"my", b"lord", b"x", b"##y"]
 

@@ -1,23 +1,26 @@
 """google-research/bert's character normalization as a `FastBertNormalizer` model.
 
-BERT's `BasicTokenizer` cleans the text (deletes NUL, U+FFFD and every "C*" character except
-tab/newline/return; turns whitespace into spaces), lower-cases it (Python's `str.lower`), applies
-NFD and drops the non-spacing marks (Mn). Hugging Face's `BertNormalizer` does the same.
-tensorflow-text's built-in `lower_case_nfd_strip_accents` instead applies ICU's NFKC_Casefold
-before NFD, a *compatibility* mapping: `½` becomes `1⁄2`, `´` a space and an accent, `ﬁ` `fi`,
-`²` `2`, `ß` `ss`; and it keeps private-use and unassigned characters that BERT deletes.
+BERT's `BasicTokenizer` cleans the text (deletes NUL, U+FFFD and control, format and private-use
+characters except tab/newline/return; turns whitespace into spaces), lower-cases it (Python's
+`str.lower`), applies NFD and drops the non-spacing marks (Mn). Hugging Face's `BertNormalizer`
+does the same. tensorflow-text's built-in `lower_case_nfd_strip_accents` instead applies ICU's
+NFKC_Casefold before NFD, a *compatibility* mapping: `½` becomes `1⁄2`, `´` a space and an
+accent, `ﬁ` `fi`, `²` `2`, `ß` `ss`; and it keeps private-use characters, which BERT deletes.
 
 All of these are per-character mappings, so they fit `FastBertNormalizer`'s model: a darts-clone
 trie from a character's UTF-8 bytes to its normalized string. This module computes the table
 from Python's `unicodedata` (BERT's own definition) and writes it in that format, so the fast
-kernel - offsets included - normalizes exactly as BERT does. The one context-dependent rule of
-`str.lower` (a final capital sigma becomes `ς`) is not per character; like Hugging Face's
-`BertNormalizer` (which lower-cases character by character), the table maps `Σ` to `σ`.
+kernel - offsets included - normalizes exactly as BERT does. Two choices where the references
+differ, both as Hugging Face's `tokenizers` does:
+- The one context-dependent rule of `str.lower` (a final capital sigma becomes `ς`) is not per
+  character; `tokenizers` lower-cases character by character, and the table maps `Σ` to `σ`.
+- Characters unassigned in Python's Unicode tables (category Cn) are kept, not deleted: they
+  are mostly characters of newer Unicode versions (e.g. emoji of 2022 for Python 3.11's Unicode
+  14), which `tokenizers` and google-research/bert on a newer Python keep.
 
-Most deleted characters are supplementary: unassigned blocks, planes 4-13 (unassigned) and 15-16
-(private use). Listing them would make the trie 30x larger, so long runs of them form a regex
-class instead, which the tokenizer first rewrites to `DELETE_MARK` (the same UTF-8 length, so
-offsets do not move; deleted by the table).
+The private-use planes 15-16 (deleted) would make the trie 10x larger; `PRIVATE_USE_PLANES` is a
+regex class the tokenizer first rewrites to `DELETE_MARK` (the same UTF-8 length, so offsets do
+not move; deleted by the table).
 """
 
 import functools
@@ -27,9 +30,8 @@ import unicodedata
 import flatbuffers
 import numpy as np
 
-DELETE_MARK = "\U000e0001"  # LANGUAGE TAG (Cf, 4 UTF-8 bytes): deleted by the table.
-# Runs of deleted supplementary characters at least this long go to the regex, not the trie.
-_MIN_RUN = 16
+PRIVATE_USE_PLANES = r"[\x{f0000}-\x{ffffd}\x{100000}-\x{10fffd}]"  # Not the noncharacters.
+DELETE_MARK = "\U000e0001"  # LANGUAGE TAG (Cf, 4 UTF-8 bytes, like the plane 15-16 ones).
 
 # FastBertNormalizer's value encoding (tensorflow_text fast_bert_normalizer.h): bit 30 marks a
 # character that changes; bits 6-29 the offset of its normalized string in the pool; bits 0-5
@@ -50,10 +52,11 @@ _WINDOW = 16 * _BLOCK
 
 
 def is_deleted(char: str) -> bool:
-    """BERT's `_clean_text` drops NUL, U+FFFD and control/format/unassigned/private characters."""
+    """BERT's `_clean_text` drops NUL, U+FFFD and control, format and private-use characters
+    (and surrogates); unassigned ones are kept (see the module docstring)."""
     if char in "\t\n\r":
         return False
-    return char in "\x00\ufffd" or unicodedata.category(char).startswith("C")
+    return char in "\x00\ufffd" or unicodedata.category(char) in ("Cc", "Cf", "Co", "Cs")
 
 
 def is_whitespace(char: str) -> bool:
@@ -85,34 +88,17 @@ def normalize_char(char: str, lower_case: bool) -> str:
     return "".join(c for c in decomposed if unicodedata.category(c) != "Mn")
 
 
-def _scan(lower_case: bool) -> tuple[dict[int, str], list[tuple[int, int]]]:
-    """What the table and the regex hold.
-
-    Returns:
-      ({codepoint: normalized string} for each changing character the table holds,
-       [(first, last)] runs of deleted supplementary characters left to the regex).
-    """
+def _changes(lower_case: bool) -> dict[int, str]:
+    """{codepoint: normalized string} for every character the table holds: those that change,
+    except the private-use planes (a regex deletes them)."""
     changes = {}
-    runs = []
-    run_start = None  # First of the current run of deleted supplementary characters.
-    # Planes 4-13 are skipped: all unassigned, they continue the run that the noncharacters
-    # U+3FFFE-U+3FFFF begin.
+    # Planes 4-13 are unassigned (kept as they are), 15-16 private use (PRIVATE_USE_PLANES).
     for cp in itertools.chain(range(0xD800), range(0xE000, 0x40000), range(0xE0000, 0xF0000)):
         char = chr(cp)
-        if cp >= 0x10000 and is_deleted(char):
-            run_start = cp if run_start is None else run_start
-            continue
-        if run_start is not None and cp - run_start >= _MIN_RUN:
-            runs.append((run_start, cp - 1))
-        elif run_start is not None:
-            changes.update(dict.fromkeys(range(run_start, cp), ""))
-        run_start = None
         normalized = normalize_char(char, lower_case)
         if normalized != char:
             changes[cp] = normalized
-    runs.append((run_start, 0x10FFFF))  # Planes 15-16: private use.
-    changes[ord(DELETE_MARK)] = ""
-    return changes, runs
+    return changes
 
 
 def _build_trie(values: dict[bytes, int]) -> np.ndarray:
@@ -199,19 +185,17 @@ def _encode(changes: dict[int, str]) -> tuple[dict[bytes, int], int, bytes]:
 
 
 @functools.cache
-def normalizer(lower_case: bool) -> tuple[bytes, str]:
-    """BERT's normalization as a `FastBertNormalizerModel` flatbuffer and a regex.
+def normalizer_model(lower_case: bool) -> bytes:
+    """BERT's normalization as a `FastBertNormalizerModel` flatbuffer.
 
     Args:
       lower_case: uncased (lower-case, NFD, drop Mn) or cased (clean-up only) BERT.
 
     Returns:
-      (model, deleted): bytes for `FastBertTokenizer(fast_bert_normalizer_model_buffer=...)`,
-      and a regex class of deleted supplementary characters the caller must first replace by
-      `DELETE_MARK` (same UTF-8 length, so byte offsets stay those of the input).
+      Bytes for `FastBertTokenizer(fast_bert_normalizer_model_buffer=...)`; the text must
+      first have `PRIVATE_USE_PLANES` replaced by `DELETE_MARK`.
     """
-    changes, runs = _scan(lower_case)
-    values, zero, pool = _encode(changes)
+    values, zero, pool = _encode(_changes(lower_case))
     trie = _build_trie(values)
     builder = flatbuffers.Builder(4 * len(trie) + len(pool) + 64)
     pool_vector = builder.CreateNumpyVector(np.frombuffer(pool, np.uint8))
@@ -223,5 +207,4 @@ def normalizer(lower_case: bool) -> tuple[bytes, str]:
     builder.PrependInt32Slot(2, zero, 0)
     builder.PrependUOffsetTRelativeSlot(3, pool_vector, 0)
     builder.Finish(builder.EndObject())
-    deleted = "[" + "".join(rf"\x{{{first:x}}}-\x{{{last:x}}}" for first, last in runs) + "]"
-    return bytes(builder.Output()), deleted
+    return bytes(builder.Output())

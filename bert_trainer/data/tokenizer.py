@@ -1,17 +1,19 @@
 """In-graph WordPiece tokenizer and `[CLS] A [SEP] (B [SEP])` packer (tensorflow-text).
 
-`Tokenizer` wraps `tensorflow_text.FastBertTokenizer`: on the 712 reference texts of
-`tokenizer_golden.jsonl` it gives exactly the ids of Hugging Face's `BertTokenizer` (lower
-case, NFD accent strip, punctuation and CJK split, control and zero-width characters
-dropped), is about 6x faster than `tensorflow_text.BertTokenizer` on CPU, and - unlike the
-latter - reports offsets into the *original* UTF-8 bytes even when normalization changes the
-byte length (accents), which SQuAD needs to recover answer text.
-
-Before FastBertTokenizer runs, the text is cleaned the way google-research/bert's
-`BasicTokenizer._clean_text` cleans it and FastBertTokenizer alone does not: control characters
-other than tab/newline/return (which FastBertTokenizer treats as spaces, splitting the word),
-U+FFFD (left by decoding bad bytes, e.g. `errors="replace"`) and private-use characters (which it
-keeps as `[UNK]`) are deleted. Format characters (zero-width, soft hyphen) it already deletes.
+`Tokenizer` wraps `tensorflow_text.FastBertTokenizer` with google-research/bert's own character
+normalization (`bert_normalizer`): BERT's `_clean_text` (control, format and private-use
+characters, NUL and U+FFFD deleted; whitespace to spaces), then for uncased models Python's
+lower-casing, NFD and dropping of the non-spacing marks. FastBertTokenizer's built-in
+normalization differs on compatibility characters (it applies NFKC_Casefold: `it´s` -> `it s`,
+`½` -> `1⁄2`, `ﬁ` -> `fi`) and keeps private-use characters. With BERT's table the ids are those
+of Hugging Face's `BertTokenizer` on every golden text (`tokenizer_golden.jsonl` and
+`tests/data/tokenizer_compat_golden.jsonl`), the tokenizer is several times faster than
+`tensorflow_text.BertTokenizer` on CPU, and - unlike the latter - it reports offsets into the
+*original* UTF-8 bytes even when normalization changes the byte length (accents, deletions),
+which SQuAD needs to recover answer text. Known differences from google-research/bert's Python:
+a final capital sigma lower-cases to `σ`, not `ς`, and unassigned characters are kept (both as
+Hugging Face's `tokenizers` does; see `bert_normalizer`); the 100-character word limit counts
+UTF-8 bytes (tf-text's `max_bytes_per_word`).
 
 The word level (`tokenize_words`, for whole-word masking and NER) is derived from the pieces:
 a piece whose vocabulary entry starts with `##` continues the previous word, every other piece
@@ -25,21 +27,10 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from bert_trainer import features
+from bert_trainer.data import bert_normalizer
 from bert_trainer.errors import UserError
 
 SUFFIX_INDICATOR = "##"
-
-# Characters the reference deletes and FastBertTokenizer does not (see the module docstring).
-_DELETED = r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x{9f}\x{fffd}\p{Co}]"
-# With offsets, each multi-byte one becomes a format character of the same UTF-8 length, which
-# FastBertTokenizer deletes without splitting the word, so byte offsets stay those of the input;
-# only the 1-byte ones (C0 controls, DEL) are removed, and the offsets shifted back afterwards.
-_SAME_LENGTH = (
-    (r"[\x{80}-\x{9f}]", "\u00ad"),  # C1 controls (2 bytes) -> soft hyphen.
-    (r"[\x{fffd}\x{e000}-\x{f8ff}]", "\u200b"),  # U+FFFD, BMP private use -> zero-width space.
-    (r"[\x{f0000}-\x{10ffff}]", "\U000e0001"),  # Planes 15-16 private use -> language tag.
-)
-_ONE_BYTE_DELETED = r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]"
 
 
 def load_vocab(vocab_file: str) -> list[str]:
@@ -77,45 +68,6 @@ def load_vocab(vocab_file: str) -> list[str]:
         raise UserError(f"vocab file {vocab_file} repeats tokens {dupes[:5]}; "
                         "each token must appear once (its line number is its id)")
     return vocab
-
-
-def _one_byte_deleted_positions(texts: tf.Tensor) -> tf.RaggedTensor:
-    """Where each deleted 1-byte character would sit in the text without them.
-
-    Args:
-      texts: string tensor [batch].
-
-    Returns:
-      int64 RaggedTensor [batch, (deleted)]: for the k-th deleted character of a row, its byte
-      offset in the original text minus k (the bytes kept before it), ascending.
-    """
-    codepoints, offsets = tf.strings.unicode_decode_with_offsets(texts, "UTF-8")
-    deleted = ((codepoints < 32) & (codepoints != 9) & (codepoints != 10) & (codepoints != 13)
-               | (codepoints == 127))
-    positions = tf.ragged.boolean_mask(offsets, deleted)
-    return positions - tf.ragged.range(positions.row_lengths(), dtype=tf.int64)
-
-
-def _shift_offsets(offsets: tf.RaggedTensor, deleted: tf.RaggedTensor, side: str):
-    """Adds to each offset the number of deleted bytes before it in its row.
-
-    Args:
-      offsets: int64 RaggedTensor [batch, (pieces)], byte offsets into the cleaned text.
-      deleted: from `_one_byte_deleted_positions`, [batch, (deleted)].
-      side: "right" for start offsets (a deletion at the offset precedes the piece), "left" for
-        exclusive end offsets (one at the end follows the piece).
-
-    Returns:
-      int64 RaggedTensor [batch, (pieces)] of offsets into the original text.
-    """
-    # One flat sorted search instead of a padded one per row: key = (row, offset) as one int64.
-    row_shift = tf.constant(2**32, tf.int64)  # Above any byte offset of a string.
-    rows = offsets.value_rowids()
-    keys = deleted.value_rowids() * row_shift + deleted.flat_values
-    queries = rows * row_shift + offsets.flat_values
-    in_earlier_rows = tf.gather(deleted.row_starts(), rows)
-    before = tf.searchsorted(keys, queries, side=side, out_type=tf.int64) - in_earlier_rows
-    return offsets.with_flat_values(offsets.flat_values + before)
 
 
 def group_words(pieces: tf.RaggedTensor, is_continuation: tf.Tensor) -> tf.RaggedTensor:
@@ -171,7 +123,8 @@ class Tokenizer(tf.Module):
             index[t] for t in features.SPECIAL_TOKENS)
         self._tokenizer = tf_text.FastBertTokenizer(
             vocab=vocab, suffix_indicator=SUFFIX_INDICATOR, unknown_token=features.UNK,
-            token_out_type=tf.int32, lower_case_nfd_strip_accents=self.lower_case)
+            token_out_type=tf.int32,
+            fast_bert_normalizer_model_buffer=bert_normalizer.normalizer_model(self.lower_case))
         # is_continuation[id]: the piece continues the previous word (its token starts with ##).
         self.is_continuation = tf.constant([t.startswith(SUFFIX_INDICATOR) for t in vocab])
         self._tokens = tf.constant(vocab)
@@ -180,6 +133,14 @@ class Tokenizer(tf.Module):
     def special_ids(self) -> tuple[int, ...]:
         """Ids of [PAD] [UNK] [CLS] [SEP] [MASK], in that order."""
         return (self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id)
+
+    @staticmethod
+    def _mark_deleted(texts) -> tf.Tensor:
+        """Rewrites the private-use planes (deleted; left out of the normalizer's table) to a
+        deleted character of the same UTF-8 length, so byte offsets stay those of the input."""
+        return tf.strings.regex_replace(tf.convert_to_tensor(texts, tf.string),
+                                        bert_normalizer.PRIVATE_USE_PLANES,
+                                        bert_normalizer.DELETE_MARK)
 
     def tokenize(self, texts) -> tf.RaggedTensor:
         """Word pieces of each text.
@@ -190,8 +151,7 @@ class Tokenizer(tf.Module):
         Returns:
           int32 RaggedTensor [batch, (pieces)].
         """
-        texts = tf.strings.regex_replace(tf.convert_to_tensor(texts, tf.string), _DELETED, "")
-        return self._tokenizer.tokenize(texts)
+        return self._tokenizer.tokenize(self._mark_deleted(texts))
 
     def tokenize_with_offsets(self, texts):
         """Word pieces with their byte span in the original (un-normalized) UTF-8 text.
@@ -201,29 +161,10 @@ class Tokenizer(tf.Module):
 
         Returns:
           (ids, starts, ends): RaggedTensors [batch, (pieces)]; ids int32, starts/ends int64 byte
-          offsets such that `text[start:end]` is the source of the piece.
+          offsets such that `text[start:end]` is the source of the piece (including deleted
+          characters and dropped accents right after it).
         """
-        texts = tf.convert_to_tensor(texts, tf.string)
-
-        def clean():
-            cleaned = texts
-            for pattern, same_length in _SAME_LENGTH:
-                cleaned = tf.strings.regex_replace(cleaned, pattern, same_length)
-            return tf.strings.regex_replace(cleaned, _ONE_BYTE_DELETED, "")
-
-        # One search pass; the four rewrites run only for a batch that needs them (rare).
-        needs_cleaning = tf.reduce_any(tf.strings.regex_full_match(texts, f"(?s).*{_DELETED}.*"))
-        cleaned = tf.cond(needs_cleaning, clean, lambda: texts)
-        ids, starts, ends = self._tokenizer.tokenize_with_offsets(cleaned)
-
-        def shift():
-            deleted = _one_byte_deleted_positions(texts)
-            return _shift_offsets(starts, deleted, "right"), _shift_offsets(ends, deleted, "left")
-
-        # Only the 1-byte deletions change lengths; most batches have none and skip the decode.
-        any_deleted = tf.reduce_any(tf.strings.length(cleaned) < tf.strings.length(texts))
-        starts, ends = tf.cond(any_deleted, shift, lambda: (starts, ends))
-        return ids, starts, ends
+        return self._tokenizer.tokenize_with_offsets(self._mark_deleted(texts))
 
     def word_starts(self, ids):
         """True where a piece starts a word (its token has no `##` prefix).

@@ -144,7 +144,8 @@ def _lock_file(model_dir: str, path: str, command: str) -> int:
     """Opens, locks and fills in the lock file; returns its descriptor."""
     while True:
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            # Read-only: the lock is on the descriptor, and no file stays open for writing.
+            fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as e:
             raise UserError(f"--model_dir={model_dir}: cannot create the lock file {path} "
                             f"({e.strerror}); make the directory writable or choose another "
@@ -175,9 +176,13 @@ def _lock_file(model_dir: str, path: str, command: str) -> int:
                         previous.get("pid"), previous.get("started"))
     record = {"host": socket.gethostname(), "pid": os.getpid(), "command": command,
               "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}
-    data = (json.dumps(record) + "\n").encode()
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, data, 0)
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+    except OSError as e:
+        os.close(fd)
+        raise UserError(f"--model_dir={model_dir}: cannot write the lock file {path} "
+                        f"({e.strerror}); free some space or choose another --model_dir") from None
     return fd
 
 

@@ -21,7 +21,16 @@ import subprocess
 import sys
 
 import pytest
-from bad_input_cases import BAD_FILES, CLI_CASES, GOOD_ROWS, SST2, SST2_HEADER, SUBPROCESS_CASES
+from bad_input_cases import (
+    BAD_FILES,
+    CLI_CASES,
+    GOOD_ROWS,
+    MODEL_DIR_CASES,
+    SST2,
+    SST2_AGAIN,
+    SST2_HEADER,
+    SUBPROCESS_CASES,
+)
 from robust_testing import RESULT, TESTS, subprocess_env, tree_digest
 
 from bert_trainer.commands import common
@@ -227,3 +236,57 @@ def test_library_raises_clear_errors(paths):
         checkpointing.latest_checkpoint(paths["broken_run"])
     with pytest.raises(UserError, match="--strategy='horovod' is unknown"):
         strategies.get_strategy("horovod")
+
+
+# --------------------------------------------------------------------------------------------
+# A model_dir belongs to one run (cases: bad_input_cases.MODEL_DIR_CASES).
+
+@pytest.fixture(scope="module")
+def run_paths(paths, tmp_path_factory):
+    """`paths` plus a vocabulary of the same size in another order, and a model_dir held by a
+    live process (a copy of the fine-tuned run)."""
+    from test_run_lock import hold_in_subprocess  # noqa: PLC0415
+
+    root = tmp_path_factory.mktemp("owned")
+    tokens = pathlib.Path(paths["existing"], "vocab.txt").read_text(encoding="utf-8").split("\n")
+    tokens[-3], tokens[-2] = tokens[-2], tokens[-3]  # two words swapped: same size, other ids
+    (root / "swapped_vocab.txt").write_text("\n".join(tokens), encoding="utf-8")
+    locked = root / "locked_run"
+    shutil.copytree(paths["existing"], locked)
+    holder = hold_in_subprocess(locked)
+    yield {**paths, "swapped_vocab": str(root / "swapped_vocab.txt"), "locked_run": str(locked)}
+    holder.kill()
+    holder.wait()
+
+
+@pytest.mark.parametrize("case, args, expected", MODEL_DIR_CASES,
+                         ids=[c[0] for c in MODEL_DIR_CASES])
+def test_model_dir_is_not_reused(case, args, expected, run_paths, digests, capsys):
+    from bert_trainer import cli  # noqa: PLC0415
+
+    locked = tree_digest(run_paths["locked_run"])
+    reset()
+    capsys.readouterr()
+    rc = cli.main(["bert-train", *fill(args, run_paths)])
+    assert_refusal(case, rc, capsys.readouterr().err, expected, run_paths, digests)
+    assert tree_digest(run_paths["locked_run"]) == locked
+
+
+@pytest.mark.slow
+def test_two_finetune_runs_at_once_on_one_model_dir(paths, tmp_path):
+    # Both start together; the one that locks first trains, the other refuses in one line.
+    run_paths = {**paths, "existing": str(tmp_path / "run")}
+    procs = [subprocess.Popen([sys.executable, "-m", "bert_trainer.cli",
+                               *fill(SST2_AGAIN, run_paths)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=subprocess_env())
+             for _ in range(2)]
+    results = [(proc.pid, proc.returncode, err) for proc in procs
+               for _, err in [proc.communicate(timeout=600)]]
+    assert sorted(rc for _, rc, _ in results) == [0, EXIT_USER_ERROR], results
+    (winner, _, _), (_, _, refused) = sorted(results, key=lambda r: r[1])
+    lines = [line for line in refused.splitlines() if line.startswith("bert-train")]
+    assert "Traceback" not in refused and len(lines) == 1, refused
+    assert lines[0].startswith(f"bert-train finetune: error: --model_dir={tmp_path / 'run'} is "
+                               f"in use by bert-train finetune (pid {winner} on host ")
+    assert not (tmp_path / "run" / ".bert_train.lock").exists()
+    assert (tmp_path / "run" / "eval_results.json").is_file()  # the winner finished

@@ -236,6 +236,15 @@ def _is_peer_lost(error: Exception) -> bool:
                                                   tf.errors.AbortedError))
 
 
+# Lines of a TensorFlow error that say where, not what (a graph error embeds a Python stack).
+_NOT_THE_CAUSE = ("Graph execution error", "Detected at node", "Additional GRPC", ":UNKNOWN",
+                  "[[", "File ")
+
+
 def _first_line(error: Exception) -> str:
+    """The first line of `error` that says what went wrong, at most 200 characters."""
     text = getattr(error, "message", None) or str(error)
-    return (text.strip().splitlines() or [""])[0][:200]
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    causes = [line for line in lines
+              if not line[:1].isspace() and not line.startswith(_NOT_THE_CAUSE)]
+    return (causes or lines or [""])[0][:200]

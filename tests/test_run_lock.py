@@ -53,7 +53,7 @@ def test_a_fresh_model_dir_is_removed_again_when_the_run_wrote_nothing(tmp_path)
     fresh = tmp_path / "a" / "fresh"
     with run_lock.acquire(str(fresh), "bert-train pretrain"):
         assert os.listdir(fresh) == [run_lock.LOCK_FILE]
-    assert not fresh.exists()
+    assert not fresh.exists() and not fresh.parent.exists()  # both made by the lock, both gone
     with run_lock.acquire(str(fresh), "bert-train pretrain"):
         (fresh / "checkpoint").write_text("kept")
     assert os.listdir(fresh) == ["checkpoint"]

@@ -43,11 +43,12 @@ class RunLock:
     Attributes:
         model_dir: the locked directory.
         path: the lock file.
-        created_dir: whether acquiring created `model_dir` (release removes it again when
-            the run left nothing else in it).
+        created_dir: the topmost directory acquiring created (`model_dir` or a parent), or
+            None; release removes the directories it created again when the run left nothing
+            in them.
     """
 
-    def __init__(self, model_dir: str, path: str, fd: int, created_dir: bool):
+    def __init__(self, model_dir: str, path: str, fd: int, created_dir: str | None):
         self.model_dir = model_dir
         self.path = path
         self.created_dir = created_dir
@@ -63,9 +64,7 @@ class RunLock:
             os.unlink(self.path)
         os.close(self._fd)
         self._fd = None
-        if self.created_dir:
-            with contextlib.suppress(OSError):  # not empty: the run wrote something, keep it
-                os.rmdir(self.model_dir)
+        _remove_created(self.model_dir, self.created_dir)
 
     def __enter__(self) -> "RunLock":
         return self
@@ -101,19 +100,21 @@ def acquire(model_dir: str, command: str) -> RunLock | None:
     if holds(model_dir):
         raise UserError(f"--model_dir={model_dir} is already in use by this process; choose "
                         "another --model_dir")
-    created = not os.path.isdir(model_dir)
+    created = None
+    missing = os.path.abspath(model_dir)
+    while not os.path.exists(missing):
+        created, missing = missing, os.path.dirname(missing)
     try:
         os.makedirs(model_dir, exist_ok=True)
     except OSError as e:
+        _remove_created(model_dir, created)
         raise UserError(f"--model_dir={model_dir} cannot be created ({e.strerror}); choose "
                         "another --model_dir") from None
     path = os.path.join(model_dir, LOCK_FILE)
     try:
         fd = _lock_file(model_dir, path, command)
     except BaseException:
-        if created:
-            with contextlib.suppress(OSError):
-                os.rmdir(model_dir)
+        _remove_created(model_dir, created)
         raise
     lock = RunLock(model_dir, path, fd, created)
     _held[_key(model_dir)] = lock
@@ -184,6 +185,21 @@ def _lock_file(model_dir: str, path: str, command: str) -> int:
         raise UserError(f"--model_dir={model_dir}: cannot write the lock file {path} "
                         f"({e.strerror}); free some space or choose another --model_dir") from None
     return fd
+
+
+def _remove_created(model_dir: str, created: str | None) -> None:
+    """Removes the empty directories from `model_dir` up to `created` (which acquire made)."""
+    if created is None:
+        return
+    directory = os.path.abspath(model_dir)
+    while True:
+        try:
+            os.rmdir(directory)
+        except OSError:  # not empty: the run wrote something there, keep it
+            return
+        if directory == created:
+            return
+        directory = os.path.dirname(directory)
 
 
 def _in_use(model_dir: str, holder: dict | None, other_host: str | None = None) -> str:

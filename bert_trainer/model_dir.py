@@ -288,15 +288,15 @@ def check_resume(model_dir: str, *, encoder_class: str, encoder_config: dict,
         return
     old = read_model_info(model_dir)
     fix = "use another --model_dir (or the flags it was trained with)"
-    what = _describe_task(old.task)
-    if (old.task is None) != (task is None):
-        raise UserError(f"--model_dir={model_dir} holds {what}; this run trains "
-                        f"{_describe_task(task)}; {fix}")
-    if task is not None and (old.task.get("name"), old.task.get("family")) != (
+    what = _describe_task(old.task) if isinstance(old.task, dict) else "an encoder"
+    # A directory without a task (written by convert) holds no trainer state: the restore's
+    # own check refuses it, naming what its checkpoint lacks.
+    compare_task = isinstance(old.task, dict) and task is not None
+    if compare_task and (old.task.get("name"), old.task.get("family")) != (
             task.get("name"), task.get("family")):
         raise UserError(f"--model_dir={model_dir} was trained as {what}; this run asks for "
                         f"{_describe_task(task)}; {fix}")
-    for key in task_keys if task is not None else ():
+    for key in task_keys if compare_task else ():
         stored, new = old.task.get(key), task.get(key)
         if key in old.task and key in task and stored != new:
             raise UserError(f"--model_dir={model_dir} was trained as {what} with {key}="
@@ -324,9 +324,7 @@ def _runtime_key(key: str) -> bool:
     return key in _NOT_ARCHITECTURE or "dropout" in key
 
 
-def _describe_task(task: dict | None) -> str:
-    if task is None:
-        return "an encoder without a task (pass it as --init_checkpoint to start from it)"
+def _describe_task(task: dict) -> str:
     labels = task.get("label_names")
     return f"task {task.get('name')!r}" + (f" (labels {labels})" if labels else "")
 

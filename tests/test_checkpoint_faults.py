@@ -198,3 +198,29 @@ def test_disk_full_run_exits_2_with_one_line(tmp_path):
         assert again.wait(300) == 0
         assert "STARTED at step 2" in (tmp_path / "again.log").read_text()
         assert result_line(tmp_path / "again.log")["step"] == 4
+
+
+class _Writes:
+    def __init__(self, error):
+        self.error = error
+
+    def main(self, argv):
+        raise self.error
+
+
+def test_run_command_maps_a_storage_fault_no_write_site_caught(capsys):
+    from bert_trainer.commands import run_command  # noqa: PLC0415
+
+    error = tf.errors.ResourceExhaustedError(
+        None, None, "/data/run/train/events.out.tfevents.1; No space left on device")
+    assert run_command(_Writes(error), ["bert-train pretrain"]) == EXIT_USER_ERROR
+    assert capsys.readouterr().err == (
+        "bert-train pretrain: error: writing files to /data/run/train/events.out.tfevents.1 "
+        "failed: no space left on the device; free some space and run again\n")
+    error = PermissionError(13, "Permission denied", "/data/run/x.json")
+    assert run_command(_Writes(error), ["bert-train pretrain"]) == EXIT_USER_ERROR
+    assert capsys.readouterr().err.startswith("bert-train pretrain: error: writing files to "
+                                              "/data/run/x.json failed: permission denied; ")
+    with pytest.raises(tf.errors.ResourceExhaustedError):  # out of memory is not a disk fault
+        run_command(_Writes(tf.errors.ResourceExhaustedError(None, None, "OOM when allocating")),
+                    ["bert-train pretrain"])

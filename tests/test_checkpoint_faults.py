@@ -224,3 +224,47 @@ def test_run_command_maps_a_storage_fault_no_write_site_caught(capsys):
     with pytest.raises(tf.errors.ResourceExhaustedError):  # out of memory is not a disk fault
         run_command(_Writes(tf.errors.ResourceExhaustedError(None, None, "OOM when allocating")),
                     ["bert-train pretrain"])
+
+
+def test_disk_full_while_keeping_the_best_checkpoint_keeps_the_previous_best():
+    from bert_trainer.training import checkpointing  # noqa: PLC0415
+
+    with small_disk(4096) as disk:
+        best_dir = os.path.join(disk, "run", "best")
+        root = tf.train.Checkpoint(v=tf.Variable(tf.zeros([250_000])))  # 1 MB
+        keeper = checkpointing.BestCheckpointKeeper(root, best_dir, "accuracy")
+        assert keeper.update({"accuracy": 0.5}, step=2)
+        before = tree_digest(best_dir)
+        filler = fill_disk(disk, leave_bytes=300_000)
+        with pytest.raises(UserError, match=(
+                f"^writing best checkpoint ckpt-4 to {best_dir} failed: no space left on the "
+                r"device \(needs about 1.0 MB, 0.[0-9] MB free\); free some space and run again; "
+                "the last good checkpoint ckpt-3 is intact; run the same command again to "
+                "resume from it$")):
+            keeper.update({"accuracy": 0.9}, step=4, resume_from="/x/ckpt-3")
+        assert tree_digest(best_dir) == before and leftovers(disk) == []
+        assert keeper.best == 0.5  # a retry can still improve on the kept best
+        os.remove(filler)
+        assert keeper.update({"accuracy": 0.9}, step=4)
+        assert sorted(os.listdir(best_dir)) == ["best_metric.json", "checkpoint",
+                                                "ckpt-4.data-00000-of-00001", "ckpt-4.index"]
+
+
+def test_disk_full_while_writing_the_model_info_keeps_the_old_one(tmp_path):
+    from bert_trainer import model_dir  # noqa: PLC0415
+    from bert_trainer.encoders import BertEncoder  # noqa: PLC0415
+
+    encoder = BertEncoder(vocab_size=50, hidden_size=16, num_layers=1, num_attention_heads=2,
+                          inner_dim=32, max_sequence_length=8)
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("".join(f"token{i:05d}\n" for i in range(20_000)))  # 240 KB
+    with small_disk(1024) as disk:
+        run = os.path.join(disk, "run")
+        model_dir.write_model_info(run, encoder, vocab_file=str(vocab), task={"name": "a"})
+        before = tree_digest(run)
+        filler = fill_disk(disk, leave_bytes=100_000)
+        vocab.write_text("".join(f"other{i:05d}\n" for i in range(20_000)))
+        with pytest.raises(OSError, match="No space left on device"):
+            model_dir.write_model_info(run, encoder, vocab_file=str(vocab), task={"name": "b"})
+        assert tree_digest(run) == before and leftovers(disk) == []
+        os.remove(filler)

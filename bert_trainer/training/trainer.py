@@ -20,6 +20,10 @@ Robustness (issue 8):
   latest checkpoint is reported in one log line and the previous one is restored instead.
 * NaN/Inf (`nonfinite_policy`): "stop" raises `NonFiniteError`; "rollback" restores the last
   good checkpoint and drops the refused step's input (`rollback.py` has the protocol).
+* One run per model_dir (`run_lock.py`), and a resume as another task refused before the
+  restore (`Task.check_resume`).
+* A full disk or a refused write (`storage.py`): the partial files of that write are removed
+  and one `UserError` names the path and the last good checkpoint.
 
 Telemetry (`throughput.py`): besides losses and metrics, TensorBoard gets examples/s,
 tokens/s, the padding fraction, model GFLOP/s and MFU, all counted inside the compiled step.

@@ -253,9 +253,7 @@ MODEL_DIR_CASES = [
     ("finetune resumes with another casing", [*SST2_AGAIN, "--nolower_case"],
      "--model_dir={existing} was trained with lower_case=True; this run asks for "
      "lower_case=False"),
-    ("pretrain resumes a fine-tuned model_dir",
-     [*PRETRAIN, "--gin_param=build_encoder.hidden_size = 32",
-      "--gin_param=build_encoder.num_layers = 1", "--gin_param=build_encoder.inner_dim = 64"],
+    ("pretrain resumes a fine-tuned model_dir", PRETRAIN,
      "--model_dir={existing} was trained as task 'sst2' (labels ['negative', 'positive']); "
      "this run asks for task 'pretraining'"),
     ("finetune in a model_dir in use", [*SST2_AGAIN, "--model_dir={locked_run}"],

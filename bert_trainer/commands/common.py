@@ -5,7 +5,8 @@ The training flags (`--gin_file`, `--gin_param`, `--strategy`, `--tpu`) are defi
 it too); a command module shows them in its `--help` with `flags.adopt_module_key_flags(common)`
 and merges `common.SHARED_FLAGS` into its own. The helpers turn every bad input into a one-line
 `UserError`: gin errors name the file and line ("configs/tiny.gin:7: ..."), a model_dir that
-is a file or not writable names the flag.
+is a file or not writable names the flag, and so does one that another run holds
+(`model_dir_lock`).
 
 TensorFlow is imported inside the functions, so `bert-train pretrain --help` stays fast.
 """

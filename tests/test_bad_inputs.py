@@ -31,6 +31,7 @@ from bad_input_cases import (
     SST2_HEADER,
     SUBPROCESS_CASES,
 )
+from disk_testing import fill_disk, small_disk
 from robust_testing import RESULT, TESTS, subprocess_env, tree_digest
 
 from bert_trainer.commands import common
@@ -290,3 +291,34 @@ def test_two_finetune_runs_at_once_on_one_model_dir(paths, tmp_path):
                                f"in use by bert-train finetune (pid {winner} on host ")
     assert not (tmp_path / "run" / ".bert_train.lock").exists()
     assert (tmp_path / "run" / "eval_results.json").is_file()  # the winner finished
+
+
+def test_finetune_on_a_full_disk_keeps_the_last_checkpoint(paths, capsys):
+    # The fine-tuned run (2 steps) resumed for 2 more on a small tmpfs filled up: the summary
+    # and info files fit, the step-4 checkpoint does not.
+    from bert_trainer import cli  # noqa: PLC0415
+
+    with small_disk(16384) as disk:
+        run = os.path.join(disk, "run")
+        shutil.copytree(paths["existing"], run)
+        kept = {k: v for k, v in tree_digest(run).items()
+                if not k.startswith(("train/", "eval/", "operative_config"))}
+        filler = fill_disk(disk, leave_bytes=400_000)
+        args = fill([*SST2_AGAIN, "--train_steps=4"], {**paths, "existing": run})
+        reset()
+        capsys.readouterr()
+        rc = cli.main(["bert-train", *args])
+        err = capsys.readouterr().err
+        lines = [line for line in err.splitlines() if line.startswith("bert-train")]
+        assert rc == EXIT_USER_ERROR and "Traceback" not in err and len(lines) == 1, err[-3000:]
+        assert lines[0].startswith(f"bert-train finetune: error: writing checkpoint ckpt-4 to "
+                                   f"{run} failed: no space left on the device (needs about ")
+        assert lines[0].endswith("the last good checkpoint ckpt-2 is intact; run the same "
+                                 "command again to resume from it")
+        after = tree_digest(run)
+        assert {k: after.get(k) for k in kept} == kept
+        assert not [k for k in after if "_temp" in k or k.endswith(".tmp") or "lock" in k]
+        os.remove(filler)
+        reset()
+        assert cli.main(["bert-train", *args]) == 0
+        assert "bert-train finetune: step 4 |" in capsys.readouterr().out

@@ -14,7 +14,12 @@ model_dir/checkpoint, ckpt-N.index, ckpt-N.data-*
                             Keras path for a head (`masked_lm/bias`); see
                             `bert_trainer.checkpoint_layout`. The trainer also stores
                             `optimizer` and `step` at the root.
+model_dir/.bert_train.lock  while a run trains there: {"host", "pid", "command", "started"}
+                            (`training.run_lock`: one run per model_dir)
 ```
+A resume is checked against bert_train.json first (`check_resume`): another task, label set,
+sequence length, encoder architecture or vocabulary is refused before anything is restored.
+
 Version 2 introduced the stable names; version 1 directories (checkpoints in the Keras
 object-graph layout) are still read, for warm starts only.
 

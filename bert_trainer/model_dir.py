@@ -14,7 +14,12 @@ model_dir/checkpoint, ckpt-N.index, ckpt-N.data-*
                             Keras path for a head (`masked_lm/bias`); see
                             `bert_trainer.checkpoint_layout`. The trainer also stores
                             `optimizer` and `step` at the root.
+model_dir/.bert_train.lock  while a run trains there: {"host", "pid", "command", "started"}
+                            (`training.run_lock`: one run per model_dir)
 ```
+A resume is checked against bert_train.json first (`check_resume`): another task, label set,
+sequence length, encoder architecture or vocabulary is refused before anything is restored.
+
 Version 2 introduced the stable names; version 1 directories (checkpoints in the Keras
 object-graph layout) are still read, for warm starts only.
 
@@ -22,10 +27,13 @@ object-graph layout) are still read, for warm starts only.
 it holds, after checking every variable's shape against the checkpoint.
 """
 
+import contextlib
 import dataclasses
 import glob
+import hashlib
 import json
 import os
+import pathlib
 import re
 import shutil
 
@@ -76,7 +84,7 @@ def write_model_info(model_dir: str, encoder: keras.Model, *, vocab_file: str | 
             raise UserError(f"vocab file {vocab_file} does not exist; pass an existing vocab.txt")
         target = os.path.join(model_dir, VOCAB_FILE)
         if not os.path.exists(target) or not os.path.samefile(vocab_file, target):
-            shutil.copyfile(vocab_file, target)
+            _replace_file(target, lambda temp: shutil.copyfile(vocab_file, temp))
         stored_vocab = VOCAB_FILE
     info = {
         "format": FORMAT_NAME, "version": FORMAT_VERSION,
@@ -87,11 +95,24 @@ def write_model_info(model_dir: str, encoder: keras.Model, *, vocab_file: str | 
     }
     path = os.path.join(model_dir, MODEL_INFO_FILE)
     # Write then rename: a reader never sees half a file.
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        json.dump(info, f, indent=2)
-        f.write("\n")
-    os.replace(path + ".tmp", path)
+    _replace_file(path, lambda temp: pathlib.Path(temp).write_text(
+        json.dumps(info, indent=2) + "\n", encoding="utf-8"))
     return path
+
+
+def _replace_file(path: str, write) -> None:
+    """Calls `write(temp)` for a temporary sibling of `path`, then renames it over `path`.
+
+    A failed write (a full disk) removes the temporary file and leaves `path` as it was.
+    """
+    temp = path + ".tmp"
+    try:
+        write(temp)
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(temp)
+        raise
 
 
 def read_model_info(model_dir: str) -> ModelInfo:
@@ -239,3 +260,85 @@ def restore_pretrained(path: str, *, encoder: keras.Model, masked_lm=None,
 def _heads(masked_lm, next_sentence) -> dict:
     heads = {"masked_lm": masked_lm, "next_sentence": next_sentence}
     return {k: v for k, v in heads.items() if v is not None}
+
+
+# Encoder config keys that say how an encoder runs or is regularized, not what it is: a resumed
+# run may change them. Every other key both configs hold must agree.
+_NOT_ARCHITECTURE = ("name", "trainable", "dtype", "initializer", "output_range")
+
+
+def check_resume(model_dir: str, *, encoder_class: str, encoder_config: dict,
+                 vocab_file: str | None, lower_case: bool, task: dict | None,
+                 task_keys=("name", "family", "label_names", "seq_length")) -> None:
+    """Refuses to resume `model_dir` as something other than what it was trained as.
+
+    A model_dir that holds checkpoints and a bert_train.json is compared, before anything is
+    restored or written, with what this run would write there: the task (the fields
+    `task_keys`), the encoder's architecture, the vocabulary (by content) and its casing.
+
+    Args:
+      model_dir: the run's directory; a fresh one (no checkpoint or no bert_train.json) passes.
+      encoder_class: the new encoder's class name.
+      encoder_config: the new encoder's `get_config()`.
+      vocab_file: the new run's vocabulary, or None (not compared).
+      lower_case: the new run's casing.
+      task: what the new run writes as "task" in bert_train.json.
+      task_keys: the task fields that must agree (absent fields are not compared).
+
+    Raises:
+      UserError: naming the field, the stored value, the new one and the way out.
+    """
+    path = os.path.join(model_dir, MODEL_INFO_FILE)
+    if not (os.path.isfile(path) and _has_checkpoints(model_dir)):
+        return
+    old = read_model_info(model_dir)
+    fix = "use another --model_dir (or the flags it was trained with)"
+    what = _describe_task(old.task) if isinstance(old.task, dict) else "an encoder"
+    # A directory without a task (written by convert) holds no trainer state: the restore's
+    # own check refuses it, naming what its checkpoint lacks.
+    compare_task = isinstance(old.task, dict) and task is not None
+    if compare_task and (old.task.get("name"), old.task.get("family")) != (
+            task.get("name"), task.get("family")):
+        raise UserError(f"--model_dir={model_dir} was trained as {what}; this run asks for "
+                        f"{_describe_task(task)}; {fix}")
+    for key in task_keys if compare_task else ():
+        stored, new = old.task.get(key), task.get(key)
+        if key in old.task and key in task and stored != new:
+            raise UserError(f"--model_dir={model_dir} was trained as {what} with {key}="
+                            f"{stored!r}; this run asks for {key}={new!r}; {fix}")
+    new_config = {k: v for k, v in encoder_config.items()
+                  if k in old.encoder_config and not _runtime_key(k)}
+    changed = [(k, old.encoder_config[k], v) for k, v in new_config.items()
+               if old.encoder_config[k] != v]
+    if old.encoder_class != encoder_class:
+        changed.insert(0, ("encoder class", old.encoder_class, encoder_class))
+    if changed:
+        key, stored, new = changed[0]
+        raise UserError(f"model_dir {model_dir} holds a checkpoint of another architecture: "
+                        f"{key}={stored!r} in {path}, this run asks for {key}={new!r}; {fix}")
+    if old.lower_case != bool(lower_case):
+        raise UserError(f"--model_dir={model_dir} was trained with lower_case={old.lower_case}; "
+                        f"this run asks for lower_case={bool(lower_case)}; {fix}")
+    if vocab_file is not None and old.vocab_file is not None \
+            and _sha256(vocab_file) != _sha256(old.vocab_file):
+        raise UserError(f"--model_dir={model_dir} was trained with the vocabulary "
+                        f"{old.vocab_file}; this run's {vocab_file} differs from it; {fix}")
+
+
+def _runtime_key(key: str) -> bool:
+    return key in _NOT_ARCHITECTURE or "dropout" in key
+
+
+def _describe_task(task: dict) -> str:
+    labels = task.get("label_names")
+    return f"task {task.get('name')!r}" + (f" (labels {labels})" if labels else "")
+
+
+def _has_checkpoints(directory: str) -> bool:
+    return (os.path.isfile(os.path.join(directory, "checkpoint"))
+            or bool(glob.glob(os.path.join(glob.escape(directory), f"{CHECKPOINT_NAME}-*.index"))))
+
+
+def _sha256(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()

@@ -313,3 +313,34 @@ OUTPUT_CASES = [
      ["create_pretraining_data", "--input={latin1.txt}", "--vocab={vocab}",
       "--output={outputs_root}/data/train-*.tfrecord", "--overwrite"], "{latin1.txt}"),
 ]
+
+
+# --------------------------------------------------------------------------------------------
+# A model_dir belongs to one run (tests/test_bad_inputs.py::test_model_dir_is_not_reused): a
+# resume as another task, label set, sequence length or vocabulary of the fine-tuned sst2 run
+# {existing} is refused before anything is written; {locked_run} is held by a live process.
+SST2_AGAIN = [*SST2, "--train_file={good.tsv}"]
+MODEL_DIR_CASES = [
+    ("finetune resumes as another task", [*CONLL, "--train_file={good.conll}"],
+     "--model_dir={existing} was trained as task 'sst2' (labels ['negative', 'positive']); "
+     "this run asks for task 'conll2003' (labels "),
+    ("finetune resumes with other labels", [*SST2_AGAIN, "--label_names=bad,good"],
+     "--model_dir={existing} was trained as task 'sst2' (labels ['negative', 'positive']) with "
+     "label_names=['negative', 'positive']; this run asks for label_names=['bad', 'good']; use "
+     "another --model_dir"),
+    ("finetune resumes with another seq_length", [*SST2_AGAIN, "--seq_length=16"],
+     "with seq_length=32; this run asks for seq_length=16; use another --model_dir"),
+    ("finetune resumes with another vocabulary", [*SST2_AGAIN, "--vocab_file={swapped_vocab}"],
+     "--model_dir={existing} was trained with the vocabulary {existing}/vocab.txt; this run's "
+     "{swapped_vocab} differs from it; use another --model_dir"),
+    ("finetune resumes with another casing", [*SST2_AGAIN, "--nolower_case"],
+     "--model_dir={existing} was trained with lower_case=True; this run asks for "
+     "lower_case=False"),
+    ("pretrain resumes a fine-tuned model_dir", PRETRAIN,
+     "--model_dir={existing} was trained as task 'sst2' (labels ['negative', 'positive']); "
+     "this run asks for task 'pretraining'"),
+    ("finetune in a model_dir in use", [*SST2_AGAIN, "--model_dir={locked_run}"],
+     "--model_dir={locked_run} is in use by bert-train finetune (pid "),
+    ("pretrain in a model_dir in use", [*PRETRAIN, "--model_dir={locked_run}"],
+     "--model_dir={locked_run} is in use by bert-train finetune (pid "),
+]

@@ -25,11 +25,14 @@ from bad_input_cases import (
     BAD_FILES,
     CLI_CASES,
     GOOD_ROWS,
+    MODEL_DIR_CASES,
     OUTPUT_CASES,
     SST2,
+    SST2_AGAIN,
     SST2_HEADER,
     SUBPROCESS_CASES,
 )
+from disk_testing import fill_disk, small_disk
 from robust_testing import RESULT, TESTS, subprocess_env, tree_digest
 
 from bert_trainer.commands import common
@@ -300,3 +303,86 @@ def test_outputs_are_replaced_only_when_ours(index, output_results, output_paths
             for d, dirs, files in os.walk(output_paths[key]) for n in dirs + files
             if TEMPORARY.search(n)]
     assert not left, left
+# --------------------------------------------------------------------------------------------
+# A model_dir belongs to one run (cases: bad_input_cases.MODEL_DIR_CASES).
+
+@pytest.fixture(scope="module")
+def run_paths(paths, tmp_path_factory):
+    """`paths` plus a vocabulary of the same size in another order, and a model_dir held by a
+    live process (a copy of the fine-tuned run)."""
+    from test_run_lock import hold_in_subprocess  # noqa: PLC0415
+
+    root = tmp_path_factory.mktemp("owned")
+    tokens = pathlib.Path(paths["existing"], "vocab.txt").read_text(encoding="utf-8").split("\n")
+    tokens[-3], tokens[-2] = tokens[-2], tokens[-3]  # two words swapped: same size, other ids
+    (root / "swapped_vocab.txt").write_text("\n".join(tokens), encoding="utf-8")
+    locked = root / "locked_run"
+    shutil.copytree(paths["existing"], locked)
+    holder = hold_in_subprocess(locked)
+    yield {**paths, "swapped_vocab": str(root / "swapped_vocab.txt"), "locked_run": str(locked)}
+    holder.kill()
+    holder.wait()
+
+
+@pytest.mark.parametrize("case, args, expected", MODEL_DIR_CASES,
+                         ids=[c[0] for c in MODEL_DIR_CASES])
+def test_model_dir_is_not_reused(case, args, expected, run_paths, digests, capsys):
+    from bert_trainer import cli  # noqa: PLC0415
+
+    locked = tree_digest(run_paths["locked_run"])
+    reset()
+    capsys.readouterr()
+    rc = cli.main(["bert-train", *fill(args, run_paths)])
+    assert_refusal(case, rc, capsys.readouterr().err, expected, run_paths, digests)
+    assert tree_digest(run_paths["locked_run"]) == locked
+
+
+@pytest.mark.slow
+def test_two_finetune_runs_at_once_on_one_model_dir(paths, tmp_path):
+    # Both start together; the one that locks first trains, the other refuses in one line.
+    run_paths = {**paths, "existing": str(tmp_path / "run")}
+    procs = [subprocess.Popen([sys.executable, "-m", "bert_trainer.cli",
+                               *fill(SST2_AGAIN, run_paths)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=subprocess_env())
+             for _ in range(2)]
+    results = [(proc.pid, proc.returncode, err) for proc in procs
+               for _, err in [proc.communicate(timeout=600)]]
+    assert sorted(rc for _, rc, _ in results) == [0, EXIT_USER_ERROR], results
+    (winner, _, _), (_, _, refused) = sorted(results, key=lambda r: r[1])
+    lines = [line for line in refused.splitlines() if line.startswith("bert-train")]
+    assert "Traceback" not in refused and len(lines) == 1, refused
+    assert lines[0].startswith(f"bert-train finetune: error: --model_dir={tmp_path / 'run'} is "
+                               f"in use by bert-train finetune (pid {winner} on host ")
+    assert not (tmp_path / "run" / ".bert_train.lock").exists()
+    assert (tmp_path / "run" / "eval_results.json").is_file()  # the winner finished
+
+
+def test_finetune_on_a_full_disk_keeps_the_last_checkpoint(paths, capsys):
+    # The fine-tuned run (2 steps) resumed for 2 more on a small tmpfs filled up: the summary
+    # and info files fit, the step-4 checkpoint does not.
+    from bert_trainer import cli  # noqa: PLC0415
+
+    with small_disk(16384) as disk:
+        run = os.path.join(disk, "run")
+        shutil.copytree(paths["existing"], run)
+        kept = {k: v for k, v in tree_digest(run).items()
+                if not k.startswith(("train/", "eval/", "operative_config"))}
+        filler = fill_disk(disk, leave_bytes=400_000)
+        args = fill([*SST2_AGAIN, "--train_steps=4"], {**paths, "existing": run})
+        reset()
+        capsys.readouterr()
+        rc = cli.main(["bert-train", *args])
+        err = capsys.readouterr().err
+        lines = [line for line in err.splitlines() if line.startswith("bert-train")]
+        assert rc == EXIT_USER_ERROR and "Traceback" not in err and len(lines) == 1, err[-3000:]
+        assert lines[0].startswith(f"bert-train finetune: error: writing checkpoint ckpt-4 to "
+                                   f"{run} failed: no space left on the device (needs about ")
+        assert lines[0].endswith("the last good checkpoint ckpt-2 is intact; run the same "
+                                 "command again to resume from it")
+        after = tree_digest(run)
+        assert {k: after.get(k) for k in kept} == kept
+        assert not [k for k in after if "_temp" in k or k.endswith(".tmp") or "lock" in k]
+        os.remove(filler)
+        reset()
+        assert cli.main(["bert-train", *args]) == 0
+        assert "bert-train finetune: step 4 |" in capsys.readouterr().out

@@ -6,9 +6,12 @@ by its `SHARED_FLAGS`. `UserError`s (and flag errors) print as one line
 `bert-train NAME: error: ...` and exit non-zero; `--verbose` adds the traceback.
 """
 
+import json
 import os
+import re
 import sys
 import textwrap
+import threading
 import traceback
 
 from absl import flags
@@ -20,6 +23,7 @@ from bert_trainer.errors import (
     EXIT_USER_ERROR,
     Preempted,
     UserError,
+    storage_fault,
 )
 
 flags.DEFINE_boolean("verbose", False, "Show full tracebacks and TensorFlow logs.")
@@ -127,6 +131,7 @@ def run_command(module, argv) -> int:
         return EXIT_USER_ERROR
     # Shared flags left off the command line take this command's defaults (see shared_flags).
     shared_flags.apply_defaults(getattr(module, "SHARED_FLAGS", {}))
+    threading.excepthook = _quiet_peer_loss  # kept to the end: the threads may outlive main
     try:
         rc = module.main(rest)
         return int(rc or 0)
@@ -141,15 +146,82 @@ def run_command(module, argv) -> int:
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
-    except Exception as e:  # noqa: BLE001 (only a lost peer is translated; the rest re-raise)
-        if not _is_peer_lost(e):
+    except Exception as e:  # noqa: BLE001 (a lost peer and a storage fault are translated)
+        fault = None if _is_peer_lost(e) else _storage_fault(e)
+        if fault is None and not _is_peer_lost(e):
             raise
         if flags.FLAGS.verbose:
             traceback.print_exc()
-        print(f"{prog}: error: lost contact with another worker ({type(e).__name__}: "
+        if fault is not None:
+            print(f"{prog}: error: {fault}", file=sys.stderr)
+            return EXIT_USER_ERROR
+        print(f"{prog}: error: lost contact with {_lost_peer(e)} ({type(e).__name__}: "
               f"{_first_line(e)}). The last checkpoint is intact: restart every worker with the "
               "same command to resume from it.", file=sys.stderr)
         return EXIT_PEER_LOST
+
+
+def _storage_fault(error: Exception) -> UserError | None:
+    """A last resort for a full disk or a refused write that no write site caught itself.
+
+    The path is the one the error names (TensorFlow's file errors start with it), else
+    --model_dir.
+    """
+    text = getattr(error, "message", None) or str(error)
+    named = getattr(error, "filename", None) or next(iter(re.findall(r"(/[^\s;:'\"]+)", text)),
+                                                     None)
+    path = named or getattr(flags.FLAGS, "model_dir", None) or "the output"
+    return storage_fault(error, writing="files", path=path)
+
+
+# Which peer a TensorFlow thread reported lost (see _quiet_peer_loss): "worker 0".
+_peers_lost: list[str] = []
+_REMOTE_TASK = re.compile(r"remote target /job:(\w+)/replica:\d+/task:(\d+)")
+
+
+def _lost_peer(error: Exception) -> str:
+    """The lost worker as "worker 1 (host:port)", from the error text or TF_CONFIG.
+
+    gRPC errors name the remote task ("remote target /job:worker/replica:0/task:1"); a
+    collective's abort names only the local one, so a peer named by a TensorFlow thread's
+    error is used next, and then, in a cluster of two, the other task.
+    """
+    text = getattr(error, "message", None) or str(error)
+    found = _REMOTE_TASK.search(text)
+    try:
+        config = json.loads(os.environ.get("TF_CONFIG") or "{}")
+        cluster, me = config.get("cluster", {}), config.get("task", {})
+    except (json.JSONDecodeError, AttributeError):
+        cluster, me = {}, {}
+    tasks = [(kind, i) for kind, addresses in cluster.items() for i in range(len(addresses))]
+    if found:
+        peer = (found.group(1), int(found.group(2)))
+    elif _peers_lost:
+        kind, _, index = _peers_lost[0].partition(" ")
+        peer = (kind, int(index))
+    else:
+        others = [t for t in tasks if t != (me.get("type"), me.get("index"))]
+        if len(others) != 1:
+            return "another worker"
+        peer = others[0]
+    address = (cluster.get(peer[0]) or [])[peer[1]:peer[1] + 1]
+    return f"{peer[0]} {peer[1]}" + (f" ({address[0]})" if address else "")
+
+
+def _quiet_peer_loss(args) -> None:
+    """A `threading.excepthook` that records a lost peer instead of printing a traceback.
+
+    tf.distribute's preemption watcher threads poll the coordination service; when the
+    worker holding it dies they die with UnavailableError and a traceback, printed before the
+    main thread's one-line message. Other thread errors go to the default hook.
+    """
+    if _is_peer_lost(args.exc_value):
+        found = _REMOTE_TASK.search(getattr(args.exc_value, "message", None)
+                                    or str(args.exc_value))
+        if found:
+            _peers_lost.append(f"{found.group(1)} {found.group(2)}")
+        return
+    threading.__excepthook__(args)
 
 
 def _is_peer_lost(error: Exception) -> bool:
@@ -164,6 +236,15 @@ def _is_peer_lost(error: Exception) -> bool:
                                                   tf.errors.AbortedError))
 
 
+# Lines of a TensorFlow error that say where, not what (a graph error embeds a Python stack).
+_NOT_THE_CAUSE = ("Graph execution error", "Detected at node", "Additional GRPC", ":UNKNOWN",
+                  "[[", "File ")
+
+
 def _first_line(error: Exception) -> str:
+    """The first line of `error` that says what went wrong, at most 200 characters."""
     text = getattr(error, "message", None) or str(error)
-    return (text.strip().splitlines() or [""])[0][:200]
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    causes = [line for line in lines
+              if not line[:1].isspace() and not line.startswith(_NOT_THE_CAUSE)]
+    return (causes or lines or [""])[0][:200]

@@ -5,12 +5,14 @@ The training flags (`--gin_file`, `--gin_param`, `--strategy`, `--tpu`) are defi
 it too); a command module shows them in its `--help` with `flags.adopt_module_key_flags(common)`
 and merges `common.SHARED_FLAGS` into its own. The helpers turn every bad input into a one-line
 `UserError`: gin errors name the file and line ("configs/tiny.gin:7: ..."), a model_dir that
-is a file or not writable names the flag.
+is a file or not writable names the flag, and so does one that another run holds
+(`model_dir_lock`).
 
 TensorFlow is imported inside the functions, so `bert-train pretrain --help` stays fast.
 """
 
 import contextlib
+import json
 import os
 import pathlib
 import re
@@ -78,6 +80,39 @@ def check_model_dir(path: str | None, flag: str = "--model_dir") -> str:
     if not os.access(existing, os.W_OK | os.X_OK):
         raise UserError(f"{flag}={path}: {existing} is not writable; choose another directory")
     return path
+
+
+@contextlib.contextmanager
+def model_dir_lock(model_dir: str, command: str):
+    """Holds `model_dir`'s run lock (`training.run_lock`) for the block: one run per model_dir.
+
+    A non-chief worker of a multi-worker run takes no lock: its chief holds it for the run,
+    and it writes only its private directory inside model_dir.
+
+    Raises:
+        UserError: another run holds `model_dir` (the message names it).
+    """
+    from bert_trainer.training import run_lock  # noqa: PLC0415
+
+    lock = run_lock.acquire(model_dir, f"bert-train {command}") if _is_chief() else None
+    try:
+        yield
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _is_chief() -> bool:
+    """Whether this process writes model_dir: not a non-chief worker named by TF_CONFIG."""
+    if FLAGS.strategy != "multi_worker_mirrored":
+        return True
+    try:
+        config = json.loads(os.environ.get("TF_CONFIG") or "{}")
+        task, cluster = config.get("task", {}), config.get("cluster", {})
+    except (json.JSONDecodeError, AttributeError):
+        return True  # the strategy reports a bad TF_CONFIG
+    kind, index = task.get("type"), task.get("index", 0)
+    return kind in (None, "chief") or (kind == "worker" and index == 0 and "chief" not in cluster)
 
 
 def resolve_gin_file(path: str) -> str:

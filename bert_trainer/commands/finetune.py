@@ -16,7 +16,9 @@ encoder is warm-started; the head starts fresh.
 Configuration, each layer overriding the previous: configs/tasks/<family>.gin (the recipe:
 AdamW, 10 % warmup, batch 32, sequence 128, 3 epochs), --gin_file, --gin_param, then the flags
 below. The number of steps is --train_steps, else epochs x training examples / batch. A run in
-a model_dir holding checkpoints resumes. The final evaluation goes to model_dir/eval_results.json.
+a model_dir holding checkpoints resumes, as the same task (labels, sequence length, encoder,
+vocabulary): another is refused. A model_dir belongs to one run at a time (a lock file). The
+final evaluation goes to model_dir/eval_results.json.
 """
 
 import os
@@ -89,7 +91,7 @@ def main(argv):
                         "a --gin_file binding build_encoder.*)")
     common.parse_gin([_FAMILY_GIN.format(family), *FLAGS.gin_file], FLAGS.gin_param,
                      _flag_bindings())
-    with common.one_line_errors():
+    with common.one_line_errors(), common.model_dir_lock(model_dir, "finetune"):
         task = _build_task()
         trainer, direct_init = _build_trainer(task, model_dir)
         if direct_init:
@@ -191,6 +193,7 @@ def _train_and_report(trainer) -> int:
 
     from bert_trainer.errors import EXIT_NONFINITE  # noqa: PLC0415
     from bert_trainer.tasks import finetuning  # noqa: PLC0415
+    from bert_trainer.training import storage  # noqa: PLC0415
     from bert_trainer.training.trainer import NonFiniteError  # noqa: PLC0415
 
     try:
@@ -201,9 +204,12 @@ def _train_and_report(trainer) -> int:
     summary = [f"bert-train finetune: step {result.step}",
                f"train loss {result.train.get('loss', float('nan')):.4f}"]
     if result.eval and trainer.is_chief:
-        path = finetuning.write_eval_results(
-            trainer.model_dir, trainer.task, result.eval, step=result.step,
-            checkpoint=tf.train.latest_checkpoint(trainer.model_dir))
+        latest = tf.train.latest_checkpoint(trainer.model_dir)
+        path = os.path.join(trainer.model_dir, finetuning.EVAL_RESULTS_FILE)
+        with storage.guard("the eval results", path, hint=storage.resume_hint(latest),
+                           partial=(path + ".tmp",)):
+            finetuning.write_eval_results(trainer.model_dir, trainer.task, result.eval,
+                                          step=result.step, checkpoint=latest)
         summary.append("eval " + ", ".join(f"{k} {v:.4f}" for k, v in sorted(result.eval.items())))
         summary.append(f"results {path}")
     print(" | ".join(summary), flush=True)

@@ -47,7 +47,7 @@ def main(argv):
     if not FLAGS.gin_file:
         raise UserError("--gin_file is required, e.g. --gin_file=configs/tiny.gin")
     common.parse_gin(FLAGS.gin_file, FLAGS.gin_param, _flag_bindings())
-    with common.one_line_errors():
+    with common.one_line_errors(), common.model_dir_lock(model_dir, "pretrain"):
         trainer = _build_trainer(model_dir)
         return common.train_and_report(trainer, "pretrain")
 

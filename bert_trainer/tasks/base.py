@@ -8,6 +8,7 @@ the optimizer, checkpoints and summaries. Modelled on TF Model Garden's `base_ta
 How the trainer calls a task, in order:
     build_model()                     under strategy.scope() and the mixed-precision policy
     initialize(model, checkpoint)     fresh runs with --init_checkpoint only
+    check_resume(model_dir)           before a resume
     write_model_info(model_dir)       chief only
     build_inputs(split, ctx, ...)     once per input pipeline (strategy.distribute_datasets_...)
     build_metrics(training)           under strategy.scope()
@@ -156,6 +157,16 @@ class Task(abc.ABC):
                             f"{self.name!r}'s model ({e})") from None
         logging.info("Initialized all %d model variables from %s", len(model.variables),
                      init_checkpoint)
+
+    def check_resume(self, model_dir: str) -> None:
+        """Raises a UserError when `model_dir` was trained as something this task is not.
+
+        Called by the trainer after `build_model` and before it restores `model_dir`'s latest
+        checkpoint, so a resume with another task, label set, encoder or vocabulary is refused
+        before anything is restored or written. The default checks nothing (the checkpoint's
+        variable shapes are still checked by the restore).
+        """
+        del model_dir
 
     def write_model_info(self, model_dir: str) -> None:
         """Writes what a later export needs (model config, vocabulary) to `model_dir`.

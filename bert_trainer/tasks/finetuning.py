@@ -349,6 +349,15 @@ class FinetuningTask(Task):
                 "columns": columns, "has_header": td.has_header, "file_format": td.file_format,
                 "best_metric": self.best_metric, "best_metric_mode": self.best_metric_mode}
 
+    def check_resume(self, model_dir: str) -> None:
+        """Refuses a model_dir trained as another task, label set, sequence length, encoder or
+        vocabulary (see `model_dir.check_resume`)."""
+        spec = self.encoder_spec
+        model_dir_lib.check_resume(
+            model_dir, encoder_class=spec.registered_name.rpartition(">")[2],
+            encoder_config=spec.config, vocab_file=spec.vocab_file, lower_case=spec.lower_case,
+            task=self.task_info())
+
     def write_model_info(self, model_dir: str) -> None:
         if self.model is None:
             raise RuntimeError("write_model_info: build_model was not called")

@@ -252,16 +252,32 @@ class PretrainingTask(Task):
                      init_checkpoint, len(report["loaded"]), len(report["initialized"]),
                      f" ({', '.join(report['initialized'])})" if report["initialized"] else "")
 
+    def _task_info(self) -> dict:
+        c = self.config
+        return {"name": self.name, "family": TASK_NAME, "seq_length": c.seq_length,
+                "max_predictions_per_seq": c.max_predictions_per_seq,
+                "use_next_sentence_label": c.use_next_sentence_label}
+
+    def check_resume(self, model_dir: str) -> None:
+        """Refuses a model_dir trained as another task, encoder or vocabulary.
+
+        The sequence length may change between resumes (e.g. a longer second phase).
+        """
+        if self._model is None:
+            raise RuntimeError("check_resume called before build_model")
+        encoder = self._model.encoder
+        model_dir_lib.check_resume(
+            model_dir, encoder_class=type(encoder).__name__, encoder_config=encoder.get_config(),
+            vocab_file=self.config.vocab_file, lower_case=self.config.lower_case,
+            task=self._task_info(), task_keys=("name", "family"))
+
     def write_model_info(self, model_dir: str) -> None:
         """Writes bert_train.json (encoder config, task) and copies the vocabulary."""
         if self._model is None:
             raise RuntimeError("write_model_info called before build_model")
         c = self.config
-        task = {"name": self.name, "family": TASK_NAME, "seq_length": c.seq_length,
-                "max_predictions_per_seq": c.max_predictions_per_seq,
-                "use_next_sentence_label": c.use_next_sentence_label}
         model_dir_lib.write_model_info(model_dir, self._model.encoder, vocab_file=c.vocab_file,
-                                       lower_case=c.lower_case, task=task)
+                                       lower_case=c.lower_case, task=self._task_info())
 
 
 def _predictions(features, outputs):

@@ -11,6 +11,8 @@
     rollback.py      NaN/Inf rollback bookkeeping: skipped steps and where to skip data
     strategies.py    get_strategy(name), the chief-only-writes rule
     determinism.py   seeds and deterministic ops
+    run_lock.py      one run per model_dir: the lock file naming its holder, stale ones taken over
+    storage.py       writes that fail cleanly on a full disk or a refused write (no partial files)
 """
 
 from bert_trainer.errors import Preempted

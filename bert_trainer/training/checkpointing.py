@@ -37,6 +37,7 @@ from absl import logging
 from bert_trainer import checkpoint_layout
 from bert_trainer.checkpoint_layout import model_trackable  # noqa: F401 (the trainer's root)
 from bert_trainer.errors import UserError
+from bert_trainer.training import storage
 
 _OBJECT_GRAPH = "_CHECKPOINTABLE_OBJECT_GRAPH"
 _IGNORED_KEYS = (_OBJECT_GRAPH, "save_counter/.ATTRIBUTES/VARIABLE_VALUE")
@@ -310,14 +311,6 @@ def restore(checkpoint: tf.train.Checkpoint, path: str, model_dir: str) -> None:
     logging.info("Restored %s", path)
 
 
-def write_text_atomically(path: str, text: str) -> None:
-    """Writes `text` to a temporary file next to `path`, then renames it over `path`."""
-    temp = f"{path}.tmp"
-    with tf.io.gfile.GFile(temp, "w") as f:
-        f.write(text)
-    tf.io.gfile.rename(temp, path, overwrite=True)
-
-
 class BestCheckpointKeeper:
     """Keeps the checkpoint with the best eval metric in `<model_dir>/best/`.
 
@@ -363,15 +356,23 @@ class BestCheckpointKeeper:
             return True
         return value > self.best if self.mode == "max" else value < self.best
 
-    def update(self, metrics: dict[str, float], step: int) -> bool:
+    def update(self, metrics: dict[str, float], step: int, resume_from: str | None = None
+               ) -> bool:
         """Saves a checkpoint to `directory` when `metrics[metric]` improves.
+
+        `best_metric.json` is written to a temporary file first and renamed into place after
+        the checkpoint: a full disk leaves the previous best (checkpoint and record) as it was.
 
         Args:
             metrics: eval metrics of the current weights.
             step: the global step they were computed at.
+            resume_from: the run's last good checkpoint, named when a write fails.
 
         Returns:
             True when a new best checkpoint was written.
+
+        Raises:
+            UserError: `metric` is not an eval metric, or the disk is full / the write refused.
         """
         if self.metric not in metrics:
             raise UserError(f"best_metric={self.metric!r} is not an eval metric; choose one "
@@ -379,12 +380,22 @@ class BestCheckpointKeeper:
         value = float(metrics[self.metric])
         if not self.is_better(value):
             return False
-        path = self._manager.save(checkpoint_number=step)
         record = {"metric": self.metric, "mode": self.mode, "value": value, "step": int(step),
-                  "checkpoint": os.path.basename(path),
+                  "checkpoint": f"ckpt-{step}",
                   "metrics": {k: float(v) for k, v in metrics.items()}}
-        write_text_atomically(os.path.join(self.directory, BEST_METRIC_FILE),
-                              json.dumps(record, indent=2, sort_keys=True) + "\n")
-        logging.info("New best %s=%.6g at step %d: %s", self.metric, value, step, path)
+        path = os.path.join(self.directory, BEST_METRIC_FILE)
+        with storage.guard(f"the best checkpoint's record {BEST_METRIC_FILE}", path,
+                           hint=storage.resume_hint(resume_from), partial=(f"{path}.tmp",)):
+            tf.io.gfile.makedirs(self.directory)
+            with tf.io.gfile.GFile(f"{path}.tmp", "w") as f:
+                f.write(json.dumps(record, indent=2, sort_keys=True) + "\n")
+        try:
+            saved = storage.save_checkpoint(self._manager, step, what="best checkpoint",
+                                            resume_from=resume_from)
+        except BaseException:
+            tf.io.gfile.remove(f"{path}.tmp")
+            raise
+        tf.io.gfile.rename(f"{path}.tmp", path, overwrite=True)
+        logging.info("New best %s=%.6g at step %d: %s", self.metric, value, step, saved)
         self.best = value
         return True

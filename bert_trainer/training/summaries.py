@@ -12,6 +12,8 @@ import gin
 import tensorflow as tf
 from absl import logging
 
+from bert_trainer.training import storage
+
 OPERATIVE_CONFIG_FILE = "operative_config.gin"
 
 
@@ -75,8 +77,7 @@ def write_operative_config(model_dir: str, writer: SummaryWriter | None = None,
     """
     config = gin.operative_config_str()
     tf.io.gfile.makedirs(model_dir)
-    with tf.io.gfile.GFile(os.path.join(model_dir, OPERATIVE_CONFIG_FILE), "w") as f:
-        f.write(config)
+    storage.write_text_atomically(os.path.join(model_dir, OPERATIVE_CONFIG_FILE), config)
     if writer is not None:
         # Markdown would reflow the config; indenting each line makes it a code block.
         body = "\n".join("    " + line for line in config.splitlines()) or "    (no gin bindings)"

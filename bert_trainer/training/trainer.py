@@ -20,11 +20,16 @@ Robustness (issue 8):
   latest checkpoint is reported in one log line and the previous one is restored instead.
 * NaN/Inf (`nonfinite_policy`): "stop" raises `NonFiniteError`; "rollback" restores the last
   good checkpoint and drops the refused step's input (`rollback.py` has the protocol).
+* One run per model_dir (`run_lock.py`), and a resume as another task refused before the
+  restore (`Task.check_resume`).
+* A full disk or a refused write (`storage.py`): the partial files of that write are removed
+  and one `UserError` names the path and the last good checkpoint.
 
 Telemetry (`throughput.py`): besides losses and metrics, TensorBoard gets examples/s,
 tokens/s, the padding fraction, model GFLOP/s and MFU, all counted inside the compiled step.
 """
 
+import contextlib
 import dataclasses
 import os
 import time
@@ -42,6 +47,8 @@ from bert_trainer.training import (
     optimization,
     preemption,
     rollback,
+    run_lock,
+    storage,
     strategies,
     summaries,
     throughput,
@@ -83,6 +90,7 @@ class Trainer:
         if config.deterministic_ops:
             determinism.enable_op_determinism()
         self._build()
+        self.task.check_resume(model_dir)  # before a restore: a resume as another task refused
         self._restore_or_initialize()
         self._train_writer = summaries.SummaryWriter(os.path.join(model_dir, "train"),
                                                      enabled=self.is_chief)
@@ -174,6 +182,12 @@ class Trainer:
                 saved for that step) and the policy is "stop" or the rollbacks are used up.
             Preempted: a stop signal came; a checkpoint was written at the step reached.
         """
+        # The model_dir's run lock (chief only; a command holds it already, from its start).
+        with run_lock.hold(self.model_dir, f"a {self.task.name!r} training run",
+                           enabled=self.is_chief):
+            return self._train_and_evaluate()
+
+    def _train_and_evaluate(self) -> RunResult:
         cfg = self.config
         loop = _LoopState(step=int(self.global_step.numpy()))
         # The input first: a bad input found while building it fails before anything is written.
@@ -184,7 +198,8 @@ class Trainer:
         if self._peak_flops is None and self._step.counts_flops:  # once per trainer, for MFU
             self._peak_flops = throughput.peak_flops(self.strategy, cfg.peak_flops,
                                                      cfg.mixed_precision)
-            self._train_writer.scalars({"peak_gflops": self._peak_flops / 1e9}, loop.step)
+            with self._storage("TensorBoard summaries", self._train_writer.directory):
+                self._train_writer.scalars({"peak_gflops": self._peak_flops / 1e9}, loop.step)
         if self._rollbacks.enabled and self._saved is None:
             self._save(loop.step)  # something to roll back to
         try:
@@ -196,7 +211,9 @@ class Trainer:
             if cfg.eval_steps != 0 and loop.evaluated_step != loop.step:
                 loop.eval = self._evaluate_and_keep_best(loop.step)
         finally:
-            self._train_writer.flush()
+            # A flush that fails (a full disk) must not hide the error that ended the loop.
+            with contextlib.suppress(*storage.WRITE_ERRORS):
+                self._train_writer.flush()
             strategies.remove_write_dir(self._write_dir, self.model_dir)
         return RunResult(step=loop.step, train=loop.train, eval=loop.eval)
 
@@ -273,10 +290,17 @@ class Trainer:
     def _write_run_info(self, step: int) -> None:
         if not self.is_chief:
             return
-        tf.io.gfile.makedirs(self.model_dir)  # the first write of a run
-        self.task.write_model_info(self.model_dir)
+        with self._storage("the model info (bert_train.json)", self.model_dir):
+            tf.io.gfile.makedirs(self.model_dir)  # the first write of a run
+            self.task.write_model_info(self.model_dir)
         # Everything gin configures (task, model, optimizer, input) has been built by now.
-        summaries.write_operative_config(self.model_dir, self._train_writer, step)
+        with self._storage("the operative config", self.model_dir):
+            summaries.write_operative_config(self.model_dir, self._train_writer, step)
+
+    def _storage(self, writing: str, path: str):
+        """`storage.guard` naming the checkpoint a rerun resumes from."""
+        return storage.guard(writing, path, hint=storage.resume_hint(
+            self._manager.latest_checkpoint))
 
     def train_results(self) -> dict[str, float]:
         """The running training losses, task metrics and mean gradient norm.
@@ -299,8 +323,9 @@ class Trainer:
         values.update(throughput.rates(counts, elapsed, self._peak_flops))
         if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
             values["loss_scale"] = float(self.optimizer.dynamic_scale.numpy())
-        self._train_writer.scalars(values, step)
-        self._train_writer.flush()
+        with self._storage("TensorBoard summaries", self._train_writer.directory):
+            self._train_writer.scalars(values, step)
+            self._train_writer.flush()
         self._examples_done += counts.examples
         self._step.reset_metrics()
         return values
@@ -308,7 +333,7 @@ class Trainer:
     def _save(self, step: int) -> str:
         """Saves a checkpoint at `step` (once per step); returns its path."""
         if self._saved is None or self._saved[0] != step:
-            self._saved = (step, self._manager.save(checkpoint_number=step))
+            self._saved = (step, storage.save_checkpoint(self._manager, step))
             logging.info("Saved %s", self._saved[1])
         return self._saved[1]
 
@@ -374,8 +399,9 @@ class Trainer:
         arrays = {name: np.concatenate(parts) for name, parts in gathered.items()}
         results.update({k: float(v) for k, v in self.task.aggregate_eval(arrays).items()})
         step = int(self.global_step.numpy())
-        self._eval_writer.scalars(results, step)
-        self._eval_writer.flush()
+        with self._storage("TensorBoard summaries", self._eval_writer.directory):
+            self._eval_writer.scalars(results, step)
+            self._eval_writer.flush()
         logging.info("eval at step %d: %s", step,
                      ", ".join(f"{k}={v:.4f}" for k, v in sorted(results.items())))
         return results
@@ -383,7 +409,7 @@ class Trainer:
     def _evaluate_and_keep_best(self, step: int) -> dict[str, float]:
         results = self.evaluate()
         if self._best is not None:
-            self._best.update(results, step)
+            self._best.update(results, step, resume_from=self._manager.latest_checkpoint)
         return results
 
 

@@ -101,13 +101,14 @@ def spec_from_checkpoint(path: str, *, vocab_file: str | None = None,
     Raises:
       UserError: no such directory, an unknown layout, or no vocabulary.
     """
-    if not os.path.exists(path):
-        raise UserError(f"{flag}={path} does not exist; pass a bert-train model directory (or "
-                        "a Hugging Face / Google BERT directory)")
-    if not os.path.isdir(path):  # A checkpoint prefix: its directory holds the model info.
-        if not os.path.isfile(path + ".index"):
-            raise UserError(f"{flag}={path} is a file; pass its model directory")
-        path = os.path.dirname(path)
+    if os.path.isfile(path + ".index"):  # A checkpoint prefix: its directory holds the info.
+        path = os.path.dirname(path) or "."
+    elif not os.path.exists(path):
+        raise UserError(f"{flag}={path} does not exist; pass a bert-train model directory, a "
+                        "checkpoint prefix in one (dir/ckpt-N), or a Hugging Face / Google BERT "
+                        "directory")
+    elif not os.path.isdir(path):
+        raise UserError(f"{flag}={path} is a file; pass its model directory")
     kind = formats.detect_format(path)
     if kind == formats.BERT_TRAIN:
         info = model_dir_lib.read_model_info(path)
@@ -183,8 +184,8 @@ class FinetuneConfig:
     def __post_init__(self):
         require_positive_ints(self, ("seq_length", "train_batch_size", "eval_batch_size",
                                      "shuffle_buffer"))
-        if not self.num_epochs > 0:
-            raise UserError(f"num_epochs={self.num_epochs} must be > 0")
+        if not (math.isfinite(self.num_epochs) and self.num_epochs > 0):
+            raise UserError(f"num_epochs={self.num_epochs} must be > 0 and finite")
         if self.warmup_fraction is not None and not 0 <= self.warmup_fraction < 1:
             raise UserError(f"warmup_fraction={self.warmup_fraction} must be in [0, 1)")
         if not 0 <= self.dropout_rate < 1:

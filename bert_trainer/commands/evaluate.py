@@ -54,6 +54,7 @@ def main(argv):
         problem = "is a file" if os.path.isfile(model_dir) else "does not exist"
         raise UserError(f"--model_dir={model_dir} {problem}; pass the --model_dir of a "
                         "finetune run")
+    shared_flags.check_input_files(eval_file=FLAGS.eval_file)
     # Remote file systems are taken as writable: their first write says otherwise.
     writable = "://" in model_dir or os.access(model_dir, os.W_OK | os.X_OK)
     info = model_dir_lib.read_model_info(model_dir)

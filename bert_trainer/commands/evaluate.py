@@ -124,7 +124,7 @@ def evaluate(task, model_dir: str, prefix: str, strategy=None, *,
     """Evaluates the weights of checkpoint `prefix` on the task's eval split.
 
     The Trainer runs the evaluation, so it is distributed like training and its results also
-    go to model_dir/eval for TensorBoard.
+    go to model_dir/eval for TensorBoard (unless `write_summaries` is False).
 
     Args:
       task: the task (its model is built here).

@@ -344,3 +344,77 @@ MODEL_DIR_CASES = [
     ("pretrain in a model_dir in use", [*PRETRAIN, "--model_dir={locked_run}"],
      "--model_dir={locked_run} is in use by bert-train finetune (pid "),
 ]
+
+
+# ------------------------------------------------------------------------------------------
+# Checked before the first step: what finetune/evaluate can know before training is refused
+# before a model_dir is created ({fresh}) or anything is built.
+# ------------------------------------------------------------------------------------------
+REGRESSION_ROWS = "".join(f"a {w} film\t{i * 0.5}\n" for i, w in enumerate(
+    ["fine", "bad", "great", "dull"] * 3))
+
+
+def squad_v2() -> str:
+    """A SQuAD v2.0 file: one answerable question, then one unanswerable (q2)."""
+    qas = [{"id": "q1", "question": "Who sat?", "answers": [{"text": "cat", "answer_start": 4}]},
+           {"id": "q2", "question": "Who flew?", "answers": [], "is_impossible": True}]
+    return json.dumps({"version": "v2.0", "data": [
+        {"title": "t", "paragraphs": [{"context": SQUAD_CONTEXT, "qas": qas}]}]})
+
+
+# Written by test_bad_inputs.py's `precheck_paths` fixture; a_dir is made as a directory.
+PRECHECK_FILES = {
+    "scores.tsv": SST2_HEADER + REGRESSION_ROWS,
+    "nan_score.tsv": SST2_HEADER + REGRESSION_ROWS + "a nan film\tnan\n",
+    "inf_score.tsv": SST2_HEADER + REGRESSION_ROWS + "an inf film\t-Infinity\n",
+    "squad_v2.json": squad_v2(),
+}
+FRESH = [*FT, "--model_dir={fresh}", "--train_steps=2"]
+OWN = [*FRESH, "--task=classification", "--text_column=sentence", "--train_file={good.tsv}"]
+REGRESSION = [*FRESH, "--task=regression", "--text_column=sentence"]
+SQUAD_FRESH = [*SQUAD, "--model_dir={fresh}"]
+SST2_FRESH = [*SST2, "--model_dir={fresh}", "--train_file={good.tsv}"]
+PRECHECK_CASES = [
+    ("finetune own task without an eval source", OWN,
+     "--task=classification has no TFDS dataset to evaluate on; pass --eval_file"),
+    ("finetune NaN regression label in train_file",
+     [*REGRESSION, "--train_file={nan_score.tsv}", "--eval_file={scores.tsv}"],
+     "{nan_score.tsv}:14: label 'nan' is not a finite number"),
+    ("finetune infinite regression label in eval_file",
+     [*REGRESSION, "--train_file={scores.tsv}", "--eval_file={inf_score.tsv}"],
+     "{inf_score.tsv}:14: label '-Infinity' is not a finite number"),
+    ("finetune duplicate label_names", [*OWN, "--eval_file={good.tsv}", "--label_names=0,1,0"],
+     "--label_names lists '0' twice; class names must be unique"),
+    ("finetune empty label name", [*OWN, "--eval_file={good.tsv}", "--label_names=0,,1"],
+     "--label_names holds an empty name"),
+    ("squad task given a SQuAD v2 train_file", [*SQUAD_FRESH, "--train_file={squad_v2.json}"],
+     "{squad_v2.json}: question q2 is unanswerable (SQuAD v2); use --task=squad_v2"),
+    ("squad task given a SQuAD v2 eval_file",
+     [*SQUAD_FRESH, "--train_file={good_squad.json}", "--eval_file={squad_v2.json}"],
+     "{squad_v2.json}: question q2 is unanswerable (SQuAD v2); use --task=squad_v2"),
+    ("finetune train_file is a directory", [*SST2_FRESH, "--train_file={a_dir}"],
+     "--train_file={a_dir} is a directory; give a file"),
+    ("finetune eval_file is a directory", [*SST2_FRESH, "--eval_file={a_dir}"],
+     "--eval_file={a_dir} is a directory; give a file"),
+    ("finetune vocab_file is a directory", [*SST2_FRESH, "--vocab_file={a_dir}"],
+     "--vocab_file={a_dir} is a directory; give a file"),
+    ("evaluate eval_file is a directory",
+     ["evaluate", "--model_dir={existing}", "--eval_file={a_dir}"],
+     "--eval_file={a_dir} is a directory; give a file"),
+    ("finetune learning_rate NaN", [*SST2_FRESH, "--learning_rate=nan"],
+     "flag --learning_rate=nan: must be a finite number"),
+    ("finetune learning_rate infinite", [*SST2_FRESH, "--learning_rate=inf"],
+     "flag --learning_rate=inf: must be a finite number"),
+    ("finetune num_epochs infinite", [*FT, "--model_dir={fresh}", "--task=sst2",
+                                      "--train_file={good.tsv}", "--eval_file={good.tsv}",
+                                      "--num_epochs=inf"],
+     "flag --num_epochs=inf: must be a finite number"),
+    ("finetune num_epochs infinite through gin",
+     [*FT, "--model_dir={fresh}", "--task=sst2", "--train_file={good.tsv}",
+      "--eval_file={good.tsv}", "--gin_param=FinetuneConfig.num_epochs = 1e999"],
+     "num_epochs=inf must be > 0 and finite"),
+    ("create_pretraining_data masked_lm_prob NaN",
+     ["create_pretraining_data", "--input={lines.txt}", "--vocab={vocab}",
+      "--output={root}/d5-*.tfrecord", "--masked_lm_prob=nan"],
+     "flag --masked_lm_prob=nan: must be a finite number"),
+]

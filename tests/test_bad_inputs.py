@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 
+import bad_input_cases
 import pytest
 from bad_input_cases import (
     BAD_FILES,
@@ -386,3 +387,126 @@ def test_finetune_on_a_full_disk_keeps_the_last_checkpoint(paths, capsys):
         reset()
         assert cli.main(["bert-train", *args]) == 0
         assert "bert-train finetune: step 4 |" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------------------
+# Checked before the first step (bad_input_cases.PRECHECK_CASES), and what must now work: a
+# checkpoint prefix as --init_checkpoint, evaluate on a model_dir it cannot write.
+# ------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def precheck_paths(paths, tmp_path_factory):
+    root = tmp_path_factory.mktemp("precheck_inputs")
+    for name, text in bad_input_cases.PRECHECK_FILES.items():
+        (root / name).write_text(text, encoding="utf-8")
+    (root / "a_dir").mkdir()
+    names = [*bad_input_cases.PRECHECK_FILES, "a_dir"]
+    return {**paths, **{name: str(root / name) for name in names}}
+
+
+@pytest.mark.parametrize("case, args, expected", bad_input_cases.PRECHECK_CASES,
+                         ids=[c[0] for c in bad_input_cases.PRECHECK_CASES])
+def test_refused_before_the_first_step(case, args, expected, precheck_paths, digests, capsys):
+    from bert_trainer import cli  # noqa: PLC0415
+
+    reset()
+    capsys.readouterr()
+    rc = cli.main(["bert-train", *fill(args, precheck_paths)])
+    assert_refusal(case, rc, capsys.readouterr().err, expected, precheck_paths, digests)
+
+
+def test_init_checkpoint_prefix_warm_starts_from_that_checkpoint(paths, tiny_pretrained,
+                                                                 tmp_path, capsys):
+    # The directory's latest checkpoint (ckpt-5) holds other weights: the prefix must win.
+    import keras  # noqa: PLC0415
+    import numpy as np  # noqa: PLC0415
+    import tensorflow as tf  # noqa: PLC0415
+
+    from bert_trainer import cli, model_dir  # noqa: PLC0415
+    from bert_trainer.checkpoint_layout import model_trackable  # noqa: PLC0415
+    from bert_trainer.models import BertPretrainer  # noqa: PLC0415
+    from bert_trainer.tasks import finetuning  # noqa: PLC0415
+
+    pretrained = tmp_path / "pretrained"
+    shutil.copytree(paths["pretrained"], pretrained)
+    spec = finetuning.spec_from_checkpoint(str(pretrained))
+    original = tiny_pretrained["encoder_weights"]
+    other = spec.build()
+    other.set_weights([w + 1.0 for w in original])
+    manager = tf.train.CheckpointManager(
+        tf.train.Checkpoint(model=model_trackable(BertPretrainer(other))), str(pretrained),
+        max_to_keep=5, checkpoint_name="ckpt")
+    manager.save(checkpoint_number=5)
+    assert tf.train.latest_checkpoint(str(pretrained)).endswith("ckpt-5")
+    keras.backend.clear_session()
+
+    prefix = str(pretrained / "ckpt-3")
+    run = tmp_path / "run"
+    reset()
+    rc = cli.main(["bert-train", *fill([*SST2, "--train_file={good.tsv}"], paths),
+                   f"--init_checkpoint={prefix}", f"--model_dir={run}", "--train_steps=1",
+                   "--learning_rate=1e-12"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert f"warm start from {prefix}: loaded {len(original)} encoder variables" in out
+    # One step at a learning rate of 1e-12 leaves the encoder at ckpt-3's weights.
+    encoder = spec.build()
+    model_dir.restore_pretrained(str(run), encoder=encoder)
+    for variable, expected in zip(encoder.weights, original, strict=True):
+        np.testing.assert_allclose(variable.numpy(), expected, atol=1e-6, err_msg=variable.path)
+
+
+def _evaluate_read_only(model_dir: str, paths, capsys) -> tuple[int, str, str]:
+    from bert_trainer import cli  # noqa: PLC0415
+
+    reset()
+    capsys.readouterr()
+    rc = cli.main(["bert-train", "evaluate", f"--model_dir={model_dir}",
+                   f"--eval_file={paths['good.tsv']}"])
+    captured = capsys.readouterr()
+    return rc, captured.out, captured.err
+
+
+def _assert_metrics_printed(rc, out, err, model_dir, finetuned) -> None:
+    """rc 0, the metrics of the run's own final evaluation, one warning line, no traceback."""
+    assert rc == 0 and "Traceback" not in err, err[-3000:]
+    recorded = json.loads(pathlib.Path(finetuned, "eval_results.json").read_text())["metrics"]
+    printed = dict(re.findall(r"^  (\w+)\s+(-?[\d.]+)$", out, re.MULTILINE))
+    assert {k: float(v) for k, v in printed.items()} == pytest.approx(recorded, abs=1e-4)
+    warnings = [line for line in err.splitlines() if line.startswith("bert-train")]
+    assert warnings == [f"bert-train evaluate: warning: {model_dir} is not writable; the metrics "
+                        "are printed only (eval_results.json, eval/ summaries not written)"]
+
+
+def test_evaluate_prints_the_metrics_of_a_model_dir_it_cannot_write(paths, digests, capsys,
+                                                                    monkeypatch):
+    # As test_read_only_model_dir: os.access answers as it would for a user without write
+    # permission. Any write evaluate made anyway would change the directory's digest.
+    read_only = os.path.realpath(paths["existing"])
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: (
+        False if os.path.realpath(path) == read_only and mode & os.W_OK
+        else real_access(path, mode, **kw)))
+    rc, out, err = _evaluate_read_only(paths["existing"], paths, capsys)
+    _assert_metrics_printed(rc, out, err, read_only, paths["existing"])
+    assert {d: tree_digest(paths[d]) for d in GUARDED} == digests
+
+
+def test_evaluate_on_a_read_only_mount(paths, digests, capsys, tmp_path):
+    # A real read-only file system, where the system allows a bind mount (root on Linux).
+    mount = tmp_path / "read_only_run"
+    mount.mkdir()
+    try:
+        subprocess.run(["mount", "--bind", paths["existing"], str(mount)], check=True,
+                       capture_output=True)
+    except (OSError, subprocess.CalledProcessError) as e:
+        pytest.skip(f"cannot bind-mount here: {e}")
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(mount)], check=True,
+                       capture_output=True)
+        with pytest.raises(OSError):
+            (mount / "probe").write_text("")
+        rc, out, err = _evaluate_read_only(str(mount), paths, capsys)
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+    _assert_metrics_printed(rc, out, err, str(mount), paths["existing"])
+    assert {d: tree_digest(paths[d]) for d in GUARDED} == digests

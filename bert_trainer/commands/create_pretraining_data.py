@@ -30,7 +30,8 @@ flags.DEFINE_enum("input_format", "auto", text_corpus.INPUT_FORMATS,
                   "lines: one sentence per line, blank line between documents; prose: "
                   "paragraphs split into sentences; auto: detect per file.")
 flags.DEFINE_integer("max_seq_length", 128, "Tokens per example, [CLS]/[SEP] included.")
-flags.DEFINE_float("short_seq_prob", 0.1, "Probability of a shorter random target length.")
+shared_flags.define_float(__name__, "short_seq_prob", 0.1,
+                          "Probability of a shorter random target length.")
 flags.DEFINE_integer("dupe_factor", 1, "Passes over the input, each with new random splits.")
 flags.DEFINE_integer("seed", 12345, "Random seed; the same seed and input give the same files.")
 flags.DEFINE_integer("num_shards", None, "Write this many shards (round-robin).")
@@ -41,7 +42,8 @@ flags.DEFINE_boolean("static_masking", False,
                      "Mask now and write google-research/bert's feature names (input_ids, "
                      "segment_ids, masked_lm_*) instead of unmasked examples.")
 flags.DEFINE_integer("max_predictions_per_seq", 20, "Masked positions per example (static).")
-flags.DEFINE_float("masked_lm_prob", 0.15, "Fraction of tokens masked (static).")
+shared_flags.define_float(__name__, "masked_lm_prob", 0.15,
+                          "Fraction of tokens masked (static).")
 flags.DEFINE_boolean("whole_word_masking", False, "Mask whole words (static).")
 
 FLAGS = flags.FLAGS

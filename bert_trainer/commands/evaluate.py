@@ -7,11 +7,16 @@ The task, its labels, column mapping and sequence length come from model_dir/ber
 (written by `finetune`); --eval_file / --data_dir say where the examples are (TFDS by
 default). --checkpoint is "latest", "best" (kept by the eval metric during training) or a
 checkpoint prefix. Prints the metrics and writes model_dir/eval_results.json (SQuAD also
-writes the answers to model_dir/eval_predictions.json).
+writes the answers to model_dir/eval_predictions.json). A model_dir this user cannot write
+(someone else's run, a read-only mount) is evaluated all the same: the metrics are printed and
+a warning says which files were not written.
 """
 
+import contextlib
 import json
 import os
+import sys
+import tempfile
 
 from absl import flags
 
@@ -40,17 +45,32 @@ def main(argv):
     from bert_trainer.errors import UserError  # noqa: PLC0415
 
     common.setup_logging()
-    model_dir = common.check_model_dir(FLAGS.model_dir)
-    if not os.path.isdir(model_dir):
-        raise UserError(f"--model_dir={model_dir} does not exist; pass the --model_dir of a "
+    if not FLAGS.model_dir:
+        raise UserError("--model_dir is required: the model directory of a finetune run")
+    model_dir = FLAGS.model_dir
+    if "://" not in model_dir:
+        model_dir = os.path.abspath(os.path.expanduser(model_dir))
+    if not _isdir(model_dir):
+        problem = "is a file" if os.path.isfile(model_dir) else "does not exist"
+        raise UserError(f"--model_dir={model_dir} {problem}; pass the --model_dir of a "
                         "finetune run")
+    shared_flags.check_input_files(eval_file=FLAGS.eval_file)
+    # Remote file systems are taken as writable: their first write says otherwise.
+    writable = "://" in model_dir or os.access(model_dir, os.W_OK | os.X_OK)
     info = model_dir_lib.read_model_info(model_dir)
     with common.one_line_errors():
         task = _build_task(model_dir, info)
         prefix = _checkpoint(model_dir, FLAGS.checkpoint)
-        results, step = evaluate(task, model_dir, prefix)
-    _report(task, model_dir, results, step, prefix)
+        results, step = evaluate(task, model_dir, prefix, write_summaries=writable)
+    _report(task, model_dir, results, step, prefix, writable)
     return 0
+
+
+def _isdir(path: str) -> bool:
+    """`os.path.isdir` that also answers for remote paths (gs://...)."""
+    import tensorflow as tf  # noqa: PLC0415
+
+    return tf.io.gfile.isdir(path)
 
 
 def _build_task(model_dir: str, info):
@@ -99,17 +119,20 @@ def _checkpoint(model_dir: str, which: str) -> str:
     return checkpointing.resolve_checkpoint(which, "--checkpoint")
 
 
-def evaluate(task, model_dir: str, prefix: str, strategy=None) -> tuple[dict, int]:
+def evaluate(task, model_dir: str, prefix: str, strategy=None, *,
+             write_summaries: bool = True) -> tuple[dict, int]:
     """Evaluates the weights of checkpoint `prefix` on the task's eval split.
 
     The Trainer runs the evaluation, so it is distributed like training and its results also
-    go to model_dir/eval for TensorBoard.
+    go to model_dir/eval for TensorBoard (unless `write_summaries` is False).
 
     Args:
       task: the task (its model is built here).
       model_dir: the fine-tuning run's directory.
       prefix: a checkpoint of that run.
       strategy: default: the one of --strategy.
+      write_summaries: False for a model_dir that cannot be written: nothing is written there
+        (the Trainer, which refuses a directory it cannot write, gets a scratch one).
 
     Returns:
       ({metric: value}, the checkpoint's step).
@@ -126,24 +149,54 @@ def evaluate(task, model_dir: str, prefix: str, strategy=None) -> tuple[dict, in
             raise UserError(f"{path} was written by an older bert-train (object-graph variable "
                             "names), which evaluate cannot read; export and predict --model_dir "
                             "still can, or evaluate with the bert-train version that wrote it")
-    # The trainer restores the latest checkpoint when it is built; another one is read over it.
-    trainer = Trainer(task, model_dir, config=TrainerConfig(train_steps=1),
-                      strategy=strategy or common.get_strategy())
-    if prefix != checkpointing.latest_checkpoint(model_dir):
-        checkpointing.restore(trainer.checkpoint, prefix, model_dir)
-    return trainer.evaluate(), int(trainer.global_step.numpy())
+    with contextlib.ExitStack() as stack:
+        run_dir = model_dir
+        if not write_summaries:
+            run_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="bert-train-eval-"))
+        # The trainer restores the latest checkpoint of its directory when it is built; any
+        # other one is read over it.
+        trainer = Trainer(task, run_dir, config=TrainerConfig(train_steps=1),
+                          strategy=strategy or common.get_strategy())
+        if run_dir != model_dir or prefix != checkpointing.latest_checkpoint(model_dir):
+            checkpointing.restore(trainer.checkpoint, prefix, model_dir)
+        results, step = trainer.evaluate(), int(trainer.global_step.numpy())
+    return results, step
 
 
-def _report(task, model_dir: str, results: dict, step: int, prefix: str) -> None:
+def _report(task, model_dir: str, results: dict, step: int, prefix: str,
+            writable: bool) -> None:
+    """Prints the metrics, then writes them (and SQuAD's answers) into a writable model_dir.
+
+    Raises:
+      UserError: a write failed (a full disk, a refused write); the metrics are printed first.
+    """
+    from bert_trainer.errors import storage_fault  # noqa: PLC0415
     from bert_trainer.tasks import finetuning  # noqa: PLC0415
+    from bert_trainer.training import checkpointing  # noqa: PLC0415
 
-    path = finetuning.write_eval_results(model_dir, task, results, step=step, checkpoint=prefix)
-    predictions = getattr(task, "last_predictions", None)
-    if predictions:
-        with open(os.path.join(model_dir, PREDICTIONS_FILE), "w", encoding="utf-8") as f:
-            json.dump(predictions, f, indent=1, ensure_ascii=False)
     print(f"bert-train evaluate: task {task.name}, checkpoint {prefix} (step {step})")
     width = max(map(len, results), default=0)
     for name, value in sorted(results.items()):
-        print(f"  {name:<{width}}  {value:.4f}")
-    print(f"results written to {path}", flush=True)
+        print(f"  {name:<{width}}  {value:.4f}", flush=True)
+    predictions = getattr(task, "last_predictions", None)
+    if not writable:
+        files = [finetuning.EVAL_RESULTS_FILE, *([PREDICTIONS_FILE] if predictions else []),
+                 "eval/ summaries"]
+        print(f"bert-train evaluate: warning: {model_dir} is not writable; the metrics are "
+              f"printed only ({', '.join(files)} not written)", file=sys.stderr, flush=True)
+        return
+    path = os.path.join(model_dir, finetuning.EVAL_RESULTS_FILE)
+    try:
+        path = finetuning.write_eval_results(model_dir, task, results, step=step,
+                                             checkpoint=prefix)
+        if predictions:
+            path = os.path.join(model_dir, PREDICTIONS_FILE)
+            checkpointing.write_text_atomically(
+                path, json.dumps(predictions, indent=1, ensure_ascii=False))
+    except Exception as e:  # noqa: BLE001 (only storage faults are translated)
+        fault = storage_fault(e, writing="evaluation results", path=path)
+        if fault is None:
+            raise
+        raise fault from None
+    print(f"results written to {os.path.join(model_dir, finetuning.EVAL_RESULTS_FILE)}",
+          flush=True)

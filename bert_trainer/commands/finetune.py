@@ -54,8 +54,9 @@ flags.DEFINE_boolean("header", None, "Whether TSV/CSV files start with a header 
                      "(default: the task's preset, else yes).")
 flags.DEFINE_list("label_names", None, "Class names (tags) in id order; default: the task's, "
                   "else the sorted labels of --train_file.")
-flags.DEFINE_float("learning_rate", None, "Peak learning rate (OptimizerConfig.learning_rate).")
-flags.DEFINE_float("num_epochs", None, "Epochs (FinetuneConfig.num_epochs).")
+shared_flags.define_float(__name__, "learning_rate", None,
+                          "Peak learning rate (OptimizerConfig.learning_rate).")
+shared_flags.define_float(__name__, "num_epochs", None, "Epochs (FinetuneConfig.num_epochs).")
 flags.DEFINE_integer("train_steps", None, "Optimizer steps, instead of epochs "
                      "(TrainerConfig.train_steps).")
 flags.DEFINE_integer("max_train_examples", None, "Train on the first N examples only.")
@@ -85,6 +86,8 @@ def main(argv):
         raise UserError(f"--task is required; choose one of: {', '.join(registry.task_names())}")
     family = registry.family_of(FLAGS.task)
     model_dir = common.check_model_dir(FLAGS.model_dir)
+    shared_flags.check_input_files(train_file=FLAGS.train_file, eval_file=FLAGS.eval_file,
+                                   vocab_file=FLAGS.vocab_file)
     if not FLAGS.init_checkpoint and not FLAGS.vocab_file:
         raise UserError("--init_checkpoint is required: a pretrained bert-train, Hugging Face "
                         "or Google BERT directory (or, to train from scratch, --vocab_file and "
@@ -93,6 +96,7 @@ def main(argv):
                      _flag_bindings())
     with common.one_line_errors(), common.model_dir_lock(model_dir, "finetune"):
         task = _build_task()
+        _check_inputs(task)
         trainer, direct_init = _build_trainer(task, model_dir)
         if direct_init:
             task.initialize(trainer.model, FLAGS.init_checkpoint)
@@ -134,6 +138,25 @@ def _build_task():
     if task_data.family == "squad":
         squad = common.build_configured(configurables.SquadConfig, "SquadConfig")
     return registry.build_task(task_data, _encoder_spec(), config=config, data=data, squad=squad)
+
+
+def _check_inputs(task) -> None:
+    """Reads the examples now, before the model is built: the trainer reads the evaluation
+    examples only after training, so a missing or malformed source would fail once the run had
+    trained and written its model_dir."""
+    import gin  # noqa: PLC0415
+
+    from bert_trainer.errors import UserError  # noqa: PLC0415
+
+    if common.gin_is_bound("TrainerConfig.train_steps"):  # Else num_examples reads them next.
+        task.raw_examples(task.train_split)
+    if (common.gin_is_bound("TrainerConfig.eval_steps")
+            and gin.query_parameter("TrainerConfig.eval_steps") == 0):
+        return  # The run does not evaluate.
+    if FLAGS.eval_file is None and task.task_data.tfds_name is None:
+        raise UserError(f"--task={task.name} has no TFDS dataset to evaluate on; pass "
+                        "--eval_file")
+    task.raw_examples(task.eval_split)
 
 
 def _build_trainer(task, model_dir: str):

@@ -11,14 +11,21 @@ None. A command gives the flags it takes their meaning there with `declare`:
 which makes them key flags of the command (listed by its `--help` with that help line and
 default), and `run_command` gives every shared flag left off the command line the command's
 default before `main` runs, so `main` reads `FLAGS.output` as if the command had defined it.
+
+Two helpers serve every command's own flags: `define_float` (a float flag refusing NaN and
+infinities while the command line is parsed) and `check_input_files` (a directory given for a
+file, named by its flag).
 """
 
 import dataclasses
+import math
+import os
 from typing import Any
 
 from absl import flags
 
 from bert_trainer.data import text_corpus
+from bert_trainer.errors import UserError
 
 FLAGS = flags.FLAGS
 
@@ -89,3 +96,47 @@ def apply_defaults(usages: dict[str, Usage]) -> None:
     for name, usage in usages.items():
         if not FLAGS[name].present:
             setattr(FLAGS, name, usage.default)
+
+
+class FiniteFloatParser(flags.FloatParser):
+    """absl's float parser, refusing NaN and infinities (which `float()` accepts).
+
+    A refused value fails while the command line is parsed, as one line naming the flag:
+    "flag --learning_rate=nan: must be a finite number".
+    """
+
+    def convert(self, argument) -> float:
+        value = super().convert(argument)
+        if not math.isfinite(value):
+            raise ValueError("must be a finite number")
+        return value
+
+
+def define_float(module_name: str, name: str, default: float | None,
+                 help: str):  # noqa: A002 (absl's name)
+    """`flags.DEFINE_float` for a value that must be finite; every command's float flags use it.
+
+    Args:
+        module_name: the defining command module's `__name__` (its `--help` lists the flag).
+        name, default, help: as for `flags.DEFINE_float`.
+
+    Returns:
+        The flag holder, as `flags.DEFINE_float` returns it.
+    """
+    return flags.DEFINE(FiniteFloatParser(), name, default, help,
+                        serializer=flags.ArgumentSerializer(), module_name=module_name)
+
+
+def check_input_files(**paths: str | None) -> None:
+    """Refuses a directory given where a file is expected, naming the flag.
+
+    Args:
+        **paths: flag name -> its value (None: not given). Missing files are left to the
+            readers, which name the file and what reads it.
+
+    Raises:
+        UserError: a path is a directory.
+    """
+    for flag, path in paths.items():
+        if path and os.path.isdir(os.path.expanduser(path)):
+            raise UserError(f"--{flag}={path} is a directory; give a file")

@@ -104,6 +104,8 @@ def file_format(path: str, file_format_name: str | None = None) -> str:
 
 def check_file(path: str) -> None:
     """Raises UserError unless `path` is an existing, non-empty file."""
+    if os.path.isdir(path):
+        raise UserError(f"input file {path} is a directory; give a file")
     if not os.path.isfile(path):
         raise UserError(f"input file {path} does not exist; check --train_file/--eval_file")
     if os.path.getsize(path) == 0:

@@ -24,6 +24,7 @@ dataset. Both passes stream, so memory stays bounded (SQuAD JSON excepted: JSON 
 
 import dataclasses
 import itertools
+import math
 
 import tensorflow as tf
 from absl import logging
@@ -75,6 +76,7 @@ class TaskData:
     def __post_init__(self):
         if self.family not in FAMILIES:
             raise UserError(f"task '{self.name}': family '{self.family}' is not one of {FAMILIES}")
+        check_label_names(self.label_names or (), f"task '{self.name}': label_names")
 
     @property
     def is_pair(self) -> bool:
@@ -139,6 +141,7 @@ class TaskData:
     # -- local files ---------------------------------------------------------------------
 
     def _records(self, path, skip_bad_rows, stats=None):
+        sources.check_file(path)
         fmt = sources.file_format(path, self.file_format)
         columns = self.columns or TextColumns()
         if fmt == "jsonl":
@@ -150,6 +153,7 @@ class TaskData:
                                   stats=stats)
 
     def _conll(self, path, skip_bad_rows, stats=None):
+        sources.check_file(path)
         fmt = sources.file_format(path, self.file_format)
         if fmt not in ("conll", "tsv"):
             raise UserError(f"{path}: task '{self.name}' reads CoNLL column files, not {fmt}")
@@ -182,6 +186,8 @@ class TaskData:
     def _load_local(self, path, skip_bad_rows, stats):
         if self.family == "squad":
             rows = sources.read_squad_json(path, skip_bad_rows=skip_bad_rows, stats=stats)
+            if not self.version_2:
+                _refuse_unanswerable(path, rows)
             if stats.skipped:
                 logging.warning("%s", stats.summary())
             return _squad_slices(rows)
@@ -286,13 +292,40 @@ def _label_index(label_names) -> dict:
     return index
 
 
+def check_label_names(names, what: str) -> None:
+    """Raises a one-line UserError when a class name is empty or listed twice.
+
+    Args:
+      names: class names (tags) in id order.
+      what: names their source in the message, e.g. "--label_names".
+    """
+    seen = set()
+    for name in names:
+        if not str(name).strip():
+            raise UserError(f"{what} holds an empty name; give every class a name")
+        if name in seen:
+            raise UserError(f"{what} lists {name!r} twice; class names must be unique")
+        seen.add(name)
+
+
+def _refuse_unanswerable(path: str, rows: list[dict]) -> None:
+    """A SQuAD v1.1 task reading a v2.0 file: v1.1 has no way to train or score "no answer"."""
+    for row in rows:
+        if row["is_impossible"] or not row["answers"]["text"]:
+            raise UserError(f"{path}: question {row['id']} is unanswerable (SQuAD v2); use "
+                            "--task=squad_v2")
+
+
 def _parse_label(value: str, index: dict | None, label_names, where: str):
     if index is None:  # Regression.
         try:
-            return float(value)
+            number = float(value)
         except ValueError:
             raise UserError(f"{where}: regression label {value!r} is not a number; "
                             "fix the label or the label column") from None
+        if not math.isfinite(number):  # NaN/Inf would poison the loss at the first step.
+            raise UserError(f"{where}: label {value!r} is not a finite number; fix the label")
+        return number
     label = index.get(value.strip())
     if label is None:
         raise UserError(f"{where}: label {value!r} is not in the label set {list(label_names)} "

@@ -90,7 +90,8 @@ def spec_from_checkpoint(path: str, *, vocab_file: str | None = None,
     """The encoder of a pretrained checkpoint directory (bert-train, Hugging Face or Google TF1).
 
     Args:
-      path: the `--init_checkpoint` directory; the format is detected.
+      path: the `--init_checkpoint` directory (the format is detected), or a checkpoint prefix
+        in a bert-train model directory.
       vocab_file: overrides the checkpoint's vocabulary.
       lower_case: overrides the checkpoint's casing.
       flag: the flag named in error messages.
@@ -101,14 +102,18 @@ def spec_from_checkpoint(path: str, *, vocab_file: str | None = None,
     Raises:
       UserError: no such directory, an unknown layout, or no vocabulary.
     """
-    if not os.path.exists(path):
+    prefix = None
+    if os.path.isfile(path + ".index"):  # A checkpoint prefix: its directory holds the info.
+        prefix, path = path, os.path.dirname(path) or "."
+    elif not os.path.exists(path):
         raise UserError(f"{flag}={path} does not exist; pass a bert-train model directory (or "
                         "a Hugging Face / Google BERT directory)")
-    if not os.path.isdir(path):  # A checkpoint prefix: its directory holds the model info.
-        if not os.path.isfile(path + ".index"):
-            raise UserError(f"{flag}={path} is a file; pass its model directory")
-        path = os.path.dirname(path)
+    elif not os.path.isdir(path):
+        raise UserError(f"{flag}={path} is a file; pass its model directory")
     kind = formats.detect_format(path)
+    if prefix and kind != formats.BERT_TRAIN:  # Google's: read whole, as a directory.
+        raise UserError(f"{flag}={prefix}: a Google BERT checkpoint is read from its "
+                        f"directory; pass {flag}={path}")
     if kind == formats.BERT_TRAIN:
         info = model_dir_lib.read_model_info(path)
         return _spec(info.encoder_class, info.registered_name, info.encoder_config,
@@ -183,8 +188,8 @@ class FinetuneConfig:
     def __post_init__(self):
         require_positive_ints(self, ("seq_length", "train_batch_size", "eval_batch_size",
                                      "shuffle_buffer"))
-        if not self.num_epochs > 0:
-            raise UserError(f"num_epochs={self.num_epochs} must be > 0")
+        if not (math.isfinite(self.num_epochs) and self.num_epochs > 0):
+            raise UserError(f"num_epochs={self.num_epochs} must be > 0 and finite")
         if self.warmup_fraction is not None and not 0 <= self.warmup_fraction < 1:
             raise UserError(f"warmup_fraction={self.warmup_fraction} must be in [0, 1)")
         if not 0 <= self.dropout_rate < 1:

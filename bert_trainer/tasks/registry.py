@@ -94,6 +94,7 @@ def resolve_task_data(name: str, *, text_column=None, text_b_column=None, label_
     if label_names:
         if td.family in ("regression", "squad"):
             raise UserError(f"--label_names does not apply to task '{name}' ({td.family})")
+        task_data_lib.check_label_names(label_names, "--label_names")
         td = dataclasses.replace(td, label_names=tuple(label_names))
     if td.label_names is None and td.family in ("classification", "tagging"):
         if train_file is None:

@@ -277,13 +277,6 @@ def test_multi_head_attention_dropout_only_in_training():
 
 # --- the attention probabilities' fused kernel (mask add, softmax, dropout) ----------------
 
-@pytest.fixture
-def kernels_required(monkeypatch):
-    """The fused CPU kernels on, and run on the CPU even where a GPU is visible."""
-    monkeypatch.setenv(kernels.MODE_ENV, "on")
-    monkeypatch.setattr(kernels, "_accelerators_visible", lambda: False)
-
-
 @pytest.mark.parametrize("bias_shape", [(3, 1, 9), (3, 5, 9), (1, 1, 9)],
                          ids=["padding", "full", "shared"])
 @pytest.mark.parametrize("rate", [0.0, 0.25])

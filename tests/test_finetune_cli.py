@@ -47,6 +47,7 @@ def error_line(capsys, command: str, *args) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 def test_finetune_then_evaluate(tiny_pretrained, tmp_path):
     model_dir = tmp_path / "sst2"
     eval_args = [f"--eval_file={shared_file('sst2/dev.tsv')}", "--max_eval_examples=50"]

@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test lint demo bench clean
+.PHONY: install test test-fast test-kernels-off lint demo bench clean
 
 install: $(STAMP)
 
@@ -22,8 +22,20 @@ $(STAMP): setup.cfg pyproject.toml Makefile
 
 # Tests run in parallel processes (one per core; --dist loadfile keeps a file's fixtures
 # in one process): much of the suite waits on subprocesses and TensorFlow start-up.
+PYTEST := $(PY) -m pytest -q -n auto --dist loadfile
+
+# Everything (what CI runs).
 test: install
-	$(PY) -m pytest -q -n auto --dist loadfile --durations=15 tests
+	$(PYTEST) --durations=15 tests
+
+# The suite without its end-to-end runs of bert-train in subprocesses (marker `slow`).
+test-fast: install
+	$(PYTEST) --durations=10 -m "not slow" tests
+
+# The fast subset on TensorFlow's own ops, as where the fused CPU kernels cannot be built;
+# the kernels' own tests skip, saying why.
+test-kernels-off: install
+	BERT_TRAIN_FUSED_KERNELS=off $(PYTEST) -m "not slow" tests
 
 lint: install
 	$(VENV)/bin/ruff check bert_trainer tests scripts

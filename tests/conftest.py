@@ -1,5 +1,6 @@
 """Shared fixtures: global state reset, paths to ../shared, and small helpers."""
 
+import functools
 import os
 import pathlib
 
@@ -24,14 +25,61 @@ def _reset_global_state():
     keras.config.set_dtype_policy("float32")
 
 
+# The fused kernels' mode this run was started with, read before any test sets it.
+KERNEL_MODE_AT_START = os.environ.get("BERT_TRAIN_FUSED_KERNELS", "auto").strip().lower()
+
+
+@functools.cache
+def fused_kernels_unavailable() -> str | None:
+    """Why tests of the fused CPU kernels cannot run them here, or None when they can.
+
+    Two reasons only: the run asked for TensorFlow's ops (`BERT_TRAIN_FUSED_KERNELS=off`), or
+    the machine has no C++ compiler and no library built ahead of time (the user's case the
+    fallback exists for). A compiler that fails on the source is a bug: those tests then
+    fail instead of skipping.
+    """
+    from bert_trainer.kernels import build  # noqa: PLC0415 - imports TensorFlow
+
+    if KERNEL_MODE_AT_START == "off":
+        return "BERT_TRAIN_FUSED_KERNELS=off: this run tests TensorFlow's ops only"
+    if build.library_path().exists():
+        return None
+    try:
+        build.compiler()
+    except build.BuildError as e:
+        return f"fused CPU kernels unavailable: {e}"
+    return None
+
+
+def require_fused_kernels(monkeypatch) -> None:
+    """Skips the test (naming why) where the kernels cannot run, else requires them
+    (`BERT_TRAIN_FUSED_KERNELS=on`) and runs them on the CPU even where a GPU is visible
+    (`auto` only leaves them out there)."""
+    from bert_trainer import kernels  # noqa: PLC0415
+
+    reason = fused_kernels_unavailable()
+    if reason:
+        pytest.skip(reason)
+    monkeypatch.setenv(kernels.MODE_ENV, "on")
+    monkeypatch.setattr(kernels, "_accelerators_visible", lambda: False)
+
+
+@pytest.fixture
+def kernels_required(monkeypatch):
+    """The fused CPU kernels on and required (the test skips where they cannot run)."""
+    require_fused_kernels(monkeypatch)
+
+
 @pytest.fixture(params=["off", "on"], ids=["tensorflow_ops", "fused_kernels"])
 def kernel_mode(request, monkeypatch):
-    """Runs a test with TensorFlow's own ops, then with the fused CPU kernels (required)."""
+    """Runs a test with TensorFlow's own ops, then with the fused CPU kernels (required; that
+    half skips, naming why, where they cannot run: `fused_kernels_unavailable`)."""
     from bert_trainer import kernels
 
-    monkeypatch.setenv(kernels.MODE_ENV, request.param)
-    # CPU kernels run (on the CPU) where a GPU is visible too; `auto` only skips them there.
-    monkeypatch.setattr(kernels, "_accelerators_visible", lambda: False)
+    if request.param == "on":
+        require_fused_kernels(monkeypatch)
+    else:
+        monkeypatch.setenv(kernels.MODE_ENV, "off")
     return request.param
 
 

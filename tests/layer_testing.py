@@ -14,6 +14,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 from keras import ops, tree
+from numerics import assert_close
 
 
 def _symbolic(value):
@@ -61,8 +62,7 @@ def check_saved_model_equal(layer, inputs, call_kwargs, path, atol):
     expected, actual = tree.flatten(model(flat_values)), tree.flatten(loaded(flat_values))
     assert len(expected) == len(actual)
     for want, got in zip(expected, actual, strict=True):
-        np.testing.assert_allclose(np.asarray(got, "float32"), np.asarray(want, "float32"),
-                                   atol=atol)
+        assert_close(got, want, atol=atol)
 
 
 def _projected_loss(outputs, seed=0):

@@ -188,12 +188,14 @@ def subprocess_results(paths):
 
 @pytest.mark.parametrize("index", range(len(SUBPROCESS_CASES)),
                          ids=[c[0] for c in SUBPROCESS_CASES])
+@pytest.mark.slow
 def test_convert_predict_and_export_refuse_bad_input(index, subprocess_results, paths, digests):
     case, _, expected = SUBPROCESS_CASES[index]
     result = subprocess_results[index]
     assert_refusal(case, result["rc"], result["stderr"], expected, paths, digests)
 
 
+@pytest.mark.slow
 def test_real_command_lines_exit_2_with_one_line(paths, digests):
     # The real entry point, in parallel: exit status, stderr's last line, no traceback.
     by_name = {case[0]: case for case in CLI_CASES + SUBPROCESS_CASES}

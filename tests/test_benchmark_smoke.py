@@ -203,6 +203,7 @@ def smoke(tmp_path_factory):
     return json.loads((out / "results.json").read_text()), table.read_text()
 
 
+@pytest.mark.slow
 def test_smoke_results_have_every_section(smoke):
     results, _ = smoke
     for key in ("schema_version", "machine", "settings", "flops_formula", "matmul_peak",
@@ -222,6 +223,7 @@ def test_smoke_results_have_every_section(smoke):
     assert results["targets"][4]["value"] is None and "gflops_bfloat16" not in peak
 
 
+@pytest.mark.slow
 def test_smoke_training_entries_are_consistent(smoke):
     results, _ = smoke
     train = results["training"]
@@ -273,6 +275,7 @@ def test_smoke_training_entries_are_consistent(smoke):
     assert sorted(e["seq_length"] for e in train if e["group"] == "seq_growth") == [16, 32]
 
 
+@pytest.mark.slow
 def test_smoke_pipeline_and_tokenizer(smoke, shared_dir):
     results, _ = smoke
     pipe, tok = results["input_pipeline"], results["tokenizer"]
@@ -296,6 +299,7 @@ def test_smoke_pipeline_and_tokenizer(smoke, shared_dir):
     assert ours == pytest.approx(theirs, rel=1e-3)
 
 
+@pytest.mark.slow
 def test_smoke_table_has_a_row_per_measurement(smoke):
     results, text = smoke
     assert text.startswith("# Benchmarks\nhand-written prose\n")  # prose kept

@@ -45,6 +45,7 @@ def tiny_hf(tmp_path):
     return tmp_path / "tiny"
 
 
+@pytest.mark.slow
 def test_minilm_to_hf_with_verify(minilm_dir, tmp_path):
     out = tmp_path / "hf"
     proc = run_convert(f"--input={minilm_dir}", f"--output={out}", "--to=hf", "--verify")
@@ -63,6 +64,7 @@ def test_minilm_to_hf_with_verify(minilm_dir, tmp_path):
         np.testing.assert_array_equal(array, source[name], err_msg=name)
 
 
+@pytest.mark.slow
 def test_to_bert_train_refuses_a_used_output(tiny_hf, tmp_path):
     bt = tmp_path / "bt"
     proc = run_convert(f"--input={tiny_hf}", f"--output={bt}")
@@ -96,6 +98,7 @@ def test_overwrite_replaces_only_its_own_output_and_back_to_hf(tiny_hf, tmp_path
         np.testing.assert_array_equal(first[name], second[name], err_msg=name)
 
 
+@pytest.mark.slow
 def test_user_errors_are_one_line(tiny_hf, tmp_path):
     (tiny_hf / "vocab.txt").write_text("".join(f"w{i}\n" for i in range(31)), encoding="utf-8")
     proc = run_convert(f"--input={tiny_hf}", f"--output={tmp_path / 'a'}")

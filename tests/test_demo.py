@@ -12,6 +12,9 @@ import sys
 
 import pytest
 
+# The demo script end to end, in subprocesses.
+pytestmark = pytest.mark.slow
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEMO = os.path.join(REPO, "scripts", "demo.py")
 COMMANDS = ("vocab", "create_pretraining_data", "pretrain --gin_file=configs/demo.gin",

@@ -103,6 +103,7 @@ def exported(tmp_path_factory):
                                  modules=modules)
 
 
+@pytest.mark.slow
 def test_subprocess_never_imported_bert_trainer(exported):
     results = exported.results
     assert "bert_trainer" not in results["modules"]
@@ -115,6 +116,7 @@ def test_subprocess_never_imported_bert_trainer(exported):
         "pretraining_export": ["encode"]}
 
 
+@pytest.mark.slow
 def test_predict_refuses_an_encoder_only_export(exported):
     with pytest.raises(UserError, match=r"has no serving_default signature \(only encode\): it "
                                         r"encodes token ids"):
@@ -126,6 +128,7 @@ def _encoder_outputs(encoder, ids):
     return {k: outputs[k].numpy() for k in (features.SEQUENCE_OUTPUT, features.POOLED_OUTPUT)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["classification", "tagging", "squad", "pretraining"])
 def test_ids_signatures_equal_the_keras_model(exported, family):
     made, ids, results = exported.made, exported.ids, exported.results
@@ -142,6 +145,7 @@ def test_ids_signatures_equal_the_keras_model(exported, family):
         assert got.shape == value.shape and np.abs(got - value).max() <= TOL, name
 
 
+@pytest.mark.slow
 def test_classification_answers_equal_the_keras_model(exported):
     results = exported.results
     path, model = exported.made["classification"]
@@ -156,6 +160,7 @@ def test_classification_answers_equal_the_keras_model(exported):
     assert np.ptp(probabilities[:, 0]) > 0.01  # the inputs are told apart
 
 
+@pytest.mark.slow
 def test_tagging_answers_equal_the_in_process_module(exported):
     results = exported.results
     outputs = exported.modules["tagging"].text_function()(tf.constant(TEXTS))
@@ -171,6 +176,7 @@ def test_tagging_answers_equal_the_in_process_module(exported):
             assert text[start:end] == got["entity_text"][i][j]
 
 
+@pytest.mark.slow
 def test_squad_answers_equal_postprocess_of_the_keras_model(exported):
     results = exported.results
     path, model = exported.made["squad"]

@@ -4,6 +4,7 @@ import keras
 import numpy as np
 import pytest
 from layer_testing import assert_layer_contract
+from numerics import assert_close
 
 from bert_trainer.heads import ClassificationHead, SpanLabeling, TokenClassification
 from bert_trainer.heads.span_labeling import PADDING_LOGIT
@@ -24,7 +25,7 @@ def test_classification_head(tmp_path, num_classes):
         ClassificationHead, dict(num_classes=num_classes, dropout_rate=0.5), POOLED,
         expected_output_shape=(3, num_classes), expected_num_trainable_weights=2, tmp_path=tmp_path)
     # Inference skips dropout: the logits are exactly the dense layer's.
-    np.testing.assert_allclose(head(POOLED), _affine(head.dense, POOLED), atol=1e-6)
+    assert_close(head(POOLED), _affine(head.dense, POOLED))
     # Training applies it: some inputs are dropped.
     assert not np.allclose(head(POOLED, training=True), head(POOLED), atol=1e-6)
 
@@ -33,7 +34,7 @@ def test_token_classification(tmp_path):
     head, _ = assert_layer_contract(
         TokenClassification, dict(num_classes=4, dropout_rate=0.0), SEQUENCE,
         expected_output_shape=(2, 5, 4), expected_num_trainable_weights=2, tmp_path=tmp_path)
-    np.testing.assert_allclose(head(SEQUENCE), _affine(head.dense, SEQUENCE), atol=1e-6)
+    assert_close(head(SEQUENCE), _affine(head.dense, SEQUENCE))
 
 
 def test_span_labeling(tmp_path):
@@ -43,8 +44,8 @@ def test_span_labeling(tmp_path):
     start, end = head(SEQUENCE, input_mask=INPUT_MASK)
     raw = _affine(head.dense, SEQUENCE)  # (batch, seq, 2)
     real = INPUT_MASK.astype(bool)
-    np.testing.assert_allclose(start.numpy()[real], raw[..., 0][real], atol=1e-6)
-    np.testing.assert_allclose(end.numpy()[real], raw[..., 1][real], atol=1e-6)
+    assert_close(start.numpy()[real], raw[..., 0][real])
+    assert_close(end.numpy()[real], raw[..., 1][real])
     assert (start.numpy()[~real] == PADDING_LOGIT).all()
     assert (end.numpy()[~real] == PADDING_LOGIT).all()
 

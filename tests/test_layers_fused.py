@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from layer_testing import assert_layer_contract
+from numerics import assert_close
 
 from bert_trainer.layers import LayerNormalization, TransformerEncoder, gelu
 
@@ -31,8 +32,8 @@ def _value_and_grads(fn, x, variables=()):
 def test_gelu_values_and_gradient_equal_keras_exact_gelu(kernel_mode):
     y, (dx,) = _value_and_grads(gelu, X)
     want_y, (want_dx,) = _value_and_grads(keras.activations.gelu, X)
-    np.testing.assert_allclose(y, want_y, atol=1e-6)
-    np.testing.assert_allclose(dx, want_dx, atol=1e-6)
+    assert_close(y, want_y)
+    assert_close(dx, want_dx)
     # Not the tanh approximation: it differs by ~1e-3 near |x| = 2.
     assert np.abs(np.asarray(y) - keras.activations.gelu(X, approximate=True)).max() > 1e-4
 

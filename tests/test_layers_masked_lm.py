@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from layer_testing import assert_layer_contract
+from numerics import assert_close
 
 from bert_trainer.layers import MaskedLM
 
@@ -49,7 +50,7 @@ def test_logits_match_numpy_reference_and_table_is_tied(kernel_mode):
                                _reference(mlm, SEQUENCE, POSITIONS), atol=1e-5)
     # Without positions every token is predicted.
     every = np.tile(np.arange(6, dtype="int32"), (2, 1))
-    np.testing.assert_allclose(mlm(SEQUENCE), mlm(SEQUENCE, masked_positions=every), atol=1e-6)
+    assert_close(mlm(SEQUENCE), mlm(SEQUENCE, masked_positions=every))
     with tf.GradientTape() as tape:
         loss = tf.reduce_sum(mlm(SEQUENCE, masked_positions=POSITIONS) ** 2)
     assert np.abs(tape.gradient(loss, table).numpy()).sum() > 0  # the shared table learns
@@ -90,7 +91,8 @@ def test_mixed_bfloat16_gives_float32_logits_from_the_unrounded_table(kernel_mod
     mlm.layer_norm.gamma.assign(np.zeros(WIDTH, "float32"))
     mlm.layer_norm.beta.assign(np.ones(WIDTH, "float32"))
     logits = mlm(SEQUENCE, masked_positions=POSITIONS).numpy()
-    np.testing.assert_allclose(logits, WIDTH * (1.0 + 2.0 ** -12), rtol=1e-7)
+    # rtol 1e-5: far inside the 2.4e-4 that separates it from WIDTH.
+    assert_close(logits, WIDTH * (1.0 + 2.0 ** -12))
 
 
 def test_projection_in_compute_dtype_rounds_the_table_to_bfloat16_and_returns_float32():
@@ -105,7 +107,8 @@ def test_projection_in_compute_dtype_rounds_the_table_to_bfloat16_and_returns_fl
     assert keras.backend.standardize_dtype(logits.dtype) == "float32"
     # The bfloat16 table holds 1.0, so the product is exactly WIDTH; the float32 bias is
     # added after the cast (bfloat16 could not hold WIDTH + 2^-10).
-    np.testing.assert_array_equal(logits.numpy(), WIDTH + 2.0 ** -10)
+    # (atol 2^-14: far inside the 2^-10 that separates it from WIDTH.)
+    assert_close(logits.numpy(), WIDTH + 2.0 ** -10, rtol=0, atol=2.0 ** -14)
     # The table still gets a float32 gradient through the cast.
     with tf.GradientTape() as tape:
         loss = tf.reduce_sum(mlm(SEQUENCE, masked_positions=POSITIONS))
@@ -123,5 +126,5 @@ def test_projection_in_compute_dtype_changes_nothing_in_float32():
     plain(SEQUENCE, masked_positions=POSITIONS)
     option(SEQUENCE, masked_positions=POSITIONS)
     option.set_weights(plain.get_weights())
-    np.testing.assert_array_equal(option(SEQUENCE, masked_positions=POSITIONS),
-                                  plain(SEQUENCE, masked_positions=POSITIONS))
+    assert_close(option(SEQUENCE, masked_positions=POSITIONS),
+                 plain(SEQUENCE, masked_positions=POSITIONS))

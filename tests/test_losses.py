@@ -4,6 +4,7 @@ TensorFlow's ops and with the fused CPU kernels (`kernel_mode`)."""
 import numpy as np
 import pytest
 import tensorflow as tf
+from numerics import assert_close
 
 from bert_trainer import losses
 
@@ -23,7 +24,7 @@ def test_cross_entropy_values_and_gradients_match_tensorflows(scale, kernel_mode
     assert ours.shape == (3, 4) and np.all(np.isfinite(ours))
     np.testing.assert_allclose(ours, reference, rtol=1e-6, atol=1e-5 * scale)
     grad, reference_grad = tape.gradient(ours_sum, logits), tape.gradient(reference_sum, logits)
-    np.testing.assert_allclose(grad, reference_grad, atol=1e-6)
+    assert_close(grad, reference_grad)
     # The gradient of each row sums to zero (softmax minus one-hot, scaled).
     np.testing.assert_allclose(tf.reduce_sum(grad, -1), 0.0, atol=1e-6)
 
@@ -32,9 +33,8 @@ def test_cross_entropy_in_a_compiled_function_and_with_repeated_labels(kernel_mo
     logits = tf.constant(RNG.standard_normal((6, 7)).astype("float32"))
     labels = tf.constant([3, 3, 3, 0, 6, 3])
     compiled = tf.function(losses.sparse_softmax_cross_entropy, jit_compile=True)
-    np.testing.assert_allclose(
-        compiled(labels, logits),
-        tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits), atol=1e-6)
+    assert_close(compiled(labels, logits),
+                 tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
 
 
 def test_label_is_top_is_the_argmax_hit_rate(kernel_mode):

@@ -6,6 +6,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from numerics import ATOL, assert_close
 
 from bert_trainer import features
 from bert_trainer.encoders import AlbertEncoder, BertEncoder
@@ -44,10 +45,10 @@ CASES = [
 IDS = [f"{cls.__name__}-{len(kwargs)}" for cls, kwargs, _ in CASES]
 
 
-def _assert_same_outputs(a, b, atol=0.0):
+def _assert_same_outputs(a, b, atol=ATOL):
     assert a.keys() == b.keys()
     for key in a:
-        np.testing.assert_allclose(np.asarray(a[key]), np.asarray(b[key]), atol=atol)
+        assert_close(a[key], b[key], atol=atol, err_msg=key)
 
 
 @pytest.mark.parametrize("cls, kwargs, shapes", CASES, ids=IDS)
@@ -76,6 +77,8 @@ def test_checkpoint_restores_into_a_fresh_model_before_any_call(tmp_path, cls, k
     path = tf.train.Checkpoint(model=model).save(str(tmp_path / "ckpt"))
     fresh = cls(BertEncoder(**TINY), **kwargs)
     tf.train.Checkpoint(model=fresh).restore(path).assert_consumed()
+    for a, b in zip(fresh.weights, model.weights, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)  # the saved bytes
     _assert_same_outputs(fresh(FEATURES), model(FEATURES))
 
 

@@ -65,6 +65,7 @@ def log(tmp_path, name) -> str:
     return (tmp_path / f"{name}.log").read_text()
 
 
+@pytest.mark.slow
 def test_two_workers_match_one_process_and_resume_after_a_worker_is_killed(tmp_path):
     run = tmp_path / "run"
     workers = start_workers(tmp_path, "first", delay=0.05)
@@ -102,6 +103,7 @@ def test_two_workers_match_one_process_and_resume_after_a_worker_is_killed(tmp_p
     assert difference < 1e-5
 
 
+@pytest.mark.slow
 def test_sigterm_to_one_worker_stops_both_at_the_same_step(tmp_path):
     run = tmp_path / "run"
     workers = start_workers(tmp_path, "stop", delay=0.05)
@@ -123,6 +125,7 @@ def test_sigterm_to_one_worker_stops_both_at_the_same_step(tmp_path):
     assert not [n for n in os.listdir(run) if n.startswith((".worker", "workertemp"))]
 
 
+@pytest.mark.slow
 def test_launcher_sets_tf_config_prefixes_output_and_passes_failures_on(tmp_path):
     script = str(REPO / "scripts" / "launch_workers.py")
     show = ("import json, os, sys; c = json.loads(os.environ['TF_CONFIG']); "

@@ -6,6 +6,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from numerics import assert_close
 
 from bert_trainer.errors import UserError
 from bert_trainer.training import optimization
@@ -39,7 +40,8 @@ def test_schedule_serializes_and_takes_tensor_steps():
     assert isinstance(restored, WarmupPolynomialDecay)
     assert restored.get_config() == schedule.get_config()
     steps = tf.constant([0, 2, 4, 20, 39], tf.int64)
-    np.testing.assert_allclose(restored(steps), schedule(steps), rtol=1e-7)
+    # Learning rates are ~1e-3: relative tolerance only.
+    assert_close(restored(steps), schedule(steps), rtol=1e-6, atol=0)
     assert float(schedule(tf.constant(2, tf.int64))) == pytest.approx(1e-3)
 
 
@@ -154,17 +156,14 @@ def test_zero_weight_decay_builds_adamw_and_lamb_without_decay():
         assert keras.ops.convert_to_numpy(v).tolist() == [[1.0, 2.0]], name
 
 
-@pytest.mark.parametrize("fused_kernels", ["on", "off"])
 @pytest.mark.parametrize("gradient_scale", [None, 0.25])
-def test_fused_adamw_follows_keras_adamw_step_for_step(monkeypatch, fused_kernels,
+def test_fused_adamw_follows_keras_adamw_step_for_step(monkeypatch, kernel_mode,
                                                        gradient_scale):
     """One-pass kernel ("on") or ResourceApplyAdam ("off"): Keras' AdamW step for step, with
     the clip factor folded into the update (`gradient_scale`) or not."""
     from bert_trainer import kernels  # noqa: PLC0415
     from bert_trainer.training.fused_adamw import FusedAdamW  # noqa: PLC0415
 
-    monkeypatch.setenv(kernels.MODE_ENV, fused_kernels)
-    monkeypatch.setattr(kernels, "_accelerators_visible", lambda: False)  # as on a CPU host
     fused_updates = []
     real_apply_adamw = kernels.apply_adamw
     monkeypatch.setattr(kernels, "apply_adamw",
@@ -191,7 +190,7 @@ def test_fused_adamw_follows_keras_adamw_step_for_step(monkeypatch, fused_kernel
         results.append(([v.numpy() for v in variables],
                         [v.numpy() for v in optimizer.variables]))
     # The one-pass kernel updated every variable at every step, or never when off.
-    assert len(fused_updates) == (len(shapes) * len(grads) if fused_kernels == "on" else 0)
+    assert len(fused_updates) == (len(shapes) * len(grads) if kernel_mode == "on" else 0)
     (keras_vars, keras_slots), (fused_vars, fused_slots) = results
     for a, b, first in zip(keras_vars, fused_vars, start, strict=True):
         assert np.abs(a - first).max() > 1e-2  # it trained (4 steps of ~lr = 0.01)
@@ -204,7 +203,7 @@ def test_fused_adamw_follows_keras_adamw_step_for_step(monkeypatch, fused_kernel
 
 
 @pytest.mark.parametrize("copy_on_read", [False, True])
-def test_adamw_kernel_is_the_formula_and_leaves_earlier_reads_unchanged(monkeypatch,
+def test_adamw_kernel_is_the_formula_and_leaves_earlier_reads_unchanged(kernels_required,
                                                                         copy_on_read):
     """One `BertApplyAdamW`: clip scale, decoupled decay, Adam; a tensor read from the
     variable before the update keeps its value (the kernel writes a shared buffer's update
@@ -212,7 +211,6 @@ def test_adamw_kernel_is_the_formula_and_leaves_earlier_reads_unchanged(monkeypa
     every update writes a new buffer."""
     from bert_trainer import kernels  # noqa: PLC0415
 
-    monkeypatch.setenv(kernels.MODE_ENV, "on")  # the kernels are required here
     rng = np.random.default_rng(1)
     shape = (3000,)  # several chunks
     p0, m0, g = (rng.standard_normal(shape).astype("float32") for _ in range(3))

@@ -27,8 +27,7 @@ def _packed_reference(x):
 
 
 @pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
-def test_pack_and_unpack_rows_are_each_others_gradient(dtype, monkeypatch):
-    monkeypatch.setenv(kernels.MODE_ENV, "on")
+def test_pack_and_unpack_rows_are_each_others_gradient(dtype, kernels_required):
     rows = tf.constant(np.flatnonzero(KEEP), tf.int32)
     x = tf.cast(RNG.standard_normal((15, 6)), dtype)
     with tf.GradientTape(persistent=True) as tape:
@@ -50,8 +49,7 @@ def test_pack_and_unpack_rows_are_each_others_gradient(dtype, monkeypatch):
         kernels.unpack_rows(packed[:0], rows[:0], -3)
 
 
-def test_packed_head_split_and_merge_are_the_padded_ones_at_the_kept_slots(monkeypatch):
-    monkeypatch.setenv(kernels.MODE_ENV, "on")
+def test_packed_head_split_and_merge_are_the_padded_ones_at_the_kept_slots(kernels_required):
     packing = TokenPacking(tf.constant(KEEP))
     x = tf.constant(RNG.standard_normal((3, 5, 2 * 2 * 4)), tf.float32)  # n=2, heads=2, dim=4
     packed = _packed_reference(x.numpy())

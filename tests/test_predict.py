@@ -162,6 +162,7 @@ HELD_OUT = [("that movie was very good", "positive"), ("an awful film", "negativ
             ("it was a great film", "positive"), ("the poor movie", "negative")]
 
 
+@pytest.mark.slow
 def test_export_cli_lists_signatures_and_keeps_an_existing_output(sentiment_export):
     root, stdout = sentiment_export
     assert f"exported classification model (seq_length 16) to {root / 'export'}" in stdout
@@ -176,6 +177,7 @@ def test_export_cli_lists_signatures_and_keeps_an_existing_output(sentiment_expo
         "choose a new directory or pass --overwrite"]
 
 
+@pytest.mark.slow
 def test_predict_cli_skips_a_malformed_line_and_answers_the_rest(sentiment_export):
     root, _ = sentiment_export
     records = [json.dumps({"text": t}) for t, _ in HELD_OUT]
@@ -205,6 +207,7 @@ def test_predict_cli_skips_a_malformed_line_and_answers_the_rest(sentiment_expor
     assert not [name for name in os.listdir(root) if "stopped" in name]  # nor a temporary
 
 
+@pytest.mark.slow
 def test_model_dir_and_saved_model_give_the_same_answers(sentiment_export, tmp_path):
     root, _ = sentiment_export
     source = tmp_path / "in.txt"
@@ -223,6 +226,7 @@ def test_model_dir_and_saved_model_give_the_same_answers(sentiment_export, tmp_p
         assert np.abs(np.subtract(a["probabilities"], b["probabilities"])).max() <= 1e-5
 
 
+@pytest.mark.slow
 def test_predict_flag_and_path_errors(tmp_path):
     proc = cli("predict", "--model_dir=a", "--saved_model=b", "--input=x")
     assert proc.returncode == EXIT_USER_ERROR

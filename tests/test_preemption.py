@@ -56,6 +56,7 @@ def scalar_steps(directory, tag="loss") -> set[int]:
     return steps
 
 
+@pytest.mark.slow
 def test_sigterm_ends_the_loop_at_a_step_checkpoints_and_resumes_exactly(tmp_path):
     run, probe = tmp_path / "run", tmp_path / "probe"
     spec = {"model_dir": str(run), "trainer": ONE_LOOP, "task": DROPOUT, "optimizer": ADAMW,
@@ -126,6 +127,7 @@ def test_a_second_signal_interrupts_at_once():
     assert signal.getsignal(signal.SIGTERM) is handler
 
 
+@pytest.mark.slow
 def test_sigkill_at_a_random_moment_then_resume_gives_the_same_weights(tmp_path):
     config = dict(train_steps=60, steps_per_loop=4, checkpoint_interval=8, summary_interval=8,
                   eval_steps=0, accumulation_steps=2)

@@ -41,6 +41,7 @@ def tiny_run(pretraining_data, tmp_path_factory):
     return {"dir": model_dir, "stdout": proc.stdout, "stderr": proc.stderr}
 
 
+@pytest.mark.slow
 def test_tiny_run_prints_progress_and_a_one_line_summary(tiny_run):
     last = tiny_run["stdout"].strip().splitlines()[-1]
     assert re.fullmatch(rf"bert-train pretrain: step {STEPS} \| train loss \d+\.\d{{4}} \| eval "
@@ -51,6 +52,7 @@ def test_tiny_run_prints_progress_and_a_one_line_summary(tiny_run):
     assert sorted(p.name for p in tiny_run["dir"].glob("ckpt-*.index")) == [f"ckpt-{STEPS}.index"]
 
 
+@pytest.mark.slow
 def test_operative_config_reparses_to_the_same_run(tiny_run, pretraining_data):
     path = tiny_run["dir"] / "operative_config.gin"
     gin.parse_config_file(str(path))  # stands alone: no include, every value spelled out
@@ -66,6 +68,7 @@ def test_operative_config_reparses_to_the_same_run(tiny_run, pretraining_data):
     assert encoder.vocab_size == pretraining_data["vocab_size"]
 
 
+@pytest.mark.slow
 def test_init_checkpoint_fixes_the_encoder_and_the_vocab(tiny_run):
     gin.parse_config("build_encoder.hidden_size = 999")  # ignored: the checkpoint decides
     encoder_fn, info = common.encoder_source(str(tiny_run["dir"] / f"ckpt-{STEPS}"))
@@ -96,6 +99,7 @@ def assert_one_line_error(code, err, *fragments):
         assert fragment in lines[0]
 
 
+@pytest.mark.slow
 def test_a_model_dir_of_another_architecture_is_refused_untouched(tiny_run, pretraining_data,
                                                                   capfd):
     before = {p.name: p.stat().st_mtime_ns for p in tiny_run["dir"].iterdir()}

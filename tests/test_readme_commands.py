@@ -20,6 +20,9 @@ import sys
 import pytest
 from conftest import REPO, SHARED
 
+# The README's commands end to end, in a bash subprocess.
+pytestmark = pytest.mark.slow
+
 MARKER = "<!-- readme-commands"
 # (README text, what the test runs instead): the only changes made to the commands.
 SHRINK = (

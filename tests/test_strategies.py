@@ -45,6 +45,7 @@ print("RESULT " + json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_mirrored_over_two_cpus_matches_one_device(tmp_path):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
                PYTHONPATH=os.pathsep.join([str(TESTS), str(TESTS.parent)]))

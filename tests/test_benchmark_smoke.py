@@ -323,6 +323,7 @@ def test_smoke_table_has_a_row_per_measurement(smoke):
     assert "| bert_trainer |" in text and "| tokenizers (1 thread) |" in text
 
 
+@pytest.mark.slow  # two benchmark worker processes, one per checkout
 def test_compare_trees_pairs_two_checkouts_round_by_round(tmp_path):
     """scripts/compare_trees.py: this checkout against itself, nano sizes (the harness only)."""
     output = tmp_path / "ab.json"

@@ -360,6 +360,7 @@ def test_two_finetune_runs_at_once_on_one_model_dir(paths, tmp_path):
     assert (tmp_path / "run" / "eval_results.json").is_file()  # the winner finished
 
 
+@pytest.mark.slow  # trains end to end in this process: left out of make test-fast
 def test_finetune_on_a_full_disk_keeps_the_last_checkpoint(paths, capsys):
     # The fine-tuned run (2 steps) resumed for 2 more on a small tmpfs filled up: the summary
     # and info files fit, the step-4 checkpoint does not.
@@ -416,6 +417,7 @@ def test_refused_before_the_first_step(case, args, expected, precheck_paths, dig
     assert_refusal(case, rc, capsys.readouterr().err, expected, precheck_paths, digests)
 
 
+@pytest.mark.slow  # trains end to end in this process: left out of make test-fast
 def test_init_checkpoint_prefix_warm_starts_from_that_checkpoint(paths, tiny_pretrained,
                                                                  tmp_path, capsys):
     # The directory's latest checkpoint (ckpt-5) holds other weights: the prefix must win.

@@ -73,6 +73,7 @@ def flip_bytes(prefix):
     (flip_bytes, r"ckpt-20 failed to restore \(.*Checksum does not match.*\); falling back to "
                  "the previous one"),
 ])
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_damaged_latest_checkpoint_falls_back_to_the_previous_one(
         finished_run, tmp_path, caplog, damage, reported):
     source, final_weights = finished_run

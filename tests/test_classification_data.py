@@ -99,6 +99,7 @@ def _sentences(ds):
     return rows
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_input_context_shards_are_disjoint_and_complete(shared_dir, tokenizer):
     raw = _raw(shared_dir, "sst2", "sst2/dev.tsv")
     build = lambda ctx: classification_dataset(raw, tokenizer, seq_length=48, batch_size=32,
@@ -118,6 +119,7 @@ def test_per_replica_batch_size():
         input_utils.per_replica_batch_size(62, ctx)
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_deterministic_mode_repeats_order(shared_dir, tokenizer):
     raw = _raw(shared_dir, "sst2", "sst2/dev.tsv")
 

@@ -112,6 +112,7 @@ def test_sequence_length_and_vocab_must_fit_the_encoder(tiny_pretrained, tmp_pat
                             config=finetuning.FinetuneConfig(seq_length=32))
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_learns_a_separable_task_from_the_checkpoint(tiny_pretrained, tmp_path):
     train_file = separable_tsv(tmp_path / "train.tsv", 480, seed=0)
     eval_file = separable_tsv(tmp_path / "dev.tsv", 100, seed=1)
@@ -128,6 +129,7 @@ def test_learns_a_separable_task_from_the_checkpoint(tiny_pretrained, tmp_path):
     assert scalar_history(str(tmp_path / "run"), "accuracy")[-1] > 0.8  # training accuracy
 
 
+@pytest.mark.slow  # trains end to end in this process: left out of make test-fast
 def test_mrpc_pairs_and_regression_train_and_evaluate(tiny_pretrained, tmp_path):
     """Real MRPC pairs (GLUE's TSV preset) and a handmade STS-B-like regression file."""
     mrpc = make_task("mrpc", tiny_pretrained, train_file=shared_file("mrpc/train.tsv"),

@@ -5,6 +5,8 @@ import json
 import pathlib
 import re
 
+import pytest
+
 from bert_trainer.data import demo_corpus, text_corpus
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -52,6 +54,7 @@ def test_corpus_is_clean_deterministic_bert_format(tmp_path):
     assert text_corpus.detect_format(str(a)) == "lines"
 
 
+@pytest.mark.slow  # trains end to end in this process: left out of make test-fast
 def test_script_writes_the_full_corpus(tmp_path, capsys):
     spec = importlib.util.spec_from_file_location(
         "make_demo_corpus", REPO / "scripts" / "make_demo_corpus.py")

@@ -227,6 +227,7 @@ def _load_hf_bert(encoder, weights, heads):
         [weights["pooler.dense.weight"].T, weights["pooler.dense.bias"]])
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_matches_hugging_face_bert_on_real_minilm_weights(minilm_dir, shared_dir):
     """The architecture (post-norm order, exact GELU, pooler, epsilon) equals HF BertModel."""
     from safetensors.numpy import load_file

@@ -164,6 +164,7 @@ def test_tag_scheme_rejects_non_iob2_tags():
         tagging_serving.tag_scheme(["O", "B-PER", "E-PER"])
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_tagger_character_spans_with_accents_emoji_and_spaces(vocab_file):
     module = TaggerServing(build_model("tagging", len(TAGS)), label_names=TAGS,
                            vocab_file=vocab_file, lower_case=True, seq_length=24)

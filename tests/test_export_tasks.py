@@ -19,6 +19,7 @@ from bert_trainer.tasks.question_answering import SquadConfig
 SENTENCES = ["a gripping , funny and moving film .", "dull and lifeless .", "Ça ira"]
 
 
+@pytest.mark.slow  # trains end to end in this process: left out of make test-fast
 def test_trainer_fine_tuned_classifier_serves_like_the_trained_model(tiny_pretrained, tmp_path):
     dev = shared_file("sst2/dev.tsv")
     task = make_task("sst2", tiny_pretrained, train_file=dev, eval_file=dev,

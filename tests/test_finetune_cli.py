@@ -124,6 +124,7 @@ def test_evaluate_needs_a_finetuned_model_dir(capsys, tmp_path):
                     "exist; pass the --model_dir of a finetune run")
 
 
+@pytest.mark.slow  # trains end to end in this process: left out of make test-fast
 def test_finetune_from_a_hugging_face_directory_then_resume(capsys, tiny_pretrained, tmp_path):
     """The command itself loads an HF directory (the trainer reads TF checkpoints only), on a
     fresh run only: the second run resumes from its own checkpoint and loads nothing."""

@@ -63,6 +63,7 @@ def test_read_minilm_config_names_and_transposes(minilm_dir):
                                   source["encoder.layer.5.output.LayerNorm.bias"])
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_numpy_reference_matches_hf_golden(minilm_dir, golden):
     """The float64 parity reference reproduces HF's BertModel outputs."""
     out = parity.reference_forward(read_checkpoint(str(minilm_dir)), _inputs(golden))
@@ -77,6 +78,7 @@ def test_numpy_reference_matches_hf_golden(minilm_dir, golden):
     np.testing.assert_allclose(out[features.POOLED_OUTPUT], golden["pooled_output"], atol=1e-5)
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_padding_positions_amplify_round_off(minilm_dir, golden):
     """Why padded positions get a looser bound against HF than real tokens (issue #5).
 
@@ -217,6 +219,7 @@ def converted_minilm(minilm_dir, tmp_path):
     return tmp_path / "bt"
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_converted_minilm_matches_hf_golden(converted_minilm, minilm_dir, golden):
     loaded = from_pretrained(str(converted_minilm))
     assert loaded.format == formats.BERT_TRAIN and loaded.initialized == []
@@ -238,6 +241,7 @@ def test_converted_minilm_matches_hf_golden(converted_minilm, minilm_dir, golden
         assert np.abs(h - g).max() <= 2e-4, f"hidden_states[{i}] on padding"
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_round_trip_hf_bert_train_hf_is_exact(converted_minilm, minilm_dir, tmp_path):
     result = convert(str(converted_minilm), str(tmp_path / "hf"), to=formats.HF,
                      log=lambda _: None)

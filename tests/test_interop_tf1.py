@@ -129,6 +129,7 @@ def test_missing_vocab_and_missing_checkpoint(google_dir):
         read_checkpoint(str(google_dir))
 
 
+@pytest.mark.slow  # trains end to end in this process: left out of make test-fast
 def test_converted_google_checkpoint_matches_hf_golden(google_dir, minilm_dir, shared_dir,
                                                        tmp_path):
     result = convert(str(google_dir), str(tmp_path / "bt"), verify=True, log=lambda _: None)

@@ -267,6 +267,7 @@ def test_a_training_step_of_the_encoder_runs_on_the_kernels():
     assert "BertSparseSoftmaxXent" in _traced_op_types(loss_and_hits, logits)
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_tensorflow_ops_under_xla_inside_disabled_and_when_off(monkeypatch):
     layer = TransformerEncoder(num_attention_heads=2, inner_dim=32, output_dropout=0.1)
     data = tf.constant(RNG.standard_normal((2, 6, 16)).astype("float32"))
@@ -290,6 +291,7 @@ def test_tensorflow_ops_under_xla_inside_disabled_and_when_off(monkeypatch):
         kernels.active()
 
 
+@pytest.mark.slow  # trains end to end in this process: left out of make test-fast
 @pytest.mark.parametrize("jit_compile", [False, True], ids=["tensorflow", "xla"])
 def test_the_trainers_pretraining_step_runs_with_the_kernels_required(jit_compile):
     """The real trainer and pretraining task (as the benchmark builds them): on TensorFlow
@@ -314,6 +316,7 @@ def test_a_visible_accelerator_leaves_the_kernels_off(monkeypatch):
     assert not FUSED_OPS & _traced_op_types(lambda v: layer(v, training=True), tf.ones([2, 8]))
 
 
+@pytest.mark.slow  # trains end to end in this process: left out of make test-fast
 def test_exported_saved_model_holds_only_tensorflow_ops(tmp_path):
     path, model = make_model_dir(tmp_path / "cls", "classification", pair=True, seq_length=16)
     assert kernels.active()  # so the export below had them available, and left them out
@@ -354,6 +357,7 @@ def _run_python(code: str, **env) -> subprocess.CompletedProcess:
                           env=environ, timeout=300, check=False, cwd=REPO)
 
 
+@pytest.mark.slow  # trains end to end in this process: left out of make test-fast
 @_without_the_library
 def test_without_a_compiler_auto_falls_back_and_on_fails_with_the_fix(tmp_path):
     no_compiler = {"CXX": "", "PATH": str(tmp_path), build.CACHE_ENV: str(tmp_path / "c")}
@@ -377,6 +381,7 @@ def test_without_a_compiler_auto_falls_back_and_on_fails_with_the_fix(tmp_path):
         "g++, or set BERT_TRAIN_FUSED_KERNELS=off to use TensorFlow's own ops")
 
 
+@pytest.mark.slow  # trains end to end in this process: left out of make test-fast
 @_without_the_library
 def test_a_failing_compile_leaves_its_log_and_no_library(tmp_path):
     cache = tmp_path / "cache"

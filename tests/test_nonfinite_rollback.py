@@ -61,6 +61,7 @@ def skipped_in(prefix) -> int:
         "skipped_steps/.ATTRIBUTES/VARIABLE_VALUE"))
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_rollback_skips_the_bad_batch_and_matches_a_run_without_it(tmp_path, caplog):
     # Batch 7 (0-based) is bad, so step 8 is refused; ckpt-5 is the last good checkpoint.
     caplog.set_level("WARNING")
@@ -83,6 +84,7 @@ def test_rollback_skips_the_bad_batch_and_matches_a_run_without_it(tmp_path, cap
     assert max_difference(weights(run), weights(reference)) <= 1e-6
 
 
+@pytest.mark.slow  # trains end to end in this process: left out of make test-fast
 def test_consecutive_bad_batches_cost_one_rollback_each_and_stay_bounded(tmp_path, caplog):
     caplog.set_level("WARNING")
     run = make(tmp_path / "run", ToyWithBadBatches(poisoned=[7, 8]), train_steps=12,
@@ -107,6 +109,7 @@ def test_consecutive_bad_batches_cost_one_rollback_each_and_stay_bounded(tmp_pat
         r.getMessage() for r in caplog.records]
 
 
+@pytest.mark.slow  # trains end to end in this process: left out of make test-fast
 def test_resume_after_a_rollback_keeps_the_data_position(tmp_path):
     # Stop at step 15 (after the rollback at step 8), restart: the input must continue after
     # the skipped batch, not replay it.
@@ -121,6 +124,7 @@ def test_resume_after_a_rollback_keeps_the_data_position(tmp_path):
     assert max_difference(weights(resumed), weights(reference)) <= 1e-6
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_a_fresh_run_writes_a_checkpoint_to_roll_back_to(tmp_path):
     # Batch 1 is bad: step 2 fails before any regular checkpoint exists.
     run = make(tmp_path, ToyWithBadBatches(poisoned=[1]), train_steps=4, max_rollbacks=1,

@@ -86,6 +86,7 @@ def test_sigterm_ends_the_loop_at_a_step_checkpoints_and_resumes_exactly(tmp_pat
     assert max_difference(weights(straight), weights(resumed)) <= 1e-6
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_sigint_raises_preempted_and_restores_the_handlers(tmp_path):
     # The signal is raised from the input pipeline's thread as it makes batch 6: the compiled
     # loop is running, and the main thread executes no Python until it returns.

@@ -105,6 +105,7 @@ def test_google_research_bert_record_is_renamed(data, tmp_path):
     assert batch[features.NEXT_SENTENCE_LABELS].numpy().tolist() == [1]
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_eval_reads_every_example_once_and_shards_split_them(data):
     def ids(**kwargs):
         rows = []
@@ -121,6 +122,7 @@ def test_eval_reads_every_example_once_and_shards_split_them(data):
     assert sorted(parts[0] + parts[1]) == sorted(everything)
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_deterministic_for_a_seed_and_masks_change_each_epoch(data):
     def first_batches(seed):
         dataset = _dataset(data, seed=seed, deterministic=True)

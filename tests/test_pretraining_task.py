@@ -186,6 +186,7 @@ def test_weighted_rows_gradient_copies_no_vocabulary_sized_slice(monkeypatch):
     assert vocabulary_sized == []
 
 
+@pytest.mark.slow  # trains end to end in this process: left out of make test-fast
 def test_tiny_run_lowers_the_loss_and_logs_every_scalar(straight_run):
     result, before = straight_run["result"], straight_run["before"]
     assert result.step == STEPS
@@ -211,6 +212,7 @@ class _Killed(Exception):
     pass
 
 
+@pytest.mark.slow  # trains end to end in this process: left out of make test-fast
 def test_killed_run_resumes_at_the_saved_step_with_the_same_weights(straight_run,
                                                                     pretraining_data, tmp_path):
     keras.utils.set_random_seed(1234)
@@ -320,6 +322,7 @@ def test_static_masked_data_trains_masked_lm_only(pretraining_data, tmp_path):
     assert model_dir.read_model_info(str(tmp_path)).vocab_file is None
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_input_pipelines_read_disjoint_shards_in_per_replica_batches(pretraining_data):
     task = make_task(pretraining_data)
 

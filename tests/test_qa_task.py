@@ -37,6 +37,7 @@ def test_loss_is_the_mean_of_start_and_end_cross_entropy(tiny_pretrained):
     np.testing.assert_allclose(loss, expected, rtol=1e-5)
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_gold_logits_decode_to_the_gold_answers(tiny_pretrained):
     """Logits peaked on each window's gold span score (nearly) 100 EM; shifted ones do not."""
     task = squad_task(tiny_pretrained, max_eval_examples=60)
@@ -63,6 +64,7 @@ def test_gold_logits_decode_to_the_gold_answers(tiny_pretrained):
     assert shifted["exact_match"] < 50.0 and 50.0 < shifted["f1"] < 90.0, shifted
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_partial_evaluation_scores_only_complete_questions(tiny_pretrained):
     task = squad_task(tiny_pretrained, max_eval_examples=20)
     batches = list(task.build_inputs(task.eval_split, None, is_training=False))
@@ -86,6 +88,7 @@ def test_query_length_must_leave_room_for_context(tiny_pretrained):
         make_task("squad", tiny_pretrained, train_file=shared_file(SQUAD), seq_length=32)
 
 
+@pytest.mark.slow  # trains end to end in this process: left out of make test-fast
 def test_fine_tunes_from_the_checkpoint(tiny_pretrained, tmp_path):
     task = squad_task(tiny_pretrained, max_train_examples=48, max_eval_examples=24)
     assert task.num_examples("train") == 48 and not task.version_2

@@ -3,6 +3,7 @@
 import re
 
 import numpy as np
+import pytest
 from conftest import REPO
 
 
@@ -10,6 +11,7 @@ def _python_blocks(text: str) -> list[str]:
     return re.findall(r"```python\n(.*?)```", text, flags=re.S)
 
 
+@pytest.mark.slow  # trains end to end in this process: left out of make test-fast
 def test_readme_classifier_example_builds_and_trains():
     blocks = _python_blocks((REPO / "README.md").read_text())
     assert blocks, "README.md has no ```python example"

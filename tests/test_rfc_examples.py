@@ -17,6 +17,7 @@ the RFC writes it; the changes, each marked `# RFC:` with the original, are:
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import bert_trainer.encoders
@@ -36,6 +37,7 @@ def _token_features(num_examples, seed=0):
     return {"input_ids": ids, "input_mask": mask, "input_type_ids": np.zeros_like(mask)}
 
 
+@pytest.mark.slow  # trains end to end in this process: left out of make test-fast
 def test_classification_example(tmp_path):
     # A "pretrained" checkpoint for the example to restore.
     pretrained = bert_trainer.encoders.BertEncoder(
@@ -70,6 +72,7 @@ def test_classification_example(tmp_path):
     assert history.history["loss"][-1] < history.history["loss"][0]
 
 
+@pytest.mark.slow  # trains end to end in this process: left out of make test-fast
 def test_pretraining_example():
     vocab_size, max_sequence_length, type_vocab_size, num_classes = 30522, 512, 2, 2
     features = _token_features(16)

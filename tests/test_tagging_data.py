@@ -52,6 +52,7 @@ def _eval_batches(shared_dir, tokenizer, seq_length):
                                                   batch_size=128, is_training=False))
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_labels_on_first_sub_tokens_and_round_trip(shared_dir, tokenizer):
     raw, batches = _eval_batches(shared_dir, tokenizer, seq_length=128)
     rows = list(raw.as_numpy_iterator())
@@ -86,6 +87,7 @@ def test_labels_on_first_sub_tokens_and_round_trip(shared_dir, tokenizer):
         assert back[i] == gold[:kept[i]] + ["O"] * (num_words[i] - kept[i]), i
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_training_batches_are_static(shared_dir, tokenizer):
     raw = task_data.get_task_data("conll2003").load(
         "train", file=str(shared_dir / "data/conll2003/eng.testa"))

@@ -52,6 +52,7 @@ def test_entity_f1_over_words_from_first_pieces(tiny_pretrained):
     assert results["f1"] == pytest.approx(2 / 3) and results["precision"] == pytest.approx(2 / 3)
 
 
+@pytest.mark.slow  # trains end to end in this process: left out of make test-fast
 def test_fine_tunes_conll_from_the_checkpoint(tiny_pretrained, tmp_path):
     task = conll_task(tiny_pretrained, max_train_examples=160, max_eval_examples=64)
     assert task.label_names == CONLL2003_LABELS and task.best_metric == "f1"
@@ -79,6 +80,7 @@ def test_initialize_restores_only_the_encoder(tiny_pretrained):
         np.testing.assert_array_equal(variable.numpy(), before)
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_your_own_conll_file_gets_its_tags_from_the_training_file(tiny_pretrained, tmp_path):
     conll = tmp_path / "ner.txt"
     conll.write_text("Ann B-PER\nlives O\nin O\nOslo I-LOC\n\nBob I-PER\nSmith I-PER\n",

@@ -122,6 +122,7 @@ def test_unlabeled_file_has_no_label(tmp_path):
     assert _rows(task.load("eval", file=path)) == [{"text": b"hello"}]
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_conll_local_iob1_to_iob2_ids(shared_dir):
     task = task_data.get_task_data("conll2003")
     rows = _rows(task.load("eval", file=str(shared_dir / "data/conll2003/eng.testa")))

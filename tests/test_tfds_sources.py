@@ -118,6 +118,7 @@ def test_glue_mrpc_mock_pairs(mock_tfds, tokenizer):
     assert batch[features.LABEL_IDS].dtype == tf.int32
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_squad_mock_recovers_answers(mock_tfds, tokenizer):
     raw = task_data.get_task_data("squad").load("eval")
     data = squad_data.squad_eval_data(raw, tokenizer, seq_length=32, doc_stride=8,

@@ -118,6 +118,7 @@ def test_offsets_index_the_original_utf8_bytes(minilm_tokenizer):
     assert ids.dtype == tf.int32 and starts.dtype == tf.int64
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_words_group_pieces_like_tf_text_bert_tokenizer(minilm_tokenizer, shared_dir):
     texts = [r["text"] for r in _golden(shared_dir)] + ["", "##abc ##"]
     table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(

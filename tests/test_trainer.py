@@ -34,6 +34,7 @@ def make(model_dir, task_config=TOY, optimizer=ADAMW, **config):
                    optimizer=optimizer)
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_training_lowers_the_loss_and_evaluates_every_example(tmp_path):
     trainer = make(tmp_path, train_steps=40, summary_interval=10, eval_interval=20)
     before = trainer.evaluate()
@@ -49,6 +50,7 @@ def test_training_lowers_the_loss_and_evaluates_every_example(tmp_path):
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-40")
 
 
+@pytest.mark.slow  # trains end to end in this process: left out of make test-fast
 @pytest.mark.parametrize("accumulation_steps", [1, 2])
 def test_killed_and_resumed_run_ends_with_the_same_weights(tmp_path, accumulation_steps):
     # Dropout on: the resumed run must also draw the same dropout masks.
@@ -65,6 +67,7 @@ def test_killed_and_resumed_run_ends_with_the_same_weights(tmp_path, accumulatio
     assert max_difference(weights(straight), weights(resumed)) <= 1e-6
 
 
+@pytest.mark.slow  # trains end to end in this process: left out of make test-fast
 def test_resume_does_not_replay_consumed_batches(tmp_path):
     # Control for the test above: without the data position, resuming gives other weights.
     task = ToyConfig()
@@ -77,6 +80,7 @@ def test_resume_does_not_replay_consumed_batches(tmp_path):
     assert max_difference(weights(straight), weights(resumed)) > 1e-4
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_nan_stops_the_run_at_its_step_and_keeps_the_last_checkpoint(tmp_path):
     # Batch index 7 holds NaN, so step 8 is the first bad one.
     trainer = make(tmp_path, ToyConfig(poison_batch=7), train_steps=20, checkpoint_interval=5)
@@ -99,6 +103,7 @@ def _toy_setting(value=1):
     return value
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_event_files_hold_the_training_and_eval_scalars(tmp_path):
     gin.parse_config("_toy_setting.value = 7")
     assert _toy_setting() == 7
@@ -148,6 +153,7 @@ def test_clipping_bounds_the_applied_update(tmp_path):
     assert update == pytest.approx(1e-3, rel=1e-3)
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_mixed_bfloat16_trains_and_restores_the_global_policy(tmp_path):
     trainer = make(tmp_path, train_steps=10, mixed_precision="bfloat16", eval_steps=None)
     result = trainer.train_and_evaluate()
@@ -157,6 +163,7 @@ def test_mixed_bfloat16_trains_and_restores_the_global_policy(tmp_path):
     assert keras.config.dtype_policy().name == "float32"
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_float16_uses_dynamic_loss_scaling(tmp_path):
     trainer = make(tmp_path, train_steps=10, mixed_precision="float16")
     assert isinstance(trainer.optimizer, keras.optimizers.LossScaleOptimizer)
@@ -170,6 +177,7 @@ def test_float16_uses_dynamic_loss_scaling(tmp_path):
     assert keras.config.dtype_policy().name == "float32"
 
 
+@pytest.mark.slow  # trains end to end in this process: left out of make test-fast
 def test_jit_compile_gives_the_same_weights(tmp_path):
     eager = make(tmp_path / "a", train_steps=5)
     eager.train_and_evaluate()
@@ -178,6 +186,7 @@ def test_jit_compile_gives_the_same_weights(tmp_path):
     assert max_difference(weights(eager), weights(compiled)) < 1e-5
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_init_checkpoint_warm_starts_fresh_runs_only(tmp_path):
     make(tmp_path / "pre", train_steps=5).train_and_evaluate()
     pretrained = weights(make(tmp_path / "pre", train_steps=5))
@@ -208,6 +217,7 @@ def test_bad_settings_are_user_errors(tmp_path):
         make(tmp_path / "run", train_steps=5, init_checkpoint=str(tmp_path / "missing"))
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_unknown_best_metric_names_the_choices(tmp_path):
     trainer = make(tmp_path, train_steps=5, best_metric="f1", eval_steps=1)
     with pytest.raises(UserError, match="best_metric='f1' is not an eval metric.*accuracy"):

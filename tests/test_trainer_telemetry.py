@@ -45,6 +45,7 @@ def make_trainer(model_dir, **config):
     return Trainer(task, str(model_dir), config=config, optimizer=optimization.OptimizerConfig())
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_tensorboard_gets_padding_fraction_model_flops_and_mfu(tmp_path, monkeypatch):
     monkeypatch.setattr(kernels, "_accelerators_visible", lambda: False)  # as on a CPU host
     trainer = make_trainer(tmp_path, peak_flops=2e9)
@@ -91,6 +92,7 @@ def test_peak_is_measured_when_not_configured_and_scaled_by_replicas():
     assert 1e8 < measured < 1e13  # a CPU matmul, not the configured number
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_train_results_is_the_running_mean_since_the_last_summary(tmp_path):
     trainer = make_trainer(tmp_path)
     trainer.run_steps(trainer.train_iterator(), 2)
@@ -100,6 +102,7 @@ def test_train_results_is_the_running_mean_since_the_last_summary(tmp_path):
     assert results["loss"] == pytest.approx(np.log(SIZE.vocab_size) + np.log(2), rel=0.1)
 
 
+@pytest.mark.slow  # trains end to end in this process: left out of make test-fast
 def test_mixed_bfloat16_reaches_the_encoder_and_changes_the_losses(tmp_path):
     losses, models = {}, {}
     for precision in (None, "bfloat16"):

@@ -16,6 +16,7 @@ def speeches(shared_dir):
                     ("1861-Lincoln.txt", "1933-Roosevelt.txt", "1961-Kennedy.txt"))
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_learned_vocab_reserves_specials_and_covers_the_text(speeches, tmp_path):
     out = tmp_path / "v" / "vocab.txt"
     summary = learn_vocab(speeches, 400, str(out), progress=None, lower_thresh=2)
@@ -37,6 +38,7 @@ def test_learned_vocab_reserves_specials_and_covers_the_text(speeches, tmp_path)
     assert (pieces == tok.unk_id).mean() < 0.005
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_cased_vocab_keeps_capitals(speeches, tmp_path):
     out = tmp_path / "cased.txt"
     learn_vocab(speeches, 400, str(out), lower_case=False, progress=None, lower_thresh=2)
@@ -57,6 +59,7 @@ def test_errors(tmp_path):
         learn_vocab(str(empty), 100, str(tmp_path / "v.txt"), progress=None)
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_command_line(speeches, tmp_path, capsys):
     flags.FLAGS.unparse_flags()
     out = tmp_path / "cli_vocab.txt"

@@ -214,7 +214,7 @@ def gin_errors(source: str):
     except UserError as e:
         raise UserError(first_line(e)) from None
     except SyntaxError as e:  # gin's own parser: carries the file and line
-        raise UserError(f"{e.filename or source}:{e.lineno}: {e.msg}") from None
+        raise UserError(f"{e.filename or source}:{e.lineno}: {first_line(e.msg)}") from None
     except tokenize.TokenError as e:  # e.g. an unclosed bracket, found at the end of the file
         raise UserError(f"{source}:{e.args[1][0]}: {e.args[0]} (an unclosed bracket?)") from None
     except (ValueError, TypeError, LookupError, ImportError, OSError) as e:

@@ -8,6 +8,7 @@ Gradient accumulation lives in the trainer (it owns the train step).
 
 import contextlib
 import dataclasses
+import math
 import re
 
 import keras
@@ -62,6 +63,15 @@ class OptimizerConfig:
         if self.name not in OPTIMIZER_NAMES:
             raise UserError(f"optimizer name={self.name!r} is unknown; choose one of: "
                             f"{', '.join(OPTIMIZER_NAMES)}")
+        for field in ("learning_rate", "end_learning_rate", "power", "weight_decay", "beta_1",
+                      "beta_2", "epsilon", "momentum", "clip_norm"):
+            value = getattr(self, field)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
+                                      or not math.isfinite(value)):
+                raise UserError(f"optimizer {field}={value!r} must be a finite number")
+        for field in ("beta_1", "beta_2"):
+            if not 0 <= getattr(self, field) < 1:
+                raise UserError(f"optimizer {field}={getattr(self, field)} must be in [0, 1)")
         for field in ("learning_rate", "epsilon"):
             if not getattr(self, field) > 0:
                 raise UserError(f"optimizer {field}={getattr(self, field)} must be > 0")

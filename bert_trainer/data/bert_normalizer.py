@@ -209,3 +209,19 @@ def normalizer_model(lower_case: bool) -> bytes:
     builder.PrependUOffsetTRelativeSlot(3, pool_vector, 0)
     builder.Finish(builder.EndObject())
     return bytes(builder.Output())
+
+
+def mark_deleted(texts):
+    """Rewrites the private-use planes (deleted; left out of the table) to `DELETE_MARK`, a
+    deleted character of the same UTF-8 length, so byte offsets stay those of the input.
+
+    Args:
+      texts: string tensor (or list) of any shape.
+
+    Returns:
+      string tensor of the same shape, to normalize with `normalizer_model`'s table.
+    """
+    import tensorflow as tf  # noqa: PLC0415 (the table itself needs no TensorFlow)
+
+    return tf.strings.regex_replace(tf.convert_to_tensor(texts, tf.string), PRIVATE_USE_PLANES,
+                                    DELETE_MARK)

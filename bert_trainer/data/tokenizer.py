@@ -136,11 +136,7 @@ class Tokenizer(tf.Module):
 
     @staticmethod
     def _mark_deleted(texts) -> tf.Tensor:
-        """Rewrites the private-use planes (deleted; left out of the normalizer's table) to a
-        deleted character of the same UTF-8 length, so byte offsets stay those of the input."""
-        return tf.strings.regex_replace(tf.convert_to_tensor(texts, tf.string),
-                                        bert_normalizer.PRIVATE_USE_PLANES,
-                                        bert_normalizer.DELETE_MARK)
+        return bert_normalizer.mark_deleted(texts)
 
     def tokenize(self, texts) -> tf.RaggedTensor:
         """Word pieces of each text.

@@ -11,10 +11,11 @@ import sys
 import time
 
 import tensorflow as tf
+import tensorflow_text as tf_text
 from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset as bert_vocab
 
 from bert_trainer import features, outputs
-from bert_trainer.data import text_corpus
+from bert_trainer.data import bert_normalizer, text_corpus
 from bert_trainer.errors import UserError
 
 _LINES_PER_ELEMENT = 1024  # Lines per dataset element: fewer, larger tokenizer calls.
@@ -104,11 +105,17 @@ def learn_vocab(inputs, vocab_size: int, output: str, *, lower_case: bool = True
                         f"use one of {text_corpus.ENCODING_ERRORS}")
     start = time.time()
     failures = []  # a UserError raised while reading (e.g. a line that is not UTF-8)
-    dataset = _line_dataset(files, encoding_errors, progress, failures)
+    # The text is normalized as the Tokenizer normalizes it (BERT's own table), so the learner
+    # sees the characters the tokenizer will look up; its own lower_case would apply
+    # NFKC_Casefold instead (`½` -> `1⁄2`), leaving such words without a piece.
+    normalizer = tf_text.FastBertNormalizer(
+        model_buffer=bert_normalizer.normalizer_model(lower_case))
+    dataset = _line_dataset(files, encoding_errors, progress, failures).map(
+        lambda lines: normalizer.normalize(bert_normalizer.mark_deleted(lines)))
     try:
         vocab = bert_vocab.bert_vocab_from_dataset(
             dataset, vocab_size=vocab_size, reserved_tokens=list(features.SPECIAL_TOKENS),
-            bert_tokenizer_params={"lower_case": lower_case}, learn_params=learn_params)
+            bert_tokenizer_params={"lower_case": False}, learn_params=learn_params)
     except StopIteration:  # The learner peeks at the first word of an empty count.
         raise UserError(f"--input={inputs} holds no text; pass non-empty files") from None
     except tf.errors.OpError:

@@ -112,3 +112,27 @@ def test_a_google_checkpoint_prefix_asks_for_its_directory(tmp_path):
                                         rf"is read from its directory; pass "
                                         rf"--init_checkpoint={tmp_path}$"):
         finetuning.spec_from_checkpoint(str(prefix))
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("weight_decay", float("inf"), "optimizer weight_decay=inf must be a finite number"),
+    ("learning_rate", float("nan"), "optimizer learning_rate=nan must be a finite number"),
+    ("clip_norm", float("-inf"), "optimizer clip_norm=-inf must be a finite number"),
+    ("beta_2", 1.0, "optimizer beta_2=1.0 must be in [0, 1)"),
+])
+def test_optimizer_values_must_be_finite(field, value, message):
+    from bert_trainer.training import OptimizerConfig  # noqa: PLC0415
+
+    with pytest.raises(UserError) as raised:
+        OptimizerConfig(**{field: value})
+    assert str(raised.value) == message
+
+
+def test_a_bad_gin_binding_value_is_one_line():
+    from bert_trainer.commands import common  # noqa: PLC0415
+
+    with pytest.raises(UserError) as raised:
+        common.parse_gin([], ["OptimizerConfig.learning_rate = nan"])
+    message = str(raised.value)
+    assert message.startswith("--gin_param 'OptimizerConfig.learning_rate = nan'")
+    assert "\n" not in message

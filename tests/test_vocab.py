@@ -71,3 +71,19 @@ def test_command_line(speeches, tmp_path, capsys):
     assert cli.main(["bert-train", "vocab", f"--output={out}"]) == 2
     assert "--input is required" in capsys.readouterr().err
     flags.FLAGS.unparse_flags()
+
+
+def test_vocab_learns_the_characters_the_tokenizer_keeps(tmp_path):
+    # The tokenizer normalizes as BERT does (NFD, marks dropped), not by compatibility
+    # decomposition: '½' and 'ﬁ' stay themselves and need pieces of their own; 'café' is 'cafe'.
+    text = tmp_path / "text.txt"
+    text.write_text("".join(f"a ½ cup of café ﬁlms number {i}\n" for i in range(200)),
+                    encoding="utf-8")
+    output = tmp_path / "vocab.txt"
+    learn_vocab(str(text), 200, str(output), progress=None)
+    tokens = set(output.read_text(encoding="utf-8").split("\n"))
+    assert {"½", "cafe"} <= tokens and "café" not in tokens
+    assert any(t.lstrip("#").startswith("ﬁ") for t in tokens), sorted(tokens)[:50]
+    ids = Tokenizer(str(output)).tokenize(["a ½ cup of café ﬁlms"]).to_list()[0]
+    unk = Tokenizer(str(output)).unk_id
+    assert unk not in ids

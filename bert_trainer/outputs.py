@@ -54,6 +54,29 @@ class Kind:
     recognizes: Callable[[str], bool] | None = None
 
 
+def check_apart(output: str, source: str, source_flag: str) -> None:
+    """Refuses an `--output` that is, contains or lies inside a directory the command reads.
+
+    Args:
+      output: the --output path.
+      source: the directory read (a model directory, a checkpoint to convert).
+      source_flag: its flag, named in the message, e.g. "--model_dir".
+
+    Raises:
+      UserError: naming both paths; writing there could replace or mix into what is read.
+    """
+    target, origin = os.path.realpath(output), os.path.realpath(source)
+    if target == origin:
+        raise UserError(f"--output={output} is the {source_flag} directory; write to a new "
+                        "directory")
+    if origin.startswith(target + os.sep):
+        raise UserError(f"--output={output} contains {source_flag}={source}; write to a new "
+                        "directory")
+    if target.startswith(origin + os.sep):
+        raise UserError(f"--output={output} is inside {source_flag}={source}, which belongs "
+                        "to what made it; write to a directory outside it")
+
+
 def temporary_sibling(path: str, tag: str = "tmp") -> str:
     """`DIR/.NAME.tag-PID`: hidden, on the same file system, unique to this process."""
     directory, name = os.path.split(os.path.abspath(path))

@@ -261,7 +261,7 @@ OUTPUT_CASES = [
      "--output={existing}/predictions.jsonl is inside the model directory {existing}"),
     ("export --overwrite onto the model_dir",
      ["export", "--model_dir={existing}", "--output={existing}", "--overwrite"],
-     "--output={existing} is the --model_dir; export to a new directory"),
+     "--output={existing} is the --model_dir directory; write to a new directory"),
     ("export --overwrite onto the model_dir's parent",
      ["export", "--model_dir={existing}", "--output={existing_parent}", "--overwrite"],
      "--output={existing_parent} contains --model_dir={existing}"),

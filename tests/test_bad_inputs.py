@@ -157,8 +157,8 @@ def fill(args, paths) -> list[str]:
 TABLE = os.environ.get("BAD_INPUTS_TABLE")  # a file: each case's message is appended to it
 
 
-def assert_refusal(case, rc, stderr, expected, paths, digests) -> None:
-    """Exit code 2, one `bert-train ...` line naming the thing, no traceback, nothing changed."""
+def assert_one_line(case, rc, stderr, expected: str) -> None:
+    """Exit code 2 and one `bert-train ...` line holding `expected`; no traceback."""
     lines = [line for line in stderr.splitlines() if line.startswith("bert-train")]
     if TABLE:
         with open(TABLE, "a") as f:
@@ -166,7 +166,12 @@ def assert_refusal(case, rc, stderr, expected, paths, digests) -> None:
     assert "Traceback" not in stderr, stderr[-3000:]
     assert rc == EXIT_USER_ERROR, stderr[-3000:]
     assert len(lines) == 1, stderr[-3000:]
-    assert fill([expected], paths)[0] in lines[0]
+    assert expected in lines[0], lines[0]
+
+
+def assert_refusal(case, rc, stderr, expected, paths, digests) -> None:
+    """Exit code 2, one `bert-train ...` line naming the thing, no traceback, nothing changed."""
+    assert_one_line(case, rc, stderr, fill([expected], paths)[0])
     assert {d: tree_digest(paths[d]) for d in GUARDED} == digests
     assert not os.path.exists(paths["fresh"]), "a failed run left a new model_dir behind"
 
@@ -291,15 +296,8 @@ def output_results(output_paths):
 def test_outputs_are_replaced_only_when_ours(index, output_results, output_paths):
     before, results = output_results
     case, _, expected = OUTPUT_CASES[index]
-    rc, stderr = results[index]["rc"], results[index]["stderr"]
-    lines = [line for line in stderr.splitlines() if line.startswith("bert-train")]
-    if TABLE:
-        with open(TABLE, "a") as f:
-            f.write(f"{case}\t{rc}\t{' / '.join(lines) or stderr[-300:]!r}\n")
-    assert "Traceback" not in stderr, stderr[-3000:]
-    assert rc == EXIT_USER_ERROR, stderr[-3000:]
-    assert len(lines) == 1, stderr[-3000:]
-    assert fill([expected], output_paths)[0] in lines[0], lines[0]
+    assert_one_line(case, results[index]["rc"], results[index]["stderr"],
+                    fill([expected], output_paths)[0])
     assert output_digests(output_paths) == before
     left = [os.path.join(d, n) for key in ("outputs_root", "existing_parent", "pretraining_run",
                                            "pretrained")

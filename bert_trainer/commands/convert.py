@@ -174,13 +174,5 @@ CONVERTED = outputs.Kind("convert", "a directory written by bert-train convert",
 
 def _check_output(input_path: str, output_dir: str, overwrite: bool) -> str:
     """The absolute output path; UserError if writing there could lose anything."""
-    source, target = os.path.realpath(input_path), os.path.realpath(output_dir)
-    if source == target:
-        raise UserError(f"--output={output_dir} is the input directory; write to a new one")
-    if target.startswith(source + os.sep):
-        raise UserError(f"--output={output_dir} is inside --input={input_path}; write to a "
-                        "directory outside it")
-    if source.startswith(target + os.sep):
-        raise UserError(f"--output={output_dir} contains --input={input_path}; write to a new "
-                        "directory")
+    outputs.check_apart(output_dir, input_path, "--input")
     return outputs.check_output(output_dir, CONVERTED, overwrite=overwrite)

@@ -180,15 +180,7 @@ def check_output_dir(output: str, overwrite: bool = False, *,
         `model_dir`.
     """
     if model_dir is not None:
-        target, source = os.path.realpath(output), os.path.realpath(model_dir)
-        if target == source:
-            raise UserError(f"--output={output} is the --model_dir; export to a new directory")
-        if source.startswith(target + os.sep):
-            raise UserError(f"--output={output} contains --model_dir={model_dir}; export to a "
-                            "new directory")
-        if target.startswith(source + os.sep):
-            raise UserError(f"--output={output} is inside --model_dir={model_dir}, which "
-                            "belongs to the run that made it; export to a directory outside it")
+        outputs.check_apart(output, model_dir, "--model_dir")
     return outputs.check_output(output, SAVED_MODEL, overwrite=overwrite)
 
 

@@ -479,6 +479,7 @@ def _assert_metrics_printed(rc, out, err, model_dir, finetuned) -> None:
                         "are printed only (eval_results.json, eval/ summaries not written)"]
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_evaluate_prints_the_metrics_of_a_model_dir_it_cannot_write(paths, digests, capsys,
                                                                     monkeypatch):
     # As test_read_only_model_dir: os.access answers as it would for a user without write
@@ -493,6 +494,7 @@ def test_evaluate_prints_the_metrics_of_a_model_dir_it_cannot_write(paths, diges
     assert {d: tree_digest(paths[d]) for d in GUARDED} == digests
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_evaluate_on_a_read_only_mount(paths, digests, capsys, tmp_path):
     # A real read-only file system, where the system allows a bind mount (root on Linux).
     mount = tmp_path / "read_only_run"

@@ -58,6 +58,7 @@ def good_checkpoint(model_dir) -> dict[str, str]:
     return {k: v for k, v in tree_digest(model_dir).items() if k.startswith("ckpt-2.")}
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_disk_full_during_a_save_leaves_the_last_checkpoint_resumable(tmp_path):
     with small_disk(DISK_KB) as disk:
         model_dir = os.path.join(disk, "run")
@@ -91,6 +92,7 @@ def test_disk_full_during_a_save_leaves_the_last_checkpoint_resumable(tmp_path):
     assert difference < 1e-6  # resumed exactly where the uninterrupted run was at step 2
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_read_only_file_system_mid_run(tmp_path, caplog):
     with small_disk(DISK_KB) as disk:
         model_dir = os.path.join(disk, "run")

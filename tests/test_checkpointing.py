@@ -103,6 +103,7 @@ def test_best_keeper_max_and_min(tmp_path):
             {"loss": 1.0, "f1": 0.1}, step=1)
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_best_checkpoint_kept_apart_during_training(tmp_path):
     trainer = make(tmp_path, train_steps=12, steps_per_loop=4, eval_interval=4, eval_steps=None,
                    best_metric="loss", best_metric_mode="min", max_checkpoints=1)

@@ -59,6 +59,7 @@ def test_albert_encoder_layer_checks_and_sharing(tmp_path):
 
 @pytest.mark.parametrize("name, expected", [("tiny", 4_385_920), ("base", 109_482_240),
                                             ("large", 335_141_888), ("albert_base", 11_683_584)])
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_gin_sizes_have_the_published_parameter_counts(name, expected):
     # Zero initialization only saves the random draws (seconds for 335M values).
     encoder = configurables.encoder_from_gin(

@@ -62,6 +62,7 @@ def test_byte_to_char_counts_code_points():
     assert empty.shape[0] == 0  # an empty batch is not an error
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_squad_windows_equal_the_training_windows(vocab_file):
     module = squad_module(vocab_file)
     examples = [squad_data.SquadExample(str(i), q, c, [], [])
@@ -84,6 +85,7 @@ def test_squad_windows_equal_the_training_windows(vocab_file):
                                   [w.is_max_context for w in expected])
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 @pytest.mark.parametrize("version_2", [False, True])
 def test_squad_selection_equals_postprocess_on_random_logits(vocab_file, version_2):
     module = squad_module(vocab_file, n_best=5, max_answer_length=4, version_2=version_2,
@@ -189,6 +191,7 @@ def test_tagger_character_spans_with_accents_emoji_and_spaces(vocab_file):
     assert out["entity_type"][1, 2] == b""
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 @pytest.mark.parametrize("regression", [False, True])
 def test_classifier_serving_packs_pairs_as_fine_tuning_does(vocab_file, regression):
     model = build_model("regression" if regression else "classification", 3)

@@ -157,6 +157,7 @@ def serving_module(tmp_path_factory):
     return build_serving_module(str(path))
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_export_overwrite_replaces_its_own_export_only(serving_module, tmp_path):
     from bert_trainer.export import exporter  # noqa: PLC0415
 
@@ -177,6 +178,7 @@ def test_export_overwrite_replaces_its_own_export_only(serving_module, tmp_path)
     assert tree_digest(out) == before and not temporaries(tmp_path)
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_export_on_a_full_disk_keeps_the_old_export(serving_module):
     from bert_trainer.export import exporter  # noqa: PLC0415
 
@@ -193,6 +195,7 @@ def test_export_on_a_full_disk_keeps_the_old_export(serving_module):
         assert tree_digest(disk) == before
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_export_refused_mid_write_keeps_the_old_export(serving_module, tmp_path, monkeypatch):
     import tensorflow as tf  # noqa: PLC0415
 
@@ -217,6 +220,7 @@ def test_export_refused_mid_write_keeps_the_old_export(serving_module, tmp_path,
 
 # ---------------------------------------------------------------- vocab, convert, predict
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_vocab_on_a_full_disk_and_a_refused_write(corpus, tmp_path, monkeypatch):
     from bert_trainer.data.vocab import learn_vocab  # noqa: PLC0415
 

@@ -242,6 +242,7 @@ def test_killed_run_resumes_at_the_saved_step_with_the_same_weights(straight_run
     assert difference < 1e-5
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_warm_start_loads_the_encoder_and_reports_what_it_left(straight_run, pretraining_data,
                                                                tmp_path, caplog):
     trained = straight_run["trainer"].model
@@ -281,6 +282,7 @@ def test_model_info_records_the_encoder_and_copies_the_vocab(straight_run, pretr
     assert info.task["name"] == "pretraining" and info.task["seq_length"] == PRETRAIN_SEQ_LENGTH
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_mixed_precision_keeps_the_logits_float32(pretraining_data):
     task = make_task(pretraining_data)
     with optimization.precision_policy("bfloat16"):
@@ -306,6 +308,7 @@ def test_mixed_precision_keeps_the_logits_float32(pretraining_data):
     assert 0 < difference.max() < 0.05 * max(1.0, float(np.abs(exact_logits).max()))
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_static_masked_data_trains_masked_lm_only(pretraining_data, tmp_path):
     config = PretrainingConfig(
         train_data=pretraining_data["static_train"], vocab_file=None, masking="static",

@@ -59,6 +59,7 @@ def test_a_fresh_model_dir_is_removed_again_when_the_run_wrote_nothing(tmp_path)
     assert os.listdir(fresh) == ["checkpoint"]
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_second_run_is_refused_while_the_first_lives_and_takes_over_once_it_died(
         tmp_path, caplog):
     model_dir = tmp_path / "run"
@@ -132,6 +133,7 @@ def test_a_read_only_directory_is_one_line(tmp_path, monkeypatch):
     assert not run_lock.holds(str(model_dir))
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_trainer_holds_the_lock_while_it_trains(tmp_path):
     from toy_task import ToyConfig, ToyTask  # noqa: PLC0415
 

@@ -43,6 +43,7 @@ def _one_hot_logits(windows, seq_length):
     return start, end
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 @pytest.mark.parametrize("seq_length,doc_stride", [(384, 128), (128, 48)])
 def test_gold_spans_recover_answer_text(dev_raw, tokenizer, seq_length, doc_stride):
     data = squad_data.squad_eval_data(dev_raw, tokenizer, seq_length=seq_length,

@@ -33,6 +33,7 @@ def test_sorted_tags():
         "O", "B-LOC", "B-PER", "I-PER"]
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_graph_iob2_matches_python_on_eng_testa(shared_dir):
     sentences = list(sources.read_conll(str(shared_dir / "data/conll2003/eng.testa")))
     raw_ids = [[CONLL.index(t) for t in tags] for _, _, tags in sentences]

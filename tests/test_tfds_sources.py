@@ -133,6 +133,7 @@ def test_squad_mock_recovers_answers(mock_tfds, tokenizer):
     assert len(predictions) == 10
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_conll2003_mock_iob2(mock_tfds, tokenizer):
     task = task_data.get_task_data("conll2003")
     rows = list(task.load("train").as_numpy_iterator())

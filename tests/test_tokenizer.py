@@ -262,6 +262,7 @@ def _real_texts(shared_dir):
     return texts
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_real_reviews_match_tokenizers(minilm_tokenizer, minilm_dir, shared_dir):
     # Every IMDB sample review and SST-2 dev sentence, full length, against Hugging Face's
     # tokenizers computed now; the old normalization got three IMDB reviews wrong (´s, ½).
@@ -277,6 +278,7 @@ def test_real_reviews_match_tokenizers(minilm_tokenizer, minilm_dir, shared_dir)
     assert len(wrong) == 3 and all("´s" in t or "½" in t for t in wrong)
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 @pytest.mark.parametrize("lower_case", [True, False])
 def test_normalizer_table_on_every_character(lower_case):
     # FastBertNormalizer with the table equals bert_normalizer.normalize_char on every

@@ -130,6 +130,7 @@ def test_event_files_hold_the_training_and_eval_scalars(tmp_path):
     assert json.loads((tmp_path / "toy_config.json").read_text())["hidden_size"] == 16
 
 
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_accumulating_two_batches_equals_one_double_batch_step(tmp_path):
     sgd = OptimizerConfig(name="sgd", learning_rate=0.5, end_learning_rate=0.5,
                           weight_decay=0.0, clip_norm=None)

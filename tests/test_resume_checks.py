@@ -43,9 +43,15 @@ def test_the_same_run_resumes(trained):
 
 
 def test_a_fresh_or_untrained_directory_is_not_checked(tmp_path, trained):
+    other = {**SST2, "name": "conll2003"}
+    with pytest.raises(UserError, match="was trained as task 'sst2'"):
+        check(trained, task=other)  # trained: refused
     check({**trained, "dir": str(tmp_path / "nothing")}, task={"name": "squad"})
+    assert not (tmp_path / "nothing").exists()  # checking created nothing
     (tmp_path / "run" / "ckpt-5.index").unlink()  # info written, but nothing trained yet
-    check(trained, task={**SST2, "name": "conll2003"})
+    before = tree_digest(trained["dir"])
+    check(trained, task=other)  # the same request now passes
+    assert tree_digest(trained["dir"]) == before
 
 
 @pytest.mark.parametrize("change, message", [
@@ -84,4 +90,9 @@ def test_pretraining_may_change_the_sequence_length(trained):
     pretraining = {"name": "pretraining", "family": "pretraining", "seq_length": 128}
     model_dir.write_model_info(trained["dir"], BertEncoder(**TINY), vocab_file=trained["vocab"],
                                task=pretraining)
-    check(trained, task={**pretraining, "seq_length": 512}, task_keys=("name", "family"))
+    longer = {**pretraining, "seq_length": 512}
+    with pytest.raises(UserError, match="with seq_length=128; this run asks for seq_length=512"):
+        check(trained, task=longer)  # fine-tuning's keys compare the sequence length
+    before = tree_digest(trained["dir"])
+    check(trained, task=longer, task_keys=("name", "family"))  # pretraining's do not
+    assert tree_digest(trained["dir"]) == before

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmarks bert-train's pretraining step against keras-hub on this machine (issue 7).
+"""Benchmarks bert-train's pretraining step against keras-hub on this machine.
 
 Sections (--only picks some): `peak` fp32 tf.matmul GFLOP/s (the MFU reference, measured at
 the start and the end); `compare` bert-train vs keras-hub (+ XLA variants) on the "mini"

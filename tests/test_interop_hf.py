@@ -80,7 +80,7 @@ def test_numpy_reference_matches_hf_golden(minilm_dir, golden):
 
 @pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_padding_positions_amplify_round_off(minilm_dir, golden):
-    """Why padded positions get a looser bound against HF than real tokens (issue #5).
+    """Why padded positions get a looser bound against HF than real tokens.
 
     In this model the outputs at padded positions are ill-conditioned: a change the size of
     one fp32 layer's round-off (1e-6; each layer adds 1-4e-6 in ours and in HF's) at the

@@ -4,7 +4,7 @@ Source: keras-team/governance rfcs/20200920-keras-nlp-bert.md. The model code is
 the RFC writes it; the changes, each marked `# RFC:` with the original, are:
   * module names: `keras_nlp.*` -> `bert_trainer.*`, `tf.keras.*` -> `keras.*`
     (`tf.keras.layers.experimental.EinsumDense` -> `keras.layers.EinsumDense`),
-    `TransformerEncoderBlock` -> `TransformerEncoder` (the class name of issue 2);
+    `TransformerEncoderBlock` -> `TransformerEncoder` (the class name the RFC gives it);
   * the RFC's typos (`emnbeddings`, `output`/`outputs`, `outputs={'lm_output': masked_lm}`)
     and its positional `BertEncoder(vocab_size, max_sequence_length, type_vocab_size)`,
     which would bind `hidden_size` and `num_layers`;

@@ -13,7 +13,7 @@ training dataset. `tf.data` iterators of distributed datasets cannot be checkpoi
 skipping also replays the input pipeline's own random ops identically. The cost: a restart
 re-reads the skipped part of the input once (no model compute).
 
-Robustness (issue 8):
+Robustness:
 * Stop signals (SIGTERM, SIGINT; `preemption.py`): the loop ends after the current step, a
   checkpoint is written at that step, TensorBoard is flushed and `Preempted` is raised.
 * Checkpoint integrity (`checkpointing.restore_latest`): a missing, truncated or corrupted

@@ -1,1 +1,1 @@
-"""Benchmark harness of scripts/benchmark.py (issue 7); see benchmarks/README.md."""
+"""Benchmark harness of scripts/benchmark.py; see benchmarks/README.md."""

@@ -184,7 +184,7 @@ def markdown(results: dict) -> str:
                 ""]
         out += _training_table(compare, "implementation", label) + [""]
     if results.get("targets"):
-        out += ["### Targets (issue 7)", ""] + _targets_table(results["targets"]) + [""]
+        out += ["### Targets", ""] + _targets_table(results["targets"]) + [""]
     for group, title, first in (
             ("size_growth", "by model size", lambda e: (
                 f"{e['size']} L{e['num_layers']}/H{e['hidden_size']}, seq {e['seq_length']}")),

@@ -12,7 +12,7 @@ from bench.progress import elapsed, say
 from bench.worker import Worker
 from bert_trainer import features
 
-# Sequences/s on the mini benchmark quoted by issue 7 for this machine class (not measured here).
+# Peers' sequences/s on the mini benchmark, quoted for this machine class (not measured here).
 PEER_FIGURES = {"keras_hub_tf": 11.0, "keras_hub_xla": 16.0, "model_garden": 14.0,
                 "pytorch_transformers": 18.0, "pytorch_compiled": 19.0}
 GOALS = {"vs_keras_hub": 1.5, "vs_pytorch_compiled": 1.0, "mfu": 65.0,

@@ -38,8 +38,8 @@ def classification_dataset(raw: tf.data.Dataset, tokenizer, *, seq_length: int,
                            batch_size: int, is_training: bool, regression: bool = False,
                            input_context=None,
                            shuffle_buffer: int = input_utils.DEFAULT_SHUFFLE_BUFFER,
-                           seed: int | None = None, deterministic: bool = False
-                           ) -> tf.data.Dataset:
+                           seed: int | None = None, deterministic: bool = False,
+                           length_buckets: int = 0) -> tf.data.Dataset:
     """Batches of a classification (or regression) task.
 
     Args:
@@ -49,7 +49,8 @@ def classification_dataset(raw: tf.data.Dataset, tokenizer, *, seq_length: int,
       batch_size: per-replica batch size.
       is_training: shuffle, repeat and drop the remainder (see `input_utils.batch_pipeline`).
       regression: float32 labels (STS-B).
-      input_context, shuffle_buffer, seed, deterministic: see `input_utils.batch_pipeline`.
+      input_context, shuffle_buffer, seed, deterministic, length_buckets: see
+        `input_utils.batch_pipeline`.
 
     Returns:
       Dataset of dicts: ENCODER_INPUTS int32 [batch, seq_length], LABEL_IDS [batch].
@@ -60,4 +61,4 @@ def classification_dataset(raw: tf.data.Dataset, tokenizer, *, seq_length: int,
     return input_utils.batch_pipeline(
         raw, featurize, batch_size=batch_size, is_training=is_training,
         input_context=input_context, shuffle_buffer=shuffle_buffer, seed=seed,
-        deterministic=deterministic)
+        deterministic=deterministic, length_buckets=length_buckets)

@@ -12,6 +12,7 @@ pipeline and keeping one in N costs only the cheap read, never the tokenization.
 
 import tensorflow as tf
 
+from bert_trainer.data import length_buckets as buckets_lib
 from bert_trainer.errors import UserError
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -78,11 +79,13 @@ def dataset_options(deterministic: bool) -> tf.data.Options:
 def batch_pipeline(examples: tf.data.Dataset, featurize=None, *, batch_size: int,
                    is_training: bool, input_context=None, ragged: bool = False,
                    shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER, seed: int | None = None,
-                   deterministic: bool = False) -> tf.data.Dataset:
-    """shard → (shuffle → repeat when training) → batch → featurize → prefetch.
+                   deterministic: bool = False, length_buckets: int = 0) -> tf.data.Dataset:
+    """shard → (shuffle → repeat when training) → batch → featurize → (bucket) → prefetch.
 
     Featurizing after batching lets tokenization run once per batch (vectorized), which is
-    several times faster than a per-example map.
+    several times faster than a per-example map. With `length_buckets`, training batches are
+    then regrouped by length and every batch is cut to a bucket width
+    (`bert_trainer.data.length_buckets`).
 
     Args:
       examples: unbatched examples (dicts of tensors).
@@ -96,6 +99,9 @@ def batch_pipeline(examples: tf.data.Dataset, featurize=None, *, batch_size: int
       shuffle_buffer: examples held by the shuffle buffer (training only).
       seed: shuffle seed; deterministic mode uses `DEFAULT_SEED` when None.
       deterministic: fixed element order and seeded shuffling (reproducible runs).
+      length_buckets: cut batches to at most this many widths chosen from the data (training
+        batches hold examples of one bucket; evaluation keeps its order); 0 or 1: every batch
+        keeps the full sequence length.
 
     Returns:
       Batched, prefetched `tf.data.Dataset`.
@@ -108,6 +114,9 @@ def batch_pipeline(examples: tf.data.Dataset, featurize=None, *, batch_size: int
         seed = DEFAULT_SEED
     # Evaluation output is matched to its examples by position: keep the order.
     deterministic = deterministic or not is_training
+    buckets = buckets_lib.sample_buckets(
+        examples, featurize, ragged=ragged, max_buckets=length_buckets,
+        what="training" if is_training else "evaluation")
     ds = shard(examples, input_context)
     if is_training:
         ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True).repeat()
@@ -117,6 +126,10 @@ def batch_pipeline(examples: tf.data.Dataset, featurize=None, *, batch_size: int
         ds = ds.batch(batch_size, drop_remainder=is_training)
     if featurize is not None:
         ds = ds.map(featurize, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+    if buckets is not None and is_training:
+        ds = buckets_lib.bucketed_batches(ds.unbatch(), buckets, batch_size)
+    elif buckets is not None:
+        ds = ds.map(buckets.cut, num_parallel_calls=AUTOTUNE, deterministic=True)
     if is_training:
         # tensorflow-text ops lose the static batch size; restore it for XLA / TPU.
         ds = ds.map(lambda batch: tf.nest.map_structure(

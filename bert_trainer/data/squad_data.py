@@ -305,7 +305,8 @@ def squad_dataset(raw: tf.data.Dataset, tokenizer, *, seq_length: int = 384,
                   doc_stride: int = 128, max_query_length: int = 64, batch_size: int,
                   is_training: bool = True, version_2: bool = False, input_context=None,
                   shuffle_buffer: int = input_utils.DEFAULT_SHUFFLE_BUFFER,
-                  seed: int | None = None, deterministic: bool = False) -> tf.data.Dataset:
+                  seed: int | None = None, deterministic: bool = False,
+                  length_buckets: int = 0) -> tf.data.Dataset:
     """Streaming batches of SQuAD windows (training; evaluation uses `squad_eval_data`).
 
     Examples are sharded by `input_context` before windowing, so each input pipeline
@@ -318,7 +319,8 @@ def squad_dataset(raw: tf.data.Dataset, tokenizer, *, seq_length: int = 384,
       batch_size: per-replica batch size.
       is_training: training labels, shuffle, repeat, drop remainder; otherwise every window
         once, in order, with `UNIQUE_IDS`.
-      input_context, shuffle_buffer, seed, deterministic: see `input_utils.batch_pipeline`.
+      input_context, shuffle_buffer, seed, deterministic, length_buckets: see
+        `input_utils.batch_pipeline`.
 
     Returns:
       Dataset of dicts: ENCODER_INPUTS int32 [batch, seq_length], START_POSITIONS and
@@ -340,7 +342,7 @@ def squad_dataset(raw: tf.data.Dataset, tokenizer, *, seq_length: int = 384,
     windows = tf.data.Dataset.from_generator(generate, output_signature=signature).unbatch()
     return input_utils.batch_pipeline(
         windows, batch_size=batch_size, is_training=is_training, shuffle_buffer=shuffle_buffer,
-        seed=seed, deterministic=deterministic)
+        seed=seed, deterministic=deterministic, length_buckets=length_buckets)
 
 
 @dataclasses.dataclass
@@ -354,7 +356,8 @@ class SquadEvalData:
 
 def squad_eval_data(raw: tf.data.Dataset, tokenizer, *, seq_length: int = 384,
                     doc_stride: int = 128, max_query_length: int = 64, batch_size: int,
-                    version_2: bool = False, input_context=None) -> SquadEvalData:
+                    version_2: bool = False, input_context=None,
+                    length_buckets: int = 0) -> SquadEvalData:
     """Every window of an evaluation split, in order, plus its examples and windows.
 
     Args:
@@ -363,6 +366,7 @@ def squad_eval_data(raw: tf.data.Dataset, tokenizer, *, seq_length: int = 384,
       seq_length, doc_stride, max_query_length, version_2: see `squad_windows`.
       batch_size: per-replica batch size (the last batch may be smaller).
       input_context: shard the examples; the lists then hold this pipeline's share.
+      length_buckets: cut each batch to one of this many widths (`input_utils.batch_pipeline`).
 
     Returns:
       `SquadEvalData`; batches carry UNIQUE_IDS (index into `features`) and gold positions.
@@ -377,7 +381,7 @@ def squad_eval_data(raw: tf.data.Dataset, tokenizer, *, seq_length: int = 384,
     stacked = {k: np.stack([d[k] for d in dicts]) for k in dicts[0]}
     dataset = input_utils.batch_pipeline(
         tf.data.Dataset.from_tensor_slices(stacked), batch_size=batch_size, is_training=False,
-        deterministic=True)
+        deterministic=True, length_buckets=length_buckets)
     return SquadEvalData(dataset, examples, windows)
 
 

@@ -117,7 +117,8 @@ def tag_features(tokenizer, words: tf.RaggedTensor, tags: tf.RaggedTensor | None
 def tagging_dataset(raw: tf.data.Dataset, tokenizer, *, seq_length: int, batch_size: int,
                     is_training: bool, input_context=None,
                     shuffle_buffer: int = input_utils.DEFAULT_SHUFFLE_BUFFER,
-                    seed: int | None = None, deterministic: bool = False) -> tf.data.Dataset:
+                    seed: int | None = None, deterministic: bool = False,
+                    length_buckets: int = 0) -> tf.data.Dataset:
     """Batches of a tagging task from raw examples {"tokens", "tags"} (`TaskData.load`).
 
     Args:
@@ -125,7 +126,7 @@ def tagging_dataset(raw: tf.data.Dataset, tokenizer, *, seq_length: int, batch_s
       tokenizer: a `Tokenizer`.
       seq_length: packed sequence length.
       batch_size: per-replica batch size.
-      is_training, input_context, shuffle_buffer, seed, deterministic: see
+      is_training, input_context, shuffle_buffer, seed, deterministic, length_buckets: see
         `input_utils.batch_pipeline`.
 
     Returns:
@@ -137,7 +138,7 @@ def tagging_dataset(raw: tf.data.Dataset, tokenizer, *, seq_length: int, batch_s
     return input_utils.batch_pipeline(
         raw, featurize, batch_size=batch_size, is_training=is_training,
         input_context=input_context, ragged=True, shuffle_buffer=shuffle_buffer, seed=seed,
-        deterministic=deterministic)
+        deterministic=deterministic, length_buckets=length_buckets)
 
 
 def word_predictions(predicted_ids, label_ids, label_names, num_words=None) -> list[list[str]]:

@@ -174,6 +174,9 @@ class FinetuneConfig:
       dropout_rate: dropout in front of the head.
       shuffle_buffer: training examples held by the shuffle buffer.
       seed: the shuffle seed (the order must repeat exactly for a resumed run).
+      length_buckets: batches are cut to at most this many widths chosen from the data, a
+        training batch holding examples of similar length (`data.length_buckets`); 0 pads
+        every batch to `seq_length`. Off on TPUs, which need one static shape.
     """
 
     seq_length: int = 128
@@ -184,8 +187,11 @@ class FinetuneConfig:
     dropout_rate: float = 0.1
     shuffle_buffer: int = 10_000
     seed: int = 42
+    length_buckets: int = 8
 
     def __post_init__(self):
+        if self.length_buckets < 0:
+            raise UserError(f"length_buckets={self.length_buckets} must be >= 0 (0: off)")
         require_positive_ints(self, ("seq_length", "train_batch_size", "eval_batch_size",
                                      "shuffle_buffer"))
         if not (math.isfinite(self.num_epochs) and self.num_epochs > 0):
@@ -338,9 +344,13 @@ class FinetuningTask(Task):
             batch = input_context.get_per_replica_batch_size(batch)
         # Deterministic order and a fixed seed: a resumed run skips exactly the batches the
         # interrupted one trained on (see Task.build_inputs).
+        buckets = self.config.length_buckets
+        if buckets > 1 and tf.config.list_logical_devices("TPU"):
+            logging.info("Length buckets off: TPUs compile one static shape")
+            buckets = 0
         return dict(batch_size=batch, is_training=is_training, input_context=input_context,
                     shuffle_buffer=self.config.shuffle_buffer, seed=self.config.seed,
-                    deterministic=True)
+                    deterministic=True, length_buckets=buckets)
 
     # -- model info ------------------------------------------------------------------------
 

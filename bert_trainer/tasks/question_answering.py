@@ -12,7 +12,7 @@ import dataclasses
 import keras
 
 from bert_trainer import features as F
-from bert_trainer.data import squad_data
+from bert_trainer.data import length_buckets, squad_data
 from bert_trainer.errors import UserError, require_positive_ints
 from bert_trainer.metrics import squad as squad_metrics
 from bert_trainer.models import END_LOGITS, START_LOGITS, BertSpanLabeler
@@ -87,10 +87,10 @@ class QuestionAnsweringTask(FinetuningTask):
         # Every input pipeline reads every question: each host then holds all the windows that
         # `aggregate_eval` decodes. Duplicate windows gathered from several workers carry the
         # same logits, so they change no score.
-        batch = self.pipeline_options(False, input_context)["batch_size"]
+        options = self.pipeline_options(False, input_context)
         self._eval_data = squad_data.squad_eval_data(
-            self.raw_examples(split), self.tokenizer, batch_size=batch,
-            **self._window_options())
+            self.raw_examples(split), self.tokenizer, batch_size=options["batch_size"],
+            length_buckets=options["length_buckets"], **self._window_options())
         return self._eval_data.dataset
 
     def build_losses(self, features, outputs):
@@ -109,7 +109,11 @@ class QuestionAnsweringTask(FinetuningTask):
         metrics[1].update_state(features[F.END_POSITIONS], outputs[END_LOGITS])
 
     def eval_step_outputs(self, features, outputs):
-        return {START_LOGITS: outputs[START_LOGITS], END_LOGITS: outputs[END_LOGITS],
+        # Batches may be cut short (length buckets): pad the logits back to the window length
+        # with a value no answer span can win with.
+        width = self.config.seq_length
+        return {START_LOGITS: length_buckets.pad_to_width(outputs[START_LOGITS], width, -1e4),
+                END_LOGITS: length_buckets.pad_to_width(outputs[END_LOGITS], width, -1e4),
                 squad_data.UNIQUE_IDS: features[squad_data.UNIQUE_IDS]}
 
     def aggregate_eval(self, gathered):

@@ -13,7 +13,7 @@ import numpy as np
 from keras import ops
 
 from bert_trainer import features as F
-from bert_trainer.data import tagging_data
+from bert_trainer.data import length_buckets, tagging_data
 from bert_trainer.errors import UserError
 from bert_trainer.metrics import tagging as tagging_metrics
 from bert_trainer.models import LOGITS, BertTokenClassifier
@@ -78,8 +78,12 @@ class TaggingTask(FinetuningTask):
         metrics[0].update_state(labels, outputs[LOGITS], sample_weight=mask)
 
     def eval_step_outputs(self, features, outputs):
-        return {PREDICTIONS: ops.argmax(outputs[LOGITS], axis=-1),
-                F.LABEL_IDS: features[F.LABEL_IDS]}
+        # Batches may be cut short (length buckets): back to seq_length, the padding ignored.
+        width = self.config.seq_length
+        return {PREDICTIONS: length_buckets.pad_to_width(
+                    ops.argmax(outputs[LOGITS], axis=-1), width),
+                F.LABEL_IDS: length_buckets.pad_to_width(
+                    features[F.LABEL_IDS], width, F.IGNORE_LABEL)}
 
     def aggregate_eval(self, gathered):
         """Entity precision, recall and F1 (fractions) over the words that fit `seq_length`."""

@@ -1,0 +1,182 @@
+"""Length bucketing: batches of similar-length examples, cut to a few fixed widths.
+
+Fine-tuning examples are short next to the model's sequence length (SST-2 sentences average
+about 25 word pieces; the recipe pads them to 128), so a batch padded to `seq_length` spends most
+of its compute on padding. Here every batch is cut to the smallest of a few widths (the bucket
+boundaries) that holds its longest example:
+
+- training draws each batch from one length bucket (`tf.data`'s `bucket_by_sequence_length`
+  over the seeded, shuffled stream), so a batch of short sentences is short;
+- evaluation keeps its order (outputs are matched to examples by position) and cuts each batch
+  to the smallest boundary that holds its longest example.
+
+Boundaries come from the data: quantiles of the lengths of the first `SAMPLE_EXAMPLES` examples
+(the same examples on every worker, so all agree), rounded up to a multiple of `MULTIPLE`, with
+`seq_length` last. The widths a run can see are the boundaries, so a compiled step is traced (or
+XLA-compiled) at most once per boundary. Nothing else changes: the values at the real tokens are
+those of the padded batch, because attention never looks at padding.
+"""
+
+import dataclasses
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from bert_trainer import features
+
+SAMPLE_EXAMPLES = 2048  # examples whose lengths choose the boundaries
+MULTIPLE = 8  # boundaries are multiples of this (aligned rows for the matrix kernels)
+
+
+@dataclasses.dataclass(frozen=True)
+class LengthBuckets:
+    """The widths batches are cut to.
+
+    Attributes:
+      boundaries: ascending widths; the last is the full sequence length.
+    """
+
+    boundaries: tuple[int, ...]
+
+    @property
+    def seq_length(self) -> int:
+        return self.boundaries[-1]
+
+    def width(self, lengths: tf.Tensor) -> tf.Tensor:
+        """int32 scalar: the smallest boundary >= the longest of `lengths` (int [batch])."""
+        bounds = tf.constant(self.boundaries, tf.int32)
+        longest = tf.reduce_max(tf.concat([tf.cast(lengths, tf.int32), [1]], 0))
+        index = tf.searchsorted(bounds, longest[None], side="left")[0]
+        return bounds[tf.minimum(index, len(self.boundaries) - 1)]
+
+    def cut(self, batch: dict) -> dict:
+        """A batch with every sequence feature ([batch, seq_length, ...]) cut to `width`."""
+        width = self.width(example_lengths(batch))
+        return {k: v[:, :width] if _is_sequence(v, self.seq_length) else v
+                for k, v in batch.items()}
+
+
+def example_lengths(batch: dict) -> tf.Tensor:
+    """int32 [batch]: the real tokens of each example (its input mask's sum)."""
+    return tf.reduce_sum(tf.cast(batch[features.INPUT_MASK] != 0, tf.int32), axis=-1)
+
+
+def _is_sequence(tensor: tf.Tensor, seq_length: int) -> bool:
+    return tensor.shape.rank >= 2 and tensor.shape[1] == seq_length
+
+
+def choose_boundaries(lengths, seq_length: int, max_buckets: int) -> tuple[int, ...]:
+    """Bucket widths for examples of these lengths: the fewest padded slots.
+
+    Args:
+      lengths: real-token counts of a sample of the examples.
+      seq_length: the longest width (examples never exceed it).
+      max_buckets: at most this many widths.
+
+    Returns:
+      Ascending widths, multiples of `MULTIPLE` (but the last, `seq_length`): of all choices
+      of at most `max_buckets - 1` such widths holding the sample's longest example, the one
+      that pads the sample least (dynamic programming over the length histogram), then
+      `seq_length` for longer examples outside the sample.
+    """
+    lengths = np.asarray(lengths, np.int64)
+    if max_buckets <= 1 or lengths.size == 0:
+        return (seq_length,)
+    candidates = sorted({*range(MULTIPLE, seq_length, MULTIPLE), seq_length})
+    counts = np.array([np.sum(lengths <= c) for c in candidates])  # examples held by width c
+    top = int(np.searchsorted(candidates, lengths.max()))  # the first width holding them all
+    # best[k][j]: fewest slots for the examples <= candidates[j] with k widths, the largest
+    # candidates[j]; choice[k][j]: the width before it (-1: none).
+    inf = float("inf")
+    n = top + 1
+    best = [[inf] * n for _ in range(max_buckets)]
+    choice = [[-1] * n for _ in range(max_buckets)]
+    for j in range(n):
+        best[0][j] = counts[j] * candidates[j]
+    for k in range(1, max_buckets - 1):
+        for j in range(n):
+            for i in range(j):
+                cost = best[k - 1][i] + (counts[j] - counts[i]) * candidates[j]
+                if cost < best[k][j]:
+                    best[k][j], choice[k][j] = cost, i
+    k = int(np.argmin([best[k][top] for k in range(max(1, max_buckets - 1))]))
+    widths, j = [], top
+    while j >= 0:
+        widths.append(candidates[j])
+        j, k = choice[k][j], k - 1
+    return tuple(sorted(set(widths) | {seq_length}))
+
+
+def sample_buckets(examples: tf.data.Dataset, featurize, *, ragged: bool, max_buckets: int,
+                   what: str) -> LengthBuckets | None:
+    """The `LengthBuckets` of a split, from the lengths of its first `SAMPLE_EXAMPLES` examples.
+
+    Args:
+      examples: unbatched examples (before sharding: every worker samples the same ones).
+      featurize: the pipeline's batch → features function (None: examples are features).
+      ragged: batch the raw examples with `ragged_batch` (as the pipeline does).
+      max_buckets: at most this many widths; <= 1 turns bucketing off.
+      what: names the split in the log line.
+
+    Returns:
+      The buckets, or None when bucketing is off or the examples have no input mask.
+    """
+    if max_buckets <= 1:
+        return None
+    sample = examples.take(SAMPLE_EXAMPLES)
+    sample = sample.ragged_batch(256) if ragged else sample.batch(256)
+    if featurize is not None:
+        sample = sample.map(featurize)
+    lengths, seq_length = [], None
+    for batch in sample:
+        if features.INPUT_MASK not in batch:
+            return None
+        seq_length = int(batch[features.INPUT_MASK].shape[1])
+        lengths.append(example_lengths(batch).numpy())
+    if seq_length is None:  # an empty split
+        return None
+    lengths = np.concatenate(lengths)
+    buckets = LengthBuckets(choose_boundaries(lengths, seq_length, max_buckets))
+    widths = [buckets.boundaries[np.searchsorted(buckets.boundaries, n)] for n in lengths]
+    logging.info("Length buckets (%s): widths %s from %d examples (mean %.1f tokens); at most "
+                 "%d batch shapes; padding %.0f%% of slots at full width, about %.0f%% in "
+                 "buckets", what, list(buckets.boundaries), lengths.size, lengths.mean(),
+                 len(buckets.boundaries), 100 * (1 - lengths.mean() / seq_length),
+                 100 * (1 - lengths.sum() / max(1, sum(widths))))
+    return buckets
+
+
+def bucketed_batches(examples: tf.data.Dataset, buckets: LengthBuckets, batch_size: int
+                     ) -> tf.data.Dataset:
+    """Training batches of `batch_size` examples of one bucket each, cut to its width.
+
+    Args:
+      examples: unbatched feature dicts, every sequence feature `seq_length` wide; an endless,
+        shuffled stream (the remainder of a bucket is never emitted).
+      buckets: the widths.
+      batch_size: examples per batch.
+
+    Returns:
+      Batches; their order depends only on the input order (deterministic).
+    """
+    # bucket_by_sequence_length's bucket i holds lengths in [edges[i-1], edges[i]): boundary b
+    # holds lengths <= b.
+    edges = [b + 1 for b in buckets.boundaries[:-1]]
+    batches = examples.bucket_by_sequence_length(
+        lambda x: tf.reduce_sum(tf.cast(x[features.INPUT_MASK] != 0, tf.int32)),
+        bucket_boundaries=edges, bucket_batch_sizes=[batch_size] * (len(edges) + 1),
+        no_padding=True, drop_remainder=True)
+    return batches.map(buckets.cut)
+
+
+def pad_to_width(tensor: tf.Tensor, width: int, value=0) -> tf.Tensor:
+    """`tensor` [batch, w, ...] padded with `value` at the end of axis 1 to `width` (>= w).
+
+    Evaluation outputs per token come in the width of their batch; padded back to the full
+    sequence length they concatenate over batches.
+    """
+    pad = width - tf.shape(tensor)[1]
+    paddings = [[0, 0], [0, pad]] + [[0, 0]] * (tensor.shape.rank - 2)
+    padded = tf.pad(tensor, paddings, constant_values=tf.cast(value, tensor.dtype))
+    return tf.ensure_shape(padded, [tensor.shape[0], width, *tensor.shape[2:]])

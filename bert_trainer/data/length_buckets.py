@@ -75,37 +75,33 @@ def choose_boundaries(lengths, seq_length: int, max_buckets: int) -> tuple[int, 
       max_buckets: at most this many widths.
 
     Returns:
-      Ascending widths, multiples of `MULTIPLE` (but the last, `seq_length`): of all choices
-      of at most `max_buckets - 1` such widths holding the sample's longest example, the one
-      that pads the sample least (dynamic programming over the length histogram), then
-      `seq_length` for longer examples outside the sample.
+      Ascending widths, multiples of `MULTIPLE` (but the last, `seq_length`, always there):
+      of every such choice, the one that pads the sample least (dynamic programming over the
+      length histogram).
     """
     lengths = np.asarray(lengths, np.int64)
     if max_buckets <= 1 or lengths.size == 0:
         return (seq_length,)
     candidates = sorted({*range(MULTIPLE, seq_length, MULTIPLE), seq_length})
-    counts = np.array([np.sum(lengths <= c) for c in candidates])  # examples held by width c
-    top = int(np.searchsorted(candidates, lengths.max()))  # the first width holding them all
-    # best[k][j]: fewest slots for the examples <= candidates[j] with k widths, the largest
-    # candidates[j]; choice[k][j]: the width before it (-1: none).
-    inf = float("inf")
-    n = top + 1
+    held = [int(np.sum(lengths <= c)) for c in candidates]  # examples width c holds
+    n, inf = len(candidates), float("inf")
+    # best[k][j]: fewest slots for the examples <= candidates[j] with k + 1 widths, the
+    # largest candidates[j]; before[k][j]: the index of the width below it (-1: none).
     best = [[inf] * n for _ in range(max_buckets)]
-    choice = [[-1] * n for _ in range(max_buckets)]
-    for j in range(n):
-        best[0][j] = counts[j] * candidates[j]
-    for k in range(1, max_buckets - 1):
+    before = [[-1] * n for _ in range(max_buckets)]
+    best[0] = [held[j] * candidates[j] for j in range(n)]
+    for k in range(1, max_buckets):
         for j in range(n):
             for i in range(j):
-                cost = best[k - 1][i] + (counts[j] - counts[i]) * candidates[j]
+                cost = best[k - 1][i] + (held[j] - held[i]) * candidates[j]
                 if cost < best[k][j]:
-                    best[k][j], choice[k][j] = cost, i
-    k = int(np.argmin([best[k][top] for k in range(max(1, max_buckets - 1))]))
-    widths, j = [], top
+                    best[k][j], before[k][j] = cost, i
+    k = int(np.argmin([row[n - 1] for row in best]))
+    widths, j = [], n - 1
     while j >= 0:
         widths.append(candidates[j])
-        j, k = choice[k][j], k - 1
-    return tuple(sorted(set(widths) | {seq_length}))
+        j, k = before[k][j], k - 1
+    return tuple(sorted(widths))
 
 
 def sample_buckets(examples: tf.data.Dataset, featurize, *, ragged: bool, max_buckets: int,
@@ -176,6 +172,7 @@ def pad_to_width(tensor: tf.Tensor, width: int, value=0) -> tf.Tensor:
     Evaluation outputs per token come in the width of their batch; padded back to the full
     sequence length they concatenate over batches.
     """
+    tensor = tf.convert_to_tensor(tensor)
     pad = width - tf.shape(tensor)[1]
     paddings = [[0, 0], [0, pad]] + [[0, 0]] * (tensor.shape.rank - 2)
     padded = tf.pad(tensor, paddings, constant_values=tf.cast(value, tensor.dtype))

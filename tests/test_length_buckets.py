@@ -1,0 +1,175 @@
+"""Length buckets: the widths chosen, the batches cut to them, and the same losses as padding."""
+
+import dataclasses
+import itertools
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from finetune_testing import make_task, shared_file
+from numerics import assert_close
+
+from bert_trainer import features as F
+from bert_trainer.data import length_buckets
+from bert_trainer.training import OptimizerConfig, Trainer, TrainerConfig
+
+SEQ = 64
+
+
+def padded_slots(boundaries, lengths) -> int:
+    return int(np.sum(np.asarray(boundaries)[np.searchsorted(boundaries, lengths)]))
+
+
+def test_widths_pad_least_of_every_choice():
+    """Brute force over every set of widths on a small grid: the dynamic programme's is best."""
+    rng = np.random.default_rng(0)
+    lengths = np.clip(rng.lognormal(2.8, 0.6, 500).astype(int), 2, 47)
+    for max_buckets in (1, 2, 3, 4):
+        chosen = length_buckets.choose_boundaries(lengths, 48, max_buckets)
+        assert chosen[-1] == 48 and len(chosen) <= max_buckets
+        assert all(w % length_buckets.MULTIPLE == 0 for w in chosen)
+        grid = [8, 16, 24, 32, 40]
+        best = min(padded_slots((*c, 48), lengths) for k in range(max_buckets)
+                   for c in itertools.combinations(grid, k))
+        assert padded_slots(chosen, lengths) == best
+
+
+def test_widths_hold_the_longest_example_and_end_at_seq_length():
+    assert length_buckets.choose_boundaries([5, 5, 5], 128, 8) == (8, 128)
+    assert length_buckets.choose_boundaries([128, 3], 128, 8) == (8, 128)
+    assert length_buckets.choose_boundaries([3, 100], 128, 2) == (8, 128)
+    assert length_buckets.choose_boundaries([40], 128, 1) == (128,)
+    assert length_buckets.choose_boundaries([], 128, 8) == (128,)
+    widths = length_buckets.choose_boundaries([3, 100], 512, 4)
+    assert widths == (8, 104, 512)
+
+
+@pytest.fixture(scope="module")
+def sst2_phrases(tmp_path_factory):
+    """The first 400 rows of SST-2's training file: phrases of 1 to about 50 words."""
+    with open(shared_file("sst2/train.tsv"), encoding="utf-8") as f:
+        lines = [next(f) for _ in range(401)]
+    path = tmp_path_factory.mktemp("sst2") / "train.tsv"
+    path.write_text("".join(lines), encoding="utf-8")
+    return str(path)
+
+
+def sst2_task(pretrained, buckets, file, **kwargs):
+    task = make_task("sst2", pretrained, train_file=file, eval_file=file, seq_length=SEQ,
+                     max_train_examples=300, max_eval_examples=100, eval_batch_size=8,
+                     **kwargs)
+    task.config = dataclasses.replace(task.config, length_buckets=buckets)
+    return task
+
+
+def conll_task(pretrained, buckets):
+    task = make_task("conll2003", pretrained, train_file=shared_file("conll2003/eng.testa"),
+                     eval_file=shared_file("conll2003/eng.testa"), seq_length=SEQ,
+                     max_train_examples=200, max_eval_examples=96, eval_batch_size=2)
+    task.config = dataclasses.replace(task.config, length_buckets=buckets)
+    return task
+
+
+def first_batches(task, n, *, is_training=True):
+    data = task.build_inputs(task.train_split if is_training else task.eval_split, None,
+                             is_training=is_training)
+    return [{k: v.numpy() for k, v in b.items()} for b in data.take(n)]
+
+
+def test_training_batches_hold_one_bucket_and_repeat_exactly(shared_dir, tiny_pretrained,
+                                                            sst2_phrases):
+    task = sst2_task(tiny_pretrained, 4, sst2_phrases)
+    batches = first_batches(task, 12)
+    widths = [b[F.INPUT_WORD_IDS].shape[1] for b in batches]
+    assert all(b[F.INPUT_WORD_IDS].shape[0] == task.config.train_batch_size for b in batches)
+    assert len(set(widths)) > 1 and min(widths) < SEQ  # short batches, of several widths
+    for batch, width in zip(batches, widths, strict=True):
+        lengths = batch[F.INPUT_MASK].sum(axis=1)
+        assert lengths.max() <= width
+        # One bucket: no example fits a narrower width of the run.
+        narrower = [w for w in set(widths) if w < width]
+        if narrower:
+            assert lengths.min() > max(narrower)
+    # A rebuilt pipeline gives the same batches (the trainer's resume skips into it).
+    again = first_batches(task, 12)
+    for a, b in zip(batches, again, strict=True):
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key])
+
+
+def test_every_example_keeps_its_tokens_when_cut(shared_dir, tiny_pretrained, sst2_phrases):
+    padded = first_batches(sst2_task(tiny_pretrained, 0, sst2_phrases), 5, is_training=False)
+    cut = first_batches(sst2_task(tiny_pretrained, 8, sst2_phrases), 5, is_training=False)
+    assert [b[F.LABEL_IDS].tolist() for b in padded] == [b[F.LABEL_IDS].tolist() for b in cut]
+    assert min(b[F.INPUT_WORD_IDS].shape[1] for b in cut) < SEQ
+    for full, short in zip(padded, cut, strict=True):
+        width = short[F.INPUT_WORD_IDS].shape[1]
+        for key in F.ENCODER_INPUTS:
+            np.testing.assert_array_equal(full[key][:, :width], short[key])
+            assert not full[F.INPUT_MASK][:, width:].any()  # only padding was cut
+
+
+def per_example_losses(task, model, batches):
+    losses = []
+    for batch in batches:
+        outputs = model(task.model_inputs(batch), training=False)
+        losses.append(task.build_losses(batch, outputs)["loss"].numpy())
+    return np.concatenate(losses)
+
+
+@pytest.mark.parametrize("family", ["classification", "tagging"])
+def test_cut_batches_give_the_losses_of_padded_ones(shared_dir, tiny_pretrained, sst2_phrases,
+                                                    family):
+    def make(buckets):
+        if family == "tagging":
+            return conll_task(tiny_pretrained, buckets)
+        return sst2_task(tiny_pretrained, buckets, sst2_phrases)
+
+    padded_task, cut_task = make(0), make(8)
+    model = padded_task.build_model()
+    padded = first_batches(padded_task, 6, is_training=False)
+    cut = first_batches(cut_task, 6, is_training=False)
+    assert any(b[F.INPUT_WORD_IDS].shape[1] < SEQ for b in cut)
+    assert_close(per_example_losses(cut_task, model, cut),
+                 per_example_losses(padded_task, model, padded))
+
+
+def test_tagging_eval_outputs_come_back_at_full_width(shared_dir, tiny_pretrained):
+    task = conll_task(tiny_pretrained, 8)
+    model = task.build_model()
+    batch = first_batches(task, 1, is_training=False)[0]  # 2 sentences: 13 and 8 pieces
+    width = batch[F.INPUT_WORD_IDS].shape[1]
+    assert width < SEQ
+    outputs = task.eval_step_outputs(batch, model(task.model_inputs(batch), training=False))
+    labels = outputs[F.LABEL_IDS].numpy()
+    assert labels.shape == (len(batch[F.LABEL_IDS]), SEQ)
+    np.testing.assert_array_equal(labels[:, :width], batch[F.LABEL_IDS])
+    assert (labels[:, width:] == F.IGNORE_LABEL).all()
+
+
+def test_off_keeps_every_batch_at_seq_length(shared_dir, tiny_pretrained, sst2_phrases):
+    task = sst2_task(tiny_pretrained, 0, sst2_phrases)
+    widths = {b[F.INPUT_WORD_IDS].shape[1] for b in first_batches(task, 4)}
+    assert widths == {SEQ}
+
+
+@pytest.mark.slow  # trains twice in this process
+def test_resume_with_buckets_ends_with_the_weights_of_a_straight_run(shared_dir, tiny_pretrained,
+                                                                     sst2_phrases, tmp_path):
+    optimizer = OptimizerConfig(learning_rate=1e-3, warmup_steps=2, decay_steps=40)
+
+    def run(model_dir, steps):
+        task = sst2_task(tiny_pretrained, 4, sst2_phrases, dropout_rate=0.1)
+        config = TrainerConfig(train_steps=steps, steps_per_loop=3, checkpoint_interval=3,
+                               summary_interval=3, eval_steps=0,
+                               init_checkpoint=tiny_pretrained["prefix"])
+        trainer = Trainer(task, str(model_dir), config=config, optimizer=optimizer)
+        trainer.train_and_evaluate()
+        return [v.numpy() for v in trainer.model.trainable_variables]
+
+    straight = run(tmp_path / "straight", 9)
+    run(tmp_path / "resumed", 3)
+    tf.keras.backend.clear_session()
+    resumed = run(tmp_path / "resumed", 9)
+    assert max(float(np.max(np.abs(a - b))) for a, b in zip(straight, resumed, strict=True)) \
+        <= 1e-6

@@ -136,3 +136,53 @@ def test_packing_needs_a_padding_mask():
     rows = packing.pack(data)
     with pytest.raises(ValueError, match="packed inputs need the padding mask"):
         attention(rows, rows, packing=packing)
+
+
+def test_call_packed_equals_the_full_call_at_the_real_tokens(kernel_mode):
+    encoder = BertEncoder(**TINY)
+    inputs = _encoder_inputs()
+    real = inputs[features.INPUT_MASK].astype(bool)
+
+    def run(call):
+        with tf.GradientTape() as tape:
+            out = call(inputs, training=False)
+            sequence = tf.where(real[..., None], out[features.SEQUENCE_OUTPUT], 0.0)
+            loss = tf.reduce_sum(sequence ** 2) + tf.reduce_sum(out[features.POOLED_OUTPUT])
+        return out, sequence, tape.gradient(loss, encoder.trainable_variables)
+
+    packed, packed_real, packed_grads = run(encoder.call_packed)
+    full, full_real, full_grads = run(encoder)
+    assert packed[features.SEQUENCE_OUTPUT].shape == full[features.SEQUENCE_OUTPUT].shape
+    np.testing.assert_allclose(packed_real, full_real, atol=1e-5)
+    np.testing.assert_allclose(packed[features.POOLED_OUTPUT], full[features.POOLED_OUTPUT],
+                               atol=1e-5)
+    # The padding is not computed: zeros there (but in row 3, without real tokens, whose
+    # [CLS] attends to every slot).
+    padding = ~real & real.any(axis=1, keepdims=True)
+    assert padding.sum() == 15 and not np.any(packed[features.SEQUENCE_OUTPUT].numpy()[padding])
+    for got, want in zip(packed_grads, full_grads, strict=True):
+        np.testing.assert_allclose(tf.convert_to_tensor(got), tf.convert_to_tensor(want),
+                                   atol=1e-5)
+
+
+@pytest.mark.parametrize("head", ["classifier", "tagger", "span_labeler"])
+def test_task_models_pack_where_the_kernels_run_with_the_same_outputs(head, kernels_required):
+    from bert_trainer.models import BertClassifier, BertSpanLabeler, BertTokenClassifier
+
+    encoder = BertEncoder(**TINY)
+    model = {"classifier": lambda: BertClassifier(encoder, num_classes=3),
+             "tagger": lambda: BertTokenClassifier(encoder, num_classes=5),
+             "span_labeler": lambda: BertSpanLabeler(encoder)}[head]()
+    inputs = _encoder_inputs()
+    real = inputs[features.INPUT_MASK].astype(bool)
+    assert model.packs_tokens()
+    packed = model(inputs, training=False)
+    with kernels.disabled():
+        assert not model.packs_tokens()
+        full = model(inputs, training=False)
+    assert packed.keys() == full.keys()
+    for key, value in packed.items():
+        got, want = np.asarray(value), np.asarray(full[key])
+        if head == "tagger":  # the padding's logits are read by nobody
+            got, want = got[real], want[real]
+        np.testing.assert_allclose(got, want, atol=1e-5, err_msg=key)

@@ -195,9 +195,10 @@ class BertEncoder(keras.Model):
 
         Run once on symbolic inputs to build the functional model, and eagerly (in a
         traced call) by `call_at_positions`, whose `output_positions` go to the last layer.
-        With `pack` (and `output_positions`), the layers before the last compute only the
-        real tokens and the output positions (`TokenPacking`); their outputs, packed, are
-        not returned (`encoder_outputs` holds the last layer's only).
+        With `pack`, the layers compute only the real tokens and the output positions
+        (`TokenPacking`); their outputs, packed, are not returned (`encoder_outputs` holds the
+        last layer's only). Without `output_positions` the last layer's output is unpacked to
+        `[batch, seq, hidden]`, zeros at the padding.
         """
         word = self.word_embeddings(word_ids)  # (batch, seq, width)
         embeddings = self.embeddings_add(
@@ -212,8 +213,10 @@ class BertEncoder(keras.Model):
         encoder_outputs = []
         last = len(self.transformer_layers) - 1
         packing = None
-        if pack and output_positions is not None:
-            packing = TokenPacking(_kept_slots(mask, output_positions))
+        if pack:
+            asked = output_positions if output_positions is not None else _with_cls(
+                ops.zeros((ops.shape(mask)[0], 0), "int32"))
+            packing = TokenPacking(_kept_slots(mask, asked))
             x = packing.pack(x)  # (tokens, hidden)
         for i, layer in enumerate(self.transformer_layers):
             extra = {} if packing is None else {"packing": packing}
@@ -222,6 +225,8 @@ class BertEncoder(keras.Model):
                           **extra)
             else:
                 x = layer([x, mask], training=training, **extra)
+            if packing is not None and i == last and output_positions is None:
+                x = packing.unpack(x)  # (batch, seq, hidden), zeros at the padding
             if packing is None or i == last:
                 encoder_outputs.append(x)
         pooled = self.pooler_transform(x[:, 0, :])  # (batch, hidden)
@@ -259,6 +264,28 @@ class BertEncoder(keras.Model):
                                 output_positions=_with_cls(positions), pack=pack)
         x = outputs[features.SEQUENCE_OUTPUT]  # (batch, 1 + P, hidden); row 0 is [CLS]
         return {features.SEQUENCE_OUTPUT: x[:, 1:, :],
+                features.POOLED_OUTPUT: outputs[features.POOLED_OUTPUT]}
+
+    def call_packed(self, inputs, training=None):
+        """The full call's outputs, its layers computed on the real tokens only (`TokenPacking`).
+
+        `sequence_output` equals the full call's at the real tokens and is zero at the padding,
+        which a caller must not read (heads that mask the padding, or ignore its labels, may).
+        Shapes vary with the batch: for the CPU outside XLA.
+
+        Args:
+          inputs: as for calling the encoder.
+          training: enables dropout (its masks are drawn over the packed rows).
+
+        Returns:
+          dict `sequence_output` `[batch, seq, hidden]` and `pooled_output` `[batch, hidden]`.
+        """
+        if self.output_range is not None:
+            raise ValueError(f"{self.name}: call_packed needs output_range=None "
+                             f"(it is {self.output_range})")
+        word_ids, mask, type_ids = self._standardize_inputs_or_raise(inputs)
+        outputs = self._forward(word_ids, mask, type_ids, training=training, pack=True)
+        return {features.SEQUENCE_OUTPUT: outputs[features.SEQUENCE_OUTPUT],
                 features.POOLED_OUTPUT: outputs[features.POOLED_OUTPUT]}
 
     def packed_tokens(self, inputs, positions):

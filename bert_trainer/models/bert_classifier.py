@@ -38,7 +38,7 @@ class BertClassifier(EncoderModel):
         self.built = True  # every head is built above
 
     def call(self, inputs, training=None):
-        pooled = self.encode(inputs, training=training)[features.POOLED_OUTPUT]
+        pooled = self.encode(inputs, training=training, pooled_only=True)[features.POOLED_OUTPUT]
         return {LOGITS: self.classifier(pooled, training=training)}
 
     def get_config(self):

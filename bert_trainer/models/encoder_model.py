@@ -1,8 +1,9 @@
 """The base of every task model: an encoder plus heads, serializable and checkpointable."""
 
 import keras
+from keras import ops
 
-from bert_trainer import features
+from bert_trainer import features, kernels
 from bert_trainer.encoders.bert_encoder import default_initializer
 
 
@@ -29,13 +30,36 @@ class EncoderModel(keras.Model):
         self.initializer = keras.initializers.get(
             initializer or getattr(encoder, "initializer", None) or default_initializer())
 
-    def encode(self, inputs, training=None):
-        """Runs the encoder on the encoder's three entries of a feature dict."""
+    def encode(self, inputs, training=None, *, pooled_only=False):
+        """Runs the encoder on the encoder's three entries of a feature dict.
+
+        Where the fused CPU kernels run (`packs_tokens`), an encoder that can computes the
+        real tokens only: the same values wherever the padding mask lets a head look. With
+        `pooled_only` (a head that reads `pooled_output` alone) its last layer then computes
+        [CLS] only, and the other outputs are not returned.
+        """
         missing = [key for key in features.ENCODER_INPUTS if key not in inputs]
         if missing:
             raise ValueError(f"{self.name}: the features lack {missing}")
-        return self.encoder({key: inputs[key] for key in features.ENCODER_INPUTS},
-                            training=training)
+        encoder_inputs = {key: inputs[key] for key in features.ENCODER_INPUTS}
+        if not self.packs_tokens():
+            return self.encoder(encoder_inputs, training=training)
+        if pooled_only:
+            none = ops.zeros((ops.shape(inputs[features.INPUT_MASK])[0], 0), "int32")
+            pooled = self.encoder.call_at_positions(encoder_inputs, none, training=training,
+                                                    pack=True)[features.POOLED_OUTPUT]
+            return {features.POOLED_OUTPUT: pooled}
+        return self.encoder.call_packed(encoder_inputs, training=training)
+
+    def packs_tokens(self) -> bool:
+        """Whether a call traced here, now, runs the encoder on the real tokens only: the
+        encoder can pack (`call_packed`, no `output_range`), the fused CPU kernels run here
+        (where shapes may vary for free) and Keras' flash attention is off."""
+        return (hasattr(self.encoder, "call_packed")
+                and getattr(self.encoder, "output_range", None) is None
+                and keras.backend.backend() == "tensorflow"
+                and not keras.config.is_flash_attention_enabled()
+                and kernels.active())
 
     def get_config(self):
         return {

@@ -349,7 +349,7 @@ def _train_and_report(trainer, label: str = "") -> int:
     try:
         result = trainer.train_and_evaluate()
     except NonFiniteError as e:
-        print(f"bert-train finetune: error: {e}", file=sys.stderr, flush=True)
+        print(f"bert-train finetune: error: {label}{e}", file=sys.stderr, flush=True)
         return EXIT_NONFINITE
     summary = [f"bert-train finetune: {label}step {result.step}",
                f"train loss {result.train.get('loss', float('nan')):.4f}"]

@@ -125,6 +125,12 @@ def test_a_seed_is_finished_only_at_the_final_step(tmp_path):
     (directory / "eval_results.json").write_text(json.dumps(record))
     assert multi_seed.finished_results(str(tmp_path), 2, 10) == record
     assert multi_seed.finished_results(str(tmp_path), 2, 12) is None  # e.g. a longer rerun
+    # `evaluate --eval_file=test.tsv` on the seed's directory: not the run's evaluation.
+    record["eval_file"] = str(tmp_path / "dev.tsv")
+    (directory / "eval_results.json").write_text(json.dumps(record))
+    assert multi_seed.finished_results(str(tmp_path), 2, 10) is None
+    assert multi_seed.finished_results(str(tmp_path), 2, 10, str(tmp_path / "test.tsv")) is None
+    assert multi_seed.finished_results(str(tmp_path), 2, 10, str(tmp_path / "dev.tsv")) == record
 
 
 # -- whose directory -------------------------------------------------------------------------

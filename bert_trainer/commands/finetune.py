@@ -154,21 +154,9 @@ def _run_seeds(model_dir: str, seeds: list[int], gin_files: list[str]) -> int:
         multi_seed.write_manifest(model_dir, config, seeds, previous)
         records = {}
         for seed in seeds:
-            record = multi_seed.finished_results(model_dir, seed, final_step)
-            if record is None:
-                _reset_run_state()
-                common.parse_gin(gin_files, FLAGS.gin_param,
-                                 [*_flag_bindings(), *multi_seed.gin_bindings(seed)])
-                directory = multi_seed.seed_dir(model_dir, seed)
-                with common.model_dir_lock(directory, "finetune"):
-                    code = _run_one(directory, label=f"seed {seed}: ")
-                if code:
-                    return code
-                record = multi_seed.finished_results(model_dir, seed, final_step)
-            else:
-                print(f"bert-train finetune: seed {seed}: finished at step {final_step}, "
-                      "skipped", flush=True)
-            records[seed] = record
+            code, records[seed] = _run_seed(model_dir, seed, final_step, gin_files)
+            if code:
+                return code
         if any(r is None for r in records.values()):
             return 0  # a non-chief worker: the chief writes the results
         path, summary = multi_seed.write_results(model_dir, records, task=task.name,
@@ -179,6 +167,29 @@ def _run_seeds(model_dir: str, seeds: list[int], gin_files: list[str]) -> int:
         if not name.startswith("num_"):  # counts (num_examples) are the same for every seed
             print("  " + multi_seed.format_metric(name, stats), flush=True)
     return 0
+
+
+def _run_seed(model_dir: str, seed: int, final_step: int,
+              gin_files: list[str]) -> tuple[int, dict | None]:
+    """Runs seed `seed` into model_dir/seed-N/ unless it is finished.
+
+    Returns:
+      (the exit code, the seed's final eval_results.json record or None).
+    """
+    from bert_trainer.tasks import multi_seed  # noqa: PLC0415
+
+    record = multi_seed.finished_results(model_dir, seed, final_step, FLAGS.eval_file)
+    if record is not None:
+        print(f"bert-train finetune: seed {seed}: finished at step {final_step}, skipped",
+              flush=True)
+        return 0, record
+    _reset_run_state()
+    common.parse_gin(gin_files, FLAGS.gin_param,
+                     [*_flag_bindings(), *multi_seed.gin_bindings(seed)])
+    directory = multi_seed.seed_dir(model_dir, seed)
+    with common.model_dir_lock(directory, "finetune"):
+        code = _run_one(directory, label=f"seed {seed}: ")
+    return code, multi_seed.finished_results(model_dir, seed, final_step, FLAGS.eval_file)
 
 
 def _check_seed_flags() -> None:

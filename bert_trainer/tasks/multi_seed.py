@@ -26,8 +26,9 @@ share a stream, and one stream never equals the other's (seed 1's data order is 
 initialization). Both are bound as gin parameters, so each seed-N/operative_config.gin records
 them; multi_seed.json and eval_results.json list them too.
 
-Resume: a seed is finished when seed-N/eval_results.json holds the evaluation at the run's final
-step; a rerun skips finished seeds and resumes a half-done one from its last checkpoint.
+Resume: a seed is finished when seed-N/eval_results.json holds the evaluation of the run's eval
+file at its final step; a rerun skips finished seeds and resumes a half-done one from its last
+checkpoint (a seed trained to the end is only evaluated again).
 
 A multi-seed MODEL_DIR belongs to one run: its seeds share one configuration (the flags in
 multi_seed.json; a rerun with others is refused, adding seeds is not), a single-seed run's
@@ -240,11 +241,20 @@ def write_manifest(model_dir: str, config: dict, seeds: list[int],
 
 # -- resume -------------------------------------------------------------------------------
 
-def finished_results(model_dir: str, seed: int, final_step: int) -> dict | None:
-    """Seed `seed`'s eval_results.json when it holds the evaluation at `final_step`, else None.
+def finished_results(model_dir: str, seed: int, final_step: int,
+                     eval_file: str | None = None) -> dict | None:
+    """Seed `seed`'s eval_results.json when it holds the run's evaluation at `final_step`.
 
-    A half-done seed (no results yet, or results of an earlier step, e.g. from `evaluate`
-    with --checkpoint=best) returns None: the run resumes it.
+    Args:
+      model_dir: the parent directory.
+      seed: the run seed.
+      final_step: the run's last step.
+      eval_file: the run's --eval_file (None: the TFDS split); results of another file
+        (`evaluate --eval_file=...` on the seed's directory) are not the run's.
+
+    Returns:
+      The record, or None for a half-done seed (no results yet, or results of an earlier step
+      or another file): the run resumes it (a trained seed is only evaluated again).
     """
     path = os.path.join(seed_dir(model_dir, seed), EVAL_RESULTS_FILE)
     try:
@@ -255,6 +265,10 @@ def finished_results(model_dir: str, seed: int, final_step: int) -> dict | None:
     if not isinstance(record, dict) or record.get("step") != final_step:
         return None
     if not isinstance(record.get("metrics"), dict):
+        return None
+    written = record.get("eval_file")
+    if (written is None) != (eval_file is None) or (
+            written is not None and os.path.abspath(written) != os.path.abspath(eval_file)):
         return None
     return record
 

@@ -5,6 +5,7 @@ The end-to-end test runs the CLI in subprocesses (marked slow); the refusals run
 this process (`test_finetune_cli.run_in_process`), as they stop before anything is built.
 """
 
+import errno
 import json
 import os
 import re
@@ -78,6 +79,26 @@ def test_results_file_holds_each_seed_and_the_summary(tmp_path):
     assert summary["accuracy"]["mean"] == pytest.approx(0.8)
     assert summary["accuracy"]["std"] == pytest.approx(np.std([0.7, 0.8, 0.9], ddof=1))
     assert summary["num_examples"]["std"] == 0.0
+
+
+def test_a_full_disk_keeps_the_previous_results(tmp_path, monkeypatch):
+    records = {1: {"step": 5, "metrics": {"accuracy": 0.5}},
+               2: {"step": 5, "metrics": {"accuracy": 0.7}}}
+    path, _ = multi_seed.write_results(str(tmp_path), records, task="sst2", family=None)
+    before = open(path, encoding="utf-8").read()
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full)
+    with pytest.raises(UserError) as raised:
+        multi_seed.write_results(str(tmp_path), {1: records[1]}, task="sst2", family=None)
+    assert str(raised.value).startswith(
+        f"writing the multi-seed evaluation results to {path} failed: no space left on the "
+        "device")
+    assert "\n" not in str(raised.value)
+    assert os.listdir(tmp_path) == ["eval_results.json"]  # the temporary is gone
+    assert open(path, encoding="utf-8").read() == before
 
 
 # -- the seeds -------------------------------------------------------------------------------

@@ -29,8 +29,9 @@ from collections.abc import Callable, Iterator
 from bert_trainer.errors import UserError, storage_fault
 
 MARKER = ".bert-train-output.json"  # in a directory output: the command and its entries
-# What makes a directory a bert-train model directory (a run's or a conversion's).
-MODEL_DIR_FILES = ("bert_train.json", "checkpoint")
+# What makes a directory a bert-train model directory (a run's, a conversion's, or the parent
+# of a multi-seed fine-tune's seed-N runs).
+MODEL_DIR_FILES = ("bert_train.json", "checkpoint", "multi_seed.json")
 MODEL_DIR_PATTERNS = ("ckpt-*.index",)
 _SHOWN = 6  # entries named in a refusal
 

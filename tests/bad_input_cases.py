@@ -418,3 +418,32 @@ PRECHECK_CASES = [
       "--output={root}/d5-*.tfrecord", "--masked_lm_prob=nan"],
      "flag --masked_lm_prob=nan: must be a finite number"),
 ]
+
+
+# ------------------------------------------------------------------------------------------
+# Multi-seed runs (finetune --seeds / --num_seeds): bad seed flags, and a multi-seed run asked
+# into a single-seed run's model_dir, are refused before anything is written.
+# ------------------------------------------------------------------------------------------
+SEED_CASES = [
+    ("finetune negative seed", [*SST2_FRESH, "--seeds=1,-2"],
+     "--seeds=1,-2: '-2' is not a seed; give integers >= 0, e.g. --seeds=1,2,3"),
+    ("finetune seed not an integer", [*SST2_FRESH, "--seeds=1,2.5"],
+     "--seeds=1,2.5: '2.5' is not a seed"),
+    ("finetune duplicate seed", [*SST2_FRESH, "--seeds=3,1,3"],
+     "--seeds=3,1,3 lists 3 twice; each seed runs once"),
+    ("finetune seeds and num_seeds", [*SST2_FRESH, "--seeds=1,2", "--num_seeds=2"],
+     "--seeds and --num_seeds are exclusive"),
+    ("finetune zero num_seeds", [*SST2_FRESH, "--num_seeds=0"],
+     "--num_seeds=0 must be >= 1 (it runs the seeds 1..N)"),
+    ("finetune seeds with a bound seed", [*SST2_FRESH, "--num_seeds=2",
+                                          "--gin_param=TrainerConfig.seed = 7"],
+     "TrainerConfig.seed is bound, but --seeds/--num_seeds set it for each seed's run; drop "
+     "the binding"),
+    ("finetune seeds without evaluation", [*SST2_FRESH, "--seeds=1,2",
+                                           "--gin_param=TrainerConfig.eval_steps = 0"],
+     "--seeds/--num_seeds report evaluation metrics, but TrainerConfig.eval_steps = 0 turns "
+     "evaluation off"),
+    ("finetune seeds into a single-seed run", [*SST2_AGAIN, "--seeds=1,2"],
+     "--model_dir={existing} holds a single-seed finetune run (bert_train.json, checkpoints); a "
+     "multi-seed run needs its own --model_dir"),
+]

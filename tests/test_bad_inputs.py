@@ -514,3 +514,18 @@ def test_evaluate_on_a_read_only_mount(paths, digests, capsys, tmp_path):
         subprocess.run(["umount", str(mount)], check=True)
     _assert_metrics_printed(rc, out, err, str(mount), paths["existing"])
     assert {d: tree_digest(paths[d]) for d in GUARDED} == digests
+
+
+# ------------------------------------------------------------------------------------------
+# Multi-seed runs: bad --seeds/--num_seeds, and a multi-seed run in a single-seed model_dir.
+# ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("case, args, expected", bad_input_cases.SEED_CASES,
+                         ids=[c[0] for c in bad_input_cases.SEED_CASES])
+def test_multi_seed_flags_refused_before_anything_is_written(case, args, expected, paths,
+                                                             digests, capsys):
+    from bert_trainer import cli  # noqa: PLC0415
+
+    reset()
+    capsys.readouterr()
+    rc = cli.main(["bert-train", *fill(args, paths)])
+    assert_refusal(case, rc, capsys.readouterr().err, expected, paths, digests)

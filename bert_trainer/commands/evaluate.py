@@ -9,7 +9,9 @@ default). --checkpoint is "latest", "best" (kept by the eval metric during train
 checkpoint prefix. Prints the metrics and writes model_dir/eval_results.json (SQuAD also
 writes the answers to model_dir/eval_predictions.json). A model_dir this user cannot write
 (someone else's run, a read-only mount) is evaluated all the same: the metrics are printed and
-a warning says which files were not written.
+a warning says which files were not written. A multi-seed run's directory (`finetune --seeds`)
+holds one model per seed: evaluate --model_dir=MODEL_DIR/seed-N (the parent is refused, naming
+them); MODEL_DIR/eval_results.json already holds every seed's final metrics and their spread.
 """
 
 import contextlib

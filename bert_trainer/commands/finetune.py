@@ -19,6 +19,13 @@ below. The number of steps is --train_steps, else epochs x training examples / b
 a model_dir holding checkpoints resumes, as the same task (labels, sequence length, encoder,
 vocabulary): another is refused. A model_dir belongs to one run at a time (a lock file). The
 final evaluation goes to model_dir/eval_results.json.
+
+Seeds: --seeds=1,2,3 (or --num_seeds=N: the seeds 1..N) runs the whole fine-tune once per seed
+into model_dir/seed-N/ and writes each seed's metrics with their mean, sample standard deviation
+(n - 1), min and max to model_dir/eval_results.json, printed as `accuracy 0.835 ± 0.004 (3
+seeds)`. Each seed gives two separate streams: the head's initialization and dropout
+(TrainerConfig.seed) and the data order (FinetuneConfig.seed), derived as
+bert_trainer/tasks/multi_seed.py says; a rerun skips finished seeds and resumes a half-done one.
 """
 
 import os
@@ -61,6 +68,9 @@ flags.DEFINE_integer("train_steps", None, "Optimizer steps, instead of epochs "
                      "(TrainerConfig.train_steps).")
 flags.DEFINE_integer("max_train_examples", None, "Train on the first N examples only.")
 flags.mark_flags_as_mutual_exclusive(["num_epochs", "train_steps"])
+flags.DEFINE_list("seeds", None, "Run the fine-tune once per seed (integers >= 0) into "
+                  "model_dir/seed-N/ and report each metric's mean and spread.")
+flags.DEFINE_integer("num_seeds", None, "Like --seeds=1,...,N.")
 
 FLAGS = flags.FLAGS
 _FAMILY_GIN = "configs/tasks/{}.gin"
@@ -79,9 +89,10 @@ def _flag_bindings() -> list[str]:
 def main(argv):
     del argv
     from bert_trainer.errors import UserError  # noqa: PLC0415
-    from bert_trainer.tasks import registry  # noqa: PLC0415 (imports TensorFlow)
+    from bert_trainer.tasks import multi_seed, registry  # noqa: PLC0415 (imports TensorFlow)
 
     common.setup_logging()
+    seeds = multi_seed.parse_seeds(FLAGS.seeds, FLAGS.num_seeds)
     if not FLAGS.task:
         raise UserError(f"--task is required; choose one of: {', '.join(registry.task_names())}")
     family = registry.family_of(FLAGS.task)
@@ -92,16 +103,137 @@ def main(argv):
         raise UserError("--init_checkpoint is required: a pretrained bert-train, Hugging Face "
                         "or Google BERT directory (or, to train from scratch, --vocab_file and "
                         "a --gin_file binding build_encoder.*)")
-    common.parse_gin([_FAMILY_GIN.format(family), *FLAGS.gin_file], FLAGS.gin_param,
-                     _flag_bindings())
+    gin_files = [_FAMILY_GIN.format(family), *FLAGS.gin_file]
+    common.parse_gin(gin_files, FLAGS.gin_param, _flag_bindings())
+    if seeds is not None:
+        return _run_seeds(model_dir, seeds, gin_files)
+    multi_seed.check_single_run_dir(model_dir)
     with common.one_line_errors(), common.model_dir_lock(model_dir, "finetune"):
+        return _run_one(model_dir)
+
+
+def _run_one(model_dir: str, label: str = "") -> int:
+    """One fine-tune into `model_dir` (locked by the caller) from the parsed gin config.
+
+    Args:
+      model_dir: the run's directory.
+      label: put before the summary line, e.g. "seed 2: ".
+
+    Returns:
+      The exit code.
+    """
+    task = _build_task()
+    _check_inputs(task)
+    _bind_run_length(task)
+    trainer, direct_init = _build_trainer(task, model_dir)
+    if direct_init:
+        task.initialize(trainer.model, FLAGS.init_checkpoint)
+    _print_warm_start(task, label)
+    return _train_and_report(trainer, label)
+
+
+def _run_seeds(model_dir: str, seeds: list[int], gin_files: list[str]) -> int:
+    """Fine-tunes once per seed into model_dir/seed-N/, then reports the metrics' spread.
+
+    Each seed's run starts from the gin config parsed anew plus its seed bindings, in a fresh
+    Keras session: nothing one seed binds or builds reaches the next.
+    """
+    import gin  # noqa: PLC0415
+
+    from bert_trainer.tasks import multi_seed  # noqa: PLC0415
+
+    _check_seed_flags()
+    config = _run_config(gin_files)
+    with common.one_line_errors(), common.model_dir_lock(model_dir, "finetune --seeds"):
+        previous = multi_seed.check_multi_seed_dir(model_dir, config)
+        # What each seed's run checks before writing, checked once before anything is written.
         task = _build_task()
         _check_inputs(task)
-        trainer, direct_init = _build_trainer(task, model_dir)
-        if direct_init:
-            task.initialize(trainer.model, FLAGS.init_checkpoint)
-        _print_warm_start(task)
-        return _train_and_report(trainer)
+        _bind_run_length(task)
+        final_step = gin.query_parameter("TrainerConfig.train_steps")
+        multi_seed.write_manifest(model_dir, config, seeds, previous)
+        records = {}
+        for seed in seeds:
+            code, records[seed] = _run_seed(model_dir, seed, final_step, gin_files)
+            if code:
+                return code
+        if any(r is None for r in records.values()):
+            return 0  # a non-chief worker: the chief writes the results
+        path, summary = multi_seed.write_results(model_dir, records, task=task.name,
+                                                 family=task.task_data.family)
+    print(f"bert-train finetune: {len(seeds)} seeds ({', '.join(map(str, seeds))}), mean ± "
+          f"sample standard deviation | results {path}", flush=True)
+    for name, stats in summary.items():
+        if not name.startswith("num_"):  # counts (num_examples) are the same for every seed
+            print("  " + multi_seed.format_metric(name, stats), flush=True)
+    return 0
+
+
+def _run_seed(model_dir: str, seed: int, final_step: int,
+              gin_files: list[str]) -> tuple[int, dict | None]:
+    """Runs seed `seed` into model_dir/seed-N/ unless it is finished.
+
+    Returns:
+      (the exit code, the seed's final eval_results.json record or None).
+    """
+    from bert_trainer.tasks import multi_seed  # noqa: PLC0415
+
+    record = multi_seed.finished_results(model_dir, seed, final_step, FLAGS.eval_file)
+    if record is not None:
+        print(f"bert-train finetune: seed {seed}: finished at step {final_step}, skipped",
+              flush=True)
+        return 0, record
+    _reset_run_state()
+    common.parse_gin(gin_files, FLAGS.gin_param,
+                     [*_flag_bindings(), *multi_seed.gin_bindings(seed)])
+    directory = multi_seed.seed_dir(model_dir, seed)
+    with common.model_dir_lock(directory, "finetune"):
+        code = _run_one(directory, label=f"seed {seed}: ")
+    return code, multi_seed.finished_results(model_dir, seed, final_step, FLAGS.eval_file)
+
+
+def _check_seed_flags() -> None:
+    """Refuses gin bindings that --seeds would override or that leave nothing to report."""
+    import gin  # noqa: PLC0415
+
+    from bert_trainer.errors import UserError  # noqa: PLC0415
+
+    for name in ("TrainerConfig.seed", "FinetuneConfig.seed"):
+        if common.gin_is_bound(name):
+            raise UserError(f"{name} is bound, but --seeds/--num_seeds set it for each seed's "
+                            "run; drop the binding")
+    if (common.gin_is_bound("TrainerConfig.eval_steps")
+            and gin.query_parameter("TrainerConfig.eval_steps") == 0):
+        raise UserError("--seeds/--num_seeds report evaluation metrics, but "
+                        "TrainerConfig.eval_steps = 0 turns evaluation off; drop that binding")
+
+
+def _run_config(gin_files: list[str]) -> dict:
+    """The flags that make a run what it is; every seed of a multi-seed run shares them."""
+    def path(value):
+        return value if value is None or "://" in value else os.path.abspath(value)
+
+    return {"task": FLAGS.task, "train_file": path(FLAGS.train_file),
+            "eval_file": path(FLAGS.eval_file), "data_dir": FLAGS.data_dir,
+            "init_checkpoint": path(FLAGS.init_checkpoint), "vocab_file": path(FLAGS.vocab_file),
+            "lower_case": FLAGS.lower_case,
+            "gin_files": [common.resolve_gin_file(f) for f in gin_files],
+            "gin_params": list(FLAGS.gin_param), "flag_bindings": _flag_bindings(),
+            "max_train_examples": FLAGS.max_train_examples,
+            "max_eval_examples": FLAGS.max_eval_examples, "text_column": FLAGS.text_column,
+            "text_b_column": FLAGS.text_b_column, "label_column": FLAGS.label_column,
+            "header": FLAGS.header,
+            "label_names": list(FLAGS.label_names) if FLAGS.label_names else None,
+            "skip_bad_rows": FLAGS.skip_bad_rows}
+
+
+def _reset_run_state() -> None:
+    """Clears gin's bindings and Keras' session (layer name counters, global seed)."""
+    import gin  # noqa: PLC0415
+    import keras  # noqa: PLC0415
+
+    gin.clear_config()
+    keras.backend.clear_session()
 
 
 def _encoder_spec():
@@ -174,18 +306,6 @@ def _build_trainer(task, model_dir: str):
     from bert_trainer.training import checkpointing  # noqa: PLC0415
     from bert_trainer.training.trainer import Trainer  # noqa: PLC0415
 
-    if not common.gin_is_bound("TrainerConfig.train_steps"):
-        examples = task.num_examples(task.train_split)
-        steps = task.config.train_steps(examples)
-        logging.info("%d training examples x %g epochs / batch %d = %d steps", examples,
-                     task.config.num_epochs, task.config.train_batch_size, steps)
-        gin.bind_parameter("TrainerConfig.train_steps", steps)
-    warmup = task.config.warmup_steps(gin.query_parameter("TrainerConfig.train_steps"))
-    if warmup is not None:
-        gin.bind_parameter("OptimizerConfig.warmup_steps", warmup)
-    if not common.gin_is_bound("TrainerConfig.best_metric"):
-        gin.bind_parameter("TrainerConfig.best_metric", task.best_metric)
-        gin.bind_parameter("TrainerConfig.best_metric_mode", task.best_metric_mode)
     init = FLAGS.init_checkpoint
     direct_init = bool(init) and os.path.isdir(init) and \
         formats.detect_format(init) != formats.BERT_TRAIN
@@ -201,16 +321,34 @@ def _build_trainer(task, model_dir: str):
     return trainer, direct_init and fresh
 
 
-def _print_warm_start(task) -> None:
+def _bind_run_length(task) -> None:
+    """Binds the run length, warmup and best metric that the flags left to the task."""
+    import gin  # noqa: PLC0415
+
+    if not common.gin_is_bound("TrainerConfig.train_steps"):
+        examples = task.num_examples(task.train_split)
+        steps = task.config.train_steps(examples)
+        logging.info("%d training examples x %g epochs / batch %d = %d steps", examples,
+                     task.config.num_epochs, task.config.train_batch_size, steps)
+        gin.bind_parameter("TrainerConfig.train_steps", steps)
+    warmup = task.config.warmup_steps(gin.query_parameter("TrainerConfig.train_steps"))
+    if warmup is not None:
+        gin.bind_parameter("OptimizerConfig.warmup_steps", warmup)
+    if not common.gin_is_bound("TrainerConfig.best_metric"):
+        gin.bind_parameter("TrainerConfig.best_metric", task.best_metric)
+        gin.bind_parameter("TrainerConfig.best_metric_mode", task.best_metric_mode)
+
+
+def _print_warm_start(task, label: str = "") -> None:
     report = task.warm_start_report
     if report is None:
         return
-    print(f"bert-train finetune: warm start from {FLAGS.init_checkpoint}: loaded "
+    print(f"bert-train finetune: {label}warm start from {FLAGS.init_checkpoint}: loaded "
           f"{len(report['loaded'])} encoder variables; left initialized: "
           f"{', '.join(report['initialized']) or 'none'}", flush=True)
 
 
-def _train_and_report(trainer) -> int:
+def _train_and_report(trainer, label: str = "") -> int:
     """Trains, writes eval_results.json and prints a one-line summary; returns the exit code."""
     import tensorflow as tf  # noqa: PLC0415
 
@@ -222,9 +360,9 @@ def _train_and_report(trainer) -> int:
     try:
         result = trainer.train_and_evaluate()
     except NonFiniteError as e:
-        print(f"bert-train finetune: error: {e}", file=sys.stderr, flush=True)
+        print(f"bert-train finetune: error: {label}{e}", file=sys.stderr, flush=True)
         return EXIT_NONFINITE
-    summary = [f"bert-train finetune: step {result.step}",
+    summary = [f"bert-train finetune: {label}step {result.step}",
                f"train loss {result.train.get('loss', float('nan')):.4f}"]
     if result.eval and trainer.is_chief:
         latest = tf.train.latest_checkpoint(trainer.model_dir)

@@ -54,11 +54,12 @@ def sst2_phrases(tmp_path_factory):
     return str(path)
 
 
-def sst2_task(pretrained, buckets, file, **kwargs):
+def sst2_task(pretrained, buckets, file, group=False, **kwargs):
     task = make_task("sst2", pretrained, train_file=file, eval_file=file, seq_length=SEQ,
                      max_train_examples=300, max_eval_examples=100, eval_batch_size=8,
                      **kwargs)
-    task.config = dataclasses.replace(task.config, length_buckets=buckets)
+    task.config = dataclasses.replace(task.config, length_buckets=buckets,
+                                      group_by_length=group)
     return task
 
 
@@ -76,9 +77,24 @@ def first_batches(task, n, *, is_training=True):
     return [{k: v.numpy() for k, v in b.items()} for b in data.take(n)]
 
 
-def test_training_batches_hold_one_bucket_and_repeat_exactly(shared_dir, tiny_pretrained,
-                                                            sst2_phrases):
-    task = sst2_task(tiny_pretrained, 4, sst2_phrases)
+def test_training_batches_are_the_padded_ones_cut(shared_dir, tiny_pretrained, sst2_phrases):
+    """By default the order (and so each batch's examples) is the padded pipeline's."""
+    padded = first_batches(sst2_task(tiny_pretrained, 0, sst2_phrases), 12)
+    cut = first_batches(sst2_task(tiny_pretrained, 4, sst2_phrases), 12)
+    widths = [b[F.INPUT_WORD_IDS].shape[1] for b in cut]
+    assert len(set(widths)) > 1 and min(widths) < SEQ
+    for full, short, width in zip(padded, cut, widths, strict=True):
+        np.testing.assert_array_equal(full[F.LABEL_IDS], short[F.LABEL_IDS])
+        for key in F.ENCODER_INPUTS:
+            np.testing.assert_array_equal(full[key][:, :width], short[key])
+        assert not full[F.INPUT_MASK][:, width:].any()  # only padding was cut
+        assert width % length_buckets.MULTIPLE == 0 or width == SEQ
+
+
+def test_grouped_training_batches_hold_one_bucket_and_repeat_exactly(shared_dir,
+                                                                     tiny_pretrained,
+                                                                     sst2_phrases):
+    task = sst2_task(tiny_pretrained, 4, sst2_phrases, group=True)
     batches = first_batches(task, 12)
     widths = [b[F.INPUT_WORD_IDS].shape[1] for b in batches]
     assert all(b[F.INPUT_WORD_IDS].shape[0] == task.config.train_batch_size for b in batches)

@@ -39,7 +39,8 @@ def classification_dataset(raw: tf.data.Dataset, tokenizer, *, seq_length: int,
                            input_context=None,
                            shuffle_buffer: int = input_utils.DEFAULT_SHUFFLE_BUFFER,
                            seed: int | None = None, deterministic: bool = False,
-                           length_buckets: int = 0) -> tf.data.Dataset:
+                           length_buckets: int = 0, group_by_length: bool = False
+                           ) -> tf.data.Dataset:
     """Batches of a classification (or regression) task.
 
     Args:
@@ -49,7 +50,8 @@ def classification_dataset(raw: tf.data.Dataset, tokenizer, *, seq_length: int,
       batch_size: per-replica batch size.
       is_training: shuffle, repeat and drop the remainder (see `input_utils.batch_pipeline`).
       regression: float32 labels (STS-B).
-      input_context, shuffle_buffer, seed, deterministic, length_buckets: see
+      input_context, shuffle_buffer, seed, deterministic, length_buckets,
+        group_by_length: see
         `input_utils.batch_pipeline`.
 
     Returns:
@@ -61,4 +63,5 @@ def classification_dataset(raw: tf.data.Dataset, tokenizer, *, seq_length: int,
     return input_utils.batch_pipeline(
         raw, featurize, batch_size=batch_size, is_training=is_training,
         input_context=input_context, shuffle_buffer=shuffle_buffer, seed=seed,
-        deterministic=deterministic, length_buckets=length_buckets)
+        deterministic=deterministic, length_buckets=length_buckets,
+        group_by_length=group_by_length)

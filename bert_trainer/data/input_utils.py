@@ -79,13 +79,14 @@ def dataset_options(deterministic: bool) -> tf.data.Options:
 def batch_pipeline(examples: tf.data.Dataset, featurize=None, *, batch_size: int,
                    is_training: bool, input_context=None, ragged: bool = False,
                    shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER, seed: int | None = None,
-                   deterministic: bool = False, length_buckets: int = 0) -> tf.data.Dataset:
+                   deterministic: bool = False, length_buckets: int = 0,
+                   group_by_length: bool = False) -> tf.data.Dataset:
     """shard → (shuffle → repeat when training) → batch → featurize → (bucket) → prefetch.
 
     Featurizing after batching lets tokenization run once per batch (vectorized), which is
-    several times faster than a per-example map. With `length_buckets`, training batches are
-    then regrouped by length and every batch is cut to a bucket width
-    (`bert_trainer.data.length_buckets`).
+    several times faster than a per-example map. With `length_buckets`, every batch is then
+    cut to a width that holds its longest example (`bert_trainer.data.length_buckets`), and
+    with `group_by_length` training batches are regrouped to hold examples of one width.
 
     Args:
       examples: unbatched examples (dicts of tensors).
@@ -99,9 +100,10 @@ def batch_pipeline(examples: tf.data.Dataset, featurize=None, *, batch_size: int
       shuffle_buffer: examples held by the shuffle buffer (training only).
       seed: shuffle seed; deterministic mode uses `DEFAULT_SEED` when None.
       deterministic: fixed element order and seeded shuffling (reproducible runs).
-      length_buckets: cut batches to at most this many widths chosen from the data (training
-        batches hold examples of one bucket; evaluation keeps its order); 0 or 1: every batch
-        keeps the full sequence length.
+      length_buckets: cut batches to the smallest of at most this many widths chosen from the
+        data that holds their longest example; 0 or 1: every batch keeps the full length.
+      group_by_length: training batches hold examples of one width (fewer padded slots; but
+        where the length says something of the label, batches of one class).
 
     Returns:
       Batched, prefetched `tf.data.Dataset`.
@@ -114,8 +116,10 @@ def batch_pipeline(examples: tf.data.Dataset, featurize=None, *, batch_size: int
         seed = DEFAULT_SEED
     # Evaluation output is matched to its examples by position: keep the order.
     deterministic = deterministic or not is_training
+    grouped = is_training and group_by_length
     buckets = buckets_lib.sample_buckets(
         examples, featurize, ragged=ragged, max_buckets=length_buckets,
+        batch_size=None if grouped else batch_size, shuffled=is_training,
         what="training" if is_training else "evaluation")
     ds = shard(examples, input_context)
     if is_training:
@@ -126,7 +130,7 @@ def batch_pipeline(examples: tf.data.Dataset, featurize=None, *, batch_size: int
         ds = ds.batch(batch_size, drop_remainder=is_training)
     if featurize is not None:
         ds = ds.map(featurize, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
-    if buckets is not None and is_training:
+    if buckets is not None and grouped:
         ds = buckets_lib.bucketed_batches(ds.unbatch(), buckets, batch_size)
     elif buckets is not None:
         ds = ds.map(buckets.cut, num_parallel_calls=AUTOTUNE, deterministic=True)

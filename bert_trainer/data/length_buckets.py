@@ -5,16 +5,21 @@ about 25 word pieces; the recipe pads them to 128), so a batch padded to `seq_le
 of its compute on padding. Here every batch is cut to the smallest of a few widths (the bucket
 boundaries) that holds its longest example:
 
-- training draws each batch from one length bucket (`tf.data`'s `bucket_by_sequence_length`
-  over the seeded, shuffled stream), so a batch of short sentences is short;
-- evaluation keeps its order (outputs are matched to examples by position) and cuts each batch
-  to the smallest boundary that holds its longest example.
+- by default batches keep their order (the seeded shuffle's in training; evaluation outputs are
+  matched to examples by position), each cut to the smallest boundary that holds its longest
+  example. Where the fused CPU kernels run, the encoder then also skips the padding left
+  inside a batch (token packing), so little is computed in vain;
+- with `group_by_length`, training draws each batch from one length bucket (`tf.data`'s
+  `bucket_by_sequence_length` over the seeded, shuffled stream): fewer padded slots, for
+  hardware that computes them, at a price: where length correlates with the label (it does
+  in some datasets), batches hold mostly one class.
 
-Boundaries come from the data: quantiles of the lengths of the first `SAMPLE_EXAMPLES` examples
-(the same examples on every worker, so all agree), rounded up to a multiple of `MULTIPLE`, with
-`seq_length` last. The widths a run can see are the boundaries, so a compiled step is traced (or
-XLA-compiled) at most once per boundary. Nothing else changes: the values at the real tokens are
-those of the padded batch, because attention never looks at padding.
+Boundaries come from the data: the first `SAMPLE_EXAMPLES` examples (the same on every worker,
+so all agree) are drawn into batches as the pipeline draws them, and the widths, multiples of
+`MULTIPLE` with `seq_length` last, are those that pad these batches least. A run sees no
+other widths, so a compiled step is traced (or XLA-compiled) at most once per boundary. Nothing
+else changes: the values at the real tokens are those of the padded batch, because attention
+never looks at padding.
 """
 
 import dataclasses
@@ -105,7 +110,7 @@ def choose_boundaries(lengths, seq_length: int, max_buckets: int) -> tuple[int, 
 
 
 def sample_buckets(examples: tf.data.Dataset, featurize, *, ragged: bool, max_buckets: int,
-                   what: str) -> LengthBuckets | None:
+                   batch_size: int | None, shuffled: bool, what: str) -> LengthBuckets | None:
     """The `LengthBuckets` of a split, from the lengths of its first `SAMPLE_EXAMPLES` examples.
 
     Args:
@@ -113,6 +118,10 @@ def sample_buckets(examples: tf.data.Dataset, featurize, *, ragged: bool, max_bu
       featurize: the pipeline's batch → features function (None: examples are features).
       ragged: batch the raw examples with `ragged_batch` (as the pipeline does).
       max_buckets: at most this many widths; <= 1 turns bucketing off.
+      batch_size: the widths are cut for batches of this many examples (their longest one
+        decides), drawn from the sample as the pipeline draws them; None: for each example
+        alone (batches grouped by length).
+      shuffled: the pipeline's batches are drawn in random order (training), not in order.
       what: names the split in the log line.
 
     Returns:
@@ -133,13 +142,17 @@ def sample_buckets(examples: tf.data.Dataset, featurize, *, ragged: bool, max_bu
     if seq_length is None:  # an empty split
         return None
     lengths = np.concatenate(lengths)
-    buckets = LengthBuckets(choose_boundaries(lengths, seq_length, max_buckets))
-    widths = [buckets.boundaries[np.searchsorted(buckets.boundaries, n)] for n in lengths]
+    longest = lengths  # what decides each cut: an example, or the longest of a batch
+    if batch_size is not None and batch_size > 1:
+        order = np.random.default_rng(0).permutation(lengths) if shuffled else lengths
+        whole = max(1, len(order) // batch_size) * batch_size
+        longest = np.resize(order, whole).reshape(-1, batch_size).max(axis=1)
+    buckets = LengthBuckets(choose_boundaries(longest, seq_length, max_buckets))
+    cut = np.asarray(buckets.boundaries)[np.searchsorted(buckets.boundaries, longest)]
     logging.info("Length buckets (%s): widths %s from %d examples (mean %.1f tokens); at most "
-                 "%d batch shapes; padding %.0f%% of slots at full width, about %.0f%% in "
-                 "buckets", what, list(buckets.boundaries), lengths.size, lengths.mean(),
-                 len(buckets.boundaries), 100 * (1 - lengths.mean() / seq_length),
-                 100 * (1 - lengths.sum() / max(1, sum(widths))))
+                 "%d batch shapes; mean width %.1f instead of %d", what,
+                 list(buckets.boundaries), lengths.size, lengths.mean(),
+                 len(buckets.boundaries), cut.mean(), seq_length)
     return buckets
 
 

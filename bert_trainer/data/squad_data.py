@@ -306,7 +306,8 @@ def squad_dataset(raw: tf.data.Dataset, tokenizer, *, seq_length: int = 384,
                   is_training: bool = True, version_2: bool = False, input_context=None,
                   shuffle_buffer: int = input_utils.DEFAULT_SHUFFLE_BUFFER,
                   seed: int | None = None, deterministic: bool = False,
-                  length_buckets: int = 0) -> tf.data.Dataset:
+                  length_buckets: int = 0, group_by_length: bool = False
+                  ) -> tf.data.Dataset:
     """Streaming batches of SQuAD windows (training; evaluation uses `squad_eval_data`).
 
     Examples are sharded by `input_context` before windowing, so each input pipeline
@@ -319,7 +320,8 @@ def squad_dataset(raw: tf.data.Dataset, tokenizer, *, seq_length: int = 384,
       batch_size: per-replica batch size.
       is_training: training labels, shuffle, repeat, drop remainder; otherwise every window
         once, in order, with `UNIQUE_IDS`.
-      input_context, shuffle_buffer, seed, deterministic, length_buckets: see
+      input_context, shuffle_buffer, seed, deterministic, length_buckets,
+        group_by_length: see
         `input_utils.batch_pipeline`.
 
     Returns:
@@ -342,7 +344,8 @@ def squad_dataset(raw: tf.data.Dataset, tokenizer, *, seq_length: int = 384,
     windows = tf.data.Dataset.from_generator(generate, output_signature=signature).unbatch()
     return input_utils.batch_pipeline(
         windows, batch_size=batch_size, is_training=is_training, shuffle_buffer=shuffle_buffer,
-        seed=seed, deterministic=deterministic, length_buckets=length_buckets)
+        seed=seed, deterministic=deterministic, length_buckets=length_buckets,
+        group_by_length=group_by_length)
 
 
 @dataclasses.dataclass

@@ -118,7 +118,8 @@ def tagging_dataset(raw: tf.data.Dataset, tokenizer, *, seq_length: int, batch_s
                     is_training: bool, input_context=None,
                     shuffle_buffer: int = input_utils.DEFAULT_SHUFFLE_BUFFER,
                     seed: int | None = None, deterministic: bool = False,
-                    length_buckets: int = 0) -> tf.data.Dataset:
+                    length_buckets: int = 0, group_by_length: bool = False
+                    ) -> tf.data.Dataset:
     """Batches of a tagging task from raw examples {"tokens", "tags"} (`TaskData.load`).
 
     Args:
@@ -126,7 +127,8 @@ def tagging_dataset(raw: tf.data.Dataset, tokenizer, *, seq_length: int, batch_s
       tokenizer: a `Tokenizer`.
       seq_length: packed sequence length.
       batch_size: per-replica batch size.
-      is_training, input_context, shuffle_buffer, seed, deterministic, length_buckets: see
+      is_training, input_context, shuffle_buffer, seed, deterministic, length_buckets,
+        group_by_length: see
         `input_utils.batch_pipeline`.
 
     Returns:
@@ -138,7 +140,8 @@ def tagging_dataset(raw: tf.data.Dataset, tokenizer, *, seq_length: int, batch_s
     return input_utils.batch_pipeline(
         raw, featurize, batch_size=batch_size, is_training=is_training,
         input_context=input_context, ragged=True, shuffle_buffer=shuffle_buffer, seed=seed,
-        deterministic=deterministic, length_buckets=length_buckets)
+        deterministic=deterministic, length_buckets=length_buckets,
+        group_by_length=group_by_length)
 
 
 def word_predictions(predicted_ids, label_ids, label_names, num_words=None) -> list[list[str]]:

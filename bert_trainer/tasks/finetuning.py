@@ -174,9 +174,13 @@ class FinetuneConfig:
       dropout_rate: dropout in front of the head.
       shuffle_buffer: training examples held by the shuffle buffer.
       seed: the shuffle seed (the order must repeat exactly for a resumed run).
-      length_buckets: batches are cut to at most this many widths chosen from the data, a
-        training batch holding examples of similar length (`data.length_buckets`); 0 pads
-        every batch to `seq_length`. Off on TPUs, which need one static shape.
+      length_buckets: every batch is cut to the smallest of at most this many widths (chosen
+        from the data) that holds its longest example (`data.length_buckets`); 0 pads every
+        batch to `seq_length`. Off on TPUs, which need one static shape.
+      group_by_length: training batches hold examples of one width: fewer padded slots where
+        the fused kernels do not skip them anyway (GPU, TPU, XLA), but where an example's
+        length says something of its label, batches of mostly one class, which can slow
+        learning. Off by default.
     """
 
     seq_length: int = 128
@@ -188,6 +192,7 @@ class FinetuneConfig:
     shuffle_buffer: int = 10_000
     seed: int = 42
     length_buckets: int = 8
+    group_by_length: bool = False
 
     def __post_init__(self):
         if self.length_buckets < 0:
@@ -350,7 +355,8 @@ class FinetuningTask(Task):
             buckets = 0
         return dict(batch_size=batch, is_training=is_training, input_context=input_context,
                     shuffle_buffer=self.config.shuffle_buffer, seed=self.config.seed,
-                    deterministic=True, length_buckets=buckets)
+                    deterministic=True, length_buckets=buckets,
+                    group_by_length=self.config.group_by_length)
 
     # -- model info ------------------------------------------------------------------------
 

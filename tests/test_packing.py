@@ -176,9 +176,10 @@ def test_task_models_pack_where_the_kernels_run_with_the_same_outputs(head, kern
     inputs = _encoder_inputs()
     real = inputs[features.INPUT_MASK].astype(bool)
     assert model.packs_tokens()
+    assert int(model.packed_tokens(inputs)) == 12 + 16 + 5 + 16  # row 3: every slot
     packed = model(inputs, training=False)
     with kernels.disabled():
-        assert not model.packs_tokens()
+        assert not model.packs_tokens() and model.packed_tokens(inputs) is None
         full = model(inputs, training=False)
     assert packed.keys() == full.keys()
     for key, value in packed.items():

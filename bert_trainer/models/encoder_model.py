@@ -51,6 +51,16 @@ class EncoderModel(keras.Model):
             return {features.POOLED_OUTPUT: pooled}
         return self.encoder.call_packed(encoder_inputs, training=training)
 
+    def packed_tokens(self, inputs):
+        """int32 scalar: the tokens per layer a call traced here, now, computes on `inputs`
+        when it packs them (`packs_tokens()`), else None (every slot). Counted for the
+        throughput's FLOPs."""
+        if not self.packs_tokens():
+            return None
+        mask = inputs[features.INPUT_MASK]
+        return self.encoder.packed_tokens({key: inputs[key] for key in features.ENCODER_INPUTS},
+                                          ops.zeros((ops.shape(mask)[0], 0), "int32"))
+
     def packs_tokens(self) -> bool:
         """Whether a call traced here, now, runs the encoder on the real tokens only: the
         encoder can pack (`call_packed`, no `output_range`), the fused CPU kernels run here

@@ -189,3 +189,47 @@ def test_resume_with_buckets_ends_with_the_weights_of_a_straight_run(shared_dir,
     resumed = run(tmp_path / "resumed", 9)
     assert max(float(np.max(np.abs(a - b))) for a, b in zip(straight, resumed, strict=True)) \
         <= 1e-6
+
+
+MIRRORED_SCRIPT = """
+import json, sys
+import numpy as np
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from finetune_testing import make_task, shared_file
+from bert_trainer.training import OptimizerConfig, Trainer, TrainerConfig
+
+task = make_task("conll2003", {"dir": sys.argv[2]}, train_file=shared_file("conll2003/eng.testa"),
+                 eval_file=shared_file("conll2003/eng.testa"), seq_length=64,
+                 max_train_examples=64, max_eval_examples=30, train_batch_size=8,
+                 eval_batch_size=4)
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+trainer = Trainer(task, sys.argv[1], strategy=strategy, optimizer=OptimizerConfig(),
+                  config=TrainerConfig(train_steps=3, steps_per_loop=3, summary_interval=3))
+result = trainer.train_and_evaluate()
+print("RESULT " + json.dumps({"loss": result.train["loss"], "eval": result.eval}))
+"""
+
+
+@pytest.mark.slow  # a subprocess: logical devices must be set before TensorFlow starts
+def test_cut_batches_train_and_evaluate_over_two_mirrored_replicas(shared_dir, tiny_pretrained,
+                                                                   tmp_path):
+    """Each replica cuts its own batch: per-token eval outputs of different widths gather."""
+    import json  # noqa: PLC0415
+    import os  # noqa: PLC0415
+    import pathlib  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    tests = pathlib.Path(__file__).resolve().parent
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
+               PYTHONPATH=os.pathsep.join([str(tests), str(tests.parent)]))
+    proc = subprocess.run([sys.executable, "-c", MIRRORED_SCRIPT, str(tmp_path / "run"),
+                           tiny_pretrained["dir"]], env=env, capture_output=True, text=True,
+                          timeout=600)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    result = json.loads(lines[-1][len("RESULT "):])
+    assert np.isfinite(result["loss"]) and result["eval"]["num_sentences"] == 30
+    assert 0 <= result["eval"]["f1"] <= 1

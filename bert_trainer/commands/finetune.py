@@ -61,6 +61,10 @@ flags.DEFINE_integer("train_steps", None, "Optimizer steps, instead of epochs "
                      "(TrainerConfig.train_steps).")
 flags.DEFINE_integer("max_train_examples", None, "Train on the first N examples only.")
 flags.mark_flags_as_mutual_exclusive(["num_epochs", "train_steps"])
+flags.DEFINE_boolean("fit_batch", None, "Compute --batch_size in the largest micro-batches that "
+                     "fit memory, accumulating gradients (TrainerConfig.fit_batch; default: on).")
+flags.DEFINE_integer("micro_batch_size", None, "Force this per-replica micro-batch (it must "
+                     "divide the per-replica batch; TrainerConfig.micro_batch_size).")
 
 FLAGS = flags.FLAGS
 _FAMILY_GIN = "configs/tasks/{}.gin"
@@ -72,7 +76,9 @@ def _flag_bindings() -> list[str]:
              ("FinetuneConfig.train_batch_size", FLAGS.batch_size),
              ("FinetuneConfig.num_epochs", FLAGS.num_epochs),
              ("OptimizerConfig.learning_rate", FLAGS.learning_rate),
-             ("TrainerConfig.train_steps", FLAGS.train_steps)]
+             ("TrainerConfig.train_steps", FLAGS.train_steps),
+             ("TrainerConfig.fit_batch", FLAGS.fit_batch),
+             ("TrainerConfig.micro_batch_size", FLAGS.micro_batch_size)]
     return [common.gin_binding(name, value) for name, value in pairs if value is not None]
 
 

@@ -3,16 +3,17 @@ gradient accumulation that brings it back to the global batch the recipe asks fo
 
     batch 256 = 4 steps x 64 per replica x 1 replica
 
-The task's training batch stays the global batch of one optimizer step (the learning-rate
-schedule, per optimizer step, is unchanged). Each replica's batch of `P = global / replicas`
-rows is split into `P / m` micro-batches of `m` rows (`m` divides `P`), run one after the other
-into the gradient accumulators. The examples of an optimizer step are exactly those of the
+The task's training batch stays the global batch of one optimizer step (times
+`TrainerConfig.accumulation_steps`, usually 1; the learning-rate schedule, per optimizer step,
+is unchanged). Each replica's batch of `P = task batch / replicas` rows is split into `P / m`
+micro-batches of `m` rows (`m` divides `P`), run one after the other into the gradient
+accumulators. The examples of an optimizer step are exactly those of the
 unsplit batch, so the update equals the full-batch update up to float summation order, and a
 resumed run (which skips whole batches) stays exact whatever micro-batch it uses.
 
 How `m` is found (`plan_batch`):
-1. A plan cached in `model_dir/batch_plan.json` for the same global batch, replicas, sequence
-   length and precision is reused: a resume neither probes again nor changes the micro-batch.
+1. A plan cached in `model_dir/batch_plan.json` for the same batch, accumulation, replicas,
+   sequence length and precision is reused: a resume neither probes again nor changes the micro-batch.
 2. `micro_batch_size` forces `m` (it must divide `P`).
 3. Otherwise candidates are `P`, then halving, each a divisor of `P` (96: 96, 48, 24, 12, ...).
    - CPU: an out-of-memory kills the process instead of raising, so the probe must never run
@@ -80,28 +81,31 @@ class BatchPlan:
                 f"{self.micro_batch} per replica x {self.replicas} {replicas}")
 
 
-def make_plan(global_batch: int, replicas: int, micro_batch: int, *,
+def make_plan(task_batch: int, replicas: int, micro_batch: int, *, accumulation_steps: int = 1,
               how: str = "forced", peak_bytes: int | None = None) -> BatchPlan:
-    """The plan of `micro_batch` examples per replica pass for `global_batch`.
+    """The plan that runs each task batch of `task_batch` examples (over all replicas) in
+    micro-batches of `micro_batch` per replica, `accumulation_steps` task batches per
+    optimizer step (`TrainerConfig.accumulation_steps`, usually 1).
 
     Raises:
-        UserError: the global batch does not divide among the replicas, or `micro_batch`
-            does not divide the per-replica batch.
+        UserError: the task batch does not divide among the replicas, or `micro_batch` does
+            not divide the per-replica batch.
     """
-    per_replica = per_replica_batch(global_batch, replicas)
+    per_replica = per_replica_batch(task_batch, replicas)
     if micro_batch < 1 or per_replica % micro_batch:
         raise UserError(f"micro_batch_size={micro_batch} must divide the per-replica batch "
-                        f"{per_replica} (batch {global_batch} over {replicas} replica(s)); "
+                        f"{per_replica} (batch {task_batch} over {replicas} replica(s)); "
                         f"choose one of {', '.join(map(str, divisors(per_replica)))}")
-    return BatchPlan(global_batch, micro_batch, per_replica // micro_batch, replicas, how,
-                     peak_bytes)
+    return BatchPlan(task_batch * accumulation_steps, micro_batch,
+                     accumulation_steps * per_replica // micro_batch, replicas, how, peak_bytes)
 
 
-def per_replica_batch(global_batch: int, replicas: int) -> int:
-    if global_batch % replicas:
-        raise UserError(f"the global batch {global_batch} does not divide among {replicas} "
+def per_replica_batch(batch: int, replicas: int) -> int:
+    """`batch` over `replicas` (UserError when it does not divide)."""
+    if batch % replicas:
+        raise UserError(f"the global batch {batch} does not divide among {replicas} "
                         "replicas; choose a multiple of the replica count")
-    return global_batch // replicas
+    return batch // replicas
 
 
 def divisors(n: int) -> list[int]:
@@ -343,8 +347,9 @@ def split_batches(dataset: tf.data.Dataset, micro_batch: int) -> tf.data.Dataset
 
 # ----------------------------------------------------------------------------- the plan
 
-def plan_batch(task, model, strategy, model_dir: str, *, global_batch: int,
-               micro_batch: int | None = None, seq_length: int | None = None,
+def plan_batch(task, model, strategy, model_dir: str, *, task_batch: int,
+               accumulation_steps: int = 1, micro_batch: int | None = None,
+               seq_length: int | None = None,
                mixed_precision: str | None = None, jit_compile: bool = False,
                probe=None, budget: int | None = None) -> tuple[BatchPlan, dict]:
     """The plan of a run: cached, forced or fitted (see the module docstring).
@@ -352,7 +357,8 @@ def plan_batch(task, model, strategy, model_dir: str, *, global_batch: int,
     Args:
         task, model, strategy: the run's (the model built, under the strategy's scope).
         model_dir: where a cached plan is read (the trainer writes it with the run's files).
-        global_batch: examples per optimizer step (the task's training batch).
+        task_batch: the task's training batch over all replicas (`global_batch_size(True)`).
+        accumulation_steps: task batches per optimizer step (`TrainerConfig`'s, usually 1).
         micro_batch: force this micro-batch (None: cached, else fitted).
         seq_length: the longest training sequence (None: the batches' static shape).
         mixed_precision: None, "bfloat16" or "float16" (activations take 2 bytes).
@@ -364,12 +370,13 @@ def plan_batch(task, model, strategy, model_dir: str, *, global_batch: int,
         (plan, key): key identifies what the plan was made for; pass both to `write_cached`.
     """
     replicas = strategy.num_replicas_in_sync
-    per_replica = per_replica_batch(global_batch, replicas)
-    key = {"global_batch": global_batch, "replicas": replicas, "seq_length": seq_length,
-           "mixed_precision": mixed_precision}
+    per_replica = per_replica_batch(task_batch, replicas)
+    key = {"task_batch": task_batch, "accumulation_steps": accumulation_steps,
+           "replicas": replicas, "seq_length": seq_length, "mixed_precision": mixed_precision}
     if micro_batch is not None:
-        return make_plan(global_batch, replicas, micro_batch, how="forced"), key
-    cached = read_cached(model_dir, key)
+        plan = make_plan(task_batch, replicas, micro_batch, accumulation_steps=accumulation_steps)
+        return plan, key
+    cached = read_cached(model_dir, key, accumulation_steps)
     if cached is not None:
         return cached, key
     cpu = on_cpu(strategy)
@@ -389,13 +396,14 @@ def plan_batch(task, model, strategy, model_dir: str, *, global_batch: int,
         probe = model_probe(task, model, strategy, seq_length=seq_length,
                             jit_compile=jit_compile, on_cpu=cpu)
     size, how, peak = search(candidates(per_replica), probe, estimate=estimate, budget=budget)
-    return make_plan(global_batch, replicas, size, how=how, peak_bytes=peak), key
+    return make_plan(task_batch, replicas, size, accumulation_steps=accumulation_steps, how=how,
+                     peak_bytes=peak), key
 
 
 # ---------------------------------------------------------------------------- the cache
 
-def read_cached(model_dir: str, key: dict) -> BatchPlan | None:
-    """The plan cached in model_dir for the same `key` (global batch, replicas, ...); None
+def read_cached(model_dir: str, key: dict, accumulation_steps: int = 1) -> BatchPlan | None:
+    """The plan cached in model_dir for the same `key` (task batch, replicas, ...); None
     when there is none, it is unreadable or it was made for another key."""
     path = os.path.join(model_dir, PLAN_FILE)
     try:
@@ -406,8 +414,9 @@ def read_cached(model_dir: str, key: dict) -> BatchPlan | None:
                          path, record.get("key"), key)
             return None
         plan = record["plan"]
-        return make_plan(plan["global_batch"], plan["replicas"], plan["micro_batch"],
-                         how="cached", peak_bytes=plan.get("peak_bytes"))
+        return make_plan(key["task_batch"], key["replicas"], plan["micro_batch"],
+                         accumulation_steps=accumulation_steps, how="cached",
+                         peak_bytes=plan.get("peak_bytes"))
     except tf.errors.NotFoundError:
         return None
     except (ValueError, KeyError, TypeError, UserError, tf.errors.OpError) as error:

@@ -44,9 +44,9 @@ class TrainerConfig:
         best_metric_mode: "max" or "min".
         accumulation_steps: micro-batches per optimizer step (the effective batch is this
             times the task's global batch).
-        fit_batch: keep the task's global batch per optimizer step but compute it in the
-            largest per-replica micro-batches that fit memory, accumulating gradients
-            (`batch_fit.py`: probed once, cached in model_dir/batch_plan.json).
+        fit_batch: keep the effective batch per optimizer step but compute each task batch
+            in the largest per-replica micro-batches that fit memory, accumulating gradients
+            (`batch_fit.py`: decided once, cached in model_dir/batch_plan.json).
         micro_batch_size: force this per-replica micro-batch (it must divide the per-replica
             batch); implies batch fitting without the probe.
         jit_compile: compile the forward/backward pass with XLA.
@@ -111,10 +111,6 @@ class TrainerConfig:
             require_positive_ints(self, ("micro_batch_size",))
         if not isinstance(self.fit_batch, bool):
             raise UserError(f"fit_batch={self.fit_batch!r} must be True or False")
-        if self.accumulation_steps > 1 and (self.fit_batch or self.micro_batch_size):
-            raise UserError(f"accumulation_steps={self.accumulation_steps} and batch fitting "
-                            "(fit_batch / micro_batch_size) both set the accumulation; keep "
-                            "one (with batch fitting, the task's batch is the global batch)")
         for field in ("best_metric", "eval_interval"):
             if getattr(self, field) and self.eval_steps == 0:
                 raise UserError(f"{field}={getattr(self, field)!r} needs evaluation but "

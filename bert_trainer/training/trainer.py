@@ -160,11 +160,12 @@ class Trainer:
         seq_length = getattr(getattr(self.task, "config", None), "seq_length", None)
         plan, self._plan_key = batch_fit.plan_batch(
             self.task, self.model, self.strategy, self.model_dir,
-            global_batch=self.task.global_batch_size(True), micro_batch=cfg.micro_batch_size,
+            task_batch=self.task.global_batch_size(True),
+            accumulation_steps=cfg.accumulation_steps, micro_batch=cfg.micro_batch_size,
             seq_length=seq_length, mixed_precision=cfg.mixed_precision,
             jit_compile=cfg.jit_compile)
         logging.info("%s", plan)
-        peak = f", peak {plan.peak_bytes / 2**20:.0f} MiB" if plan.peak_bytes else ""
+        peak = f", peak {plan.peak_bytes / 2**20:.1f} MiB" if plan.peak_bytes else ""
         logging.info("Micro-batch %d decided by: %s%s", plan.micro_batch, plan.how, peak)
         return plan
 

@@ -280,3 +280,49 @@ def test_a_forced_micro_batch_that_does_not_divide_fails_before_anything_is_writ
     assert not (tmp_path / "run").exists()
     with pytest.raises(UserError, match="micro_batch_size=0 must be a positive integer"):
         TrainerConfig(train_steps=2, micro_batch_size=0)
+
+
+# ------------------------------------------------------------------------ the finetune CLI
+
+def run_finetune(*args) -> int:
+    """`bert-train finetune` through the CLI's runner in this process, from a clean state."""
+    import gin  # noqa: PLC0415
+    from absl import flags  # noqa: PLC0415
+
+    from bert_trainer.commands import finetune, run_command  # noqa: PLC0415
+
+    flags.FLAGS.unparse_flags()
+    gin.clear_config()
+    return run_command(finetune, ["bert-train finetune", *map(str, args)])
+
+
+@pytest.mark.slow  # two fine-tuning runs in this process
+def test_finetune_fits_by_default_and_a_resume_keeps_the_micro_batch(tiny_pretrained, tmp_path,
+                                                                     caplog, monkeypatch):
+    from finetune_testing import shared_file  # noqa: PLC0415
+
+    caplog.set_level("INFO")
+    model_dir = tmp_path / "sst2"
+    common = ["--task=sst2", f"--train_file={shared_file('sst2/train.tsv')}",
+              f"--eval_file={shared_file('sst2/dev.tsv')}", "--max_train_examples=64",
+              "--max_eval_examples=16", "--seq_length=32", "--batch_size=16",
+              f"--init_checkpoint={tiny_pretrained['dir']}", f"--model_dir={model_dir}"]
+    # The tiny encoder at batch 16 obviously fits: decided by the estimate, never probed.
+    monkeypatch.setattr(batch_fit, "model_probe", lambda *a, **k: no_probe)
+    assert run_finetune(*common, "--train_steps=2") == 0
+    assert "batch 16 = 1 step x 16 per replica x 1 replica" in caplog.messages
+    plan = json.loads((model_dir / "batch_plan.json").read_text())
+    assert plan["plan"]["how"] == "estimate" and plan["key"]["seq_length"] == 32
+    assert "TrainerConfig.fit_batch = True" in (model_dir / "operative_config.gin").read_text()
+
+    # A fresh run with a forced micro-batch; its resume reuses it without the flag.
+    other = tmp_path / "forced"
+    forced = [*common[:-1], f"--model_dir={other}"]
+    caplog.clear()
+    assert run_finetune(*forced, "--train_steps=2", "--micro_batch_size=4") == 0
+    assert "batch 16 = 4 steps x 4 per replica x 1 replica" in caplog.messages
+    caplog.clear()
+    assert run_finetune(*forced, "--train_steps=4") == 0
+    assert "batch 16 = 4 steps x 4 per replica x 1 replica" in caplog.messages
+    assert "Micro-batch 4 decided by: cached" in caplog.messages
+    assert json.loads((other / "eval_results.json").read_text())["step"] == 4

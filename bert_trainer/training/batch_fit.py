@@ -263,15 +263,15 @@ def search(sizes: list[int], probe, *, estimate=None, budget: int | None = None)
 
 def synthetic_batch(element_spec: dict, size: int, seq_length: int | None) -> dict:
     """A batch of `size` examples shaped like the task's training batches, every sequence at
-    `seq_length` (the longest a bucketed pipeline yields) and every token real (an all-padding
-    mask would let a packed encoder skip the work)."""
+    `seq_length` (the longest a bucketed pipeline yields), every token real and every masked-LM
+    prediction weighted (zeros would let a packed encoder or the masked LM skip the work)."""
     batch = {}
     for name, spec in element_spec.items():
         dims = spec.shape.as_list()
         if any(d is None for d in dims[1:]) and seq_length is None:
             raise ValueError(f"feature {name!r} has unknown dimensions {dims}")
         shape = [size] + [seq_length if d is None else d for d in dims[1:]]
-        fill = tf.ones if name == F.INPUT_MASK else tf.zeros
+        fill = tf.ones if name in (F.INPUT_MASK, F.MASKED_LM_WEIGHTS) else tf.zeros
         batch[name] = fill(shape, spec.dtype)
     return batch
 

@@ -13,7 +13,7 @@ import tensorflow as tf
 from toy_task import ToyConfig, ToyTask
 
 from bert_trainer.errors import UserError
-from bert_trainer.training import batch_fit
+from bert_trainer.training import batch_fit, memory
 from bert_trainer.training.batch_fit import BatchPlan, candidates, make_plan
 from bert_trainer.training.optimization import OptimizerConfig
 from bert_trainer.training.trainer import Trainer, TrainerConfig
@@ -89,17 +89,26 @@ def test_the_activation_estimate_is_korthikanti_for_16_bit_values():
     # Per layer and token, 34 h + 5 a s bytes with inner_dim = 4 h (Korthikanti et al. 2022),
     # plus the embeddings' 3 h values and h mask bytes per token.
     h, a, s, layers = 384, 12, 128, 6
-    got = batch_fit.activation_bytes_per_example(num_layers=layers, hidden_size=h,
+    got = memory.activation_bytes_per_example(num_layers=layers, hidden_size=h,
                                                  inner_dim=4 * h, num_attention_heads=a,
                                                  seq_length=s, value_bytes=2)
     assert got == s * (layers * (34 * h + 5 * a * s) + 2 * 3 * h + h)
-    float32 = batch_fit.activation_bytes_per_example(num_layers=layers, hidden_size=h,
+    float32 = memory.activation_bytes_per_example(num_layers=layers, hidden_size=h,
                                                      inner_dim=4 * h, num_attention_heads=a,
                                                      seq_length=s, value_bytes=4)
     assert 1.7 * got < float32 < 2 * got  # masks stay one byte
     # Gradients, and as many again for the accumulators.
-    assert batch_fit.estimate_step_bytes(num_params=10, per_example=100, micro_batch=3,
+    assert memory.estimate_step_bytes(num_params=10, per_example=100, micro_batch=3,
                                          accumulating=True) == 80 + 300
+
+
+def test_the_peak_rss_of_a_call_is_measured():
+    before = memory.rss_bytes()
+    assert 0 < before and memory.available_bytes() > 0
+    peak = memory.measure_peak_rss(lambda: np.ones(200 * 2**20 // 8).sum())  # 200 MiB touched
+    assert peak - before > 190 * 2**20
+    # The peak was reset to the current RSS first: a small call does not report the big one.
+    assert memory.measure_peak_rss(lambda: np.ones(10).sum()) - before < 100 * 2**20
 
 
 def test_the_estimate_decides_first_and_only_sizes_near_the_budget_are_probed():
@@ -149,9 +158,9 @@ def test_a_tiny_encoder_at_the_recipe_batch_is_not_probed(tiny_pretrained, tmp_p
                              seq_length=32, probe=no_probe, budget=10)
     # A budget at the estimate of the full batch: it is probed (out of memory here), and so
     # are the halves until one fits.
-    per = batch_fit.encoder_activation_bytes(model, 32, None)
+    per = memory.encoder_activation_bytes(model, 32, None)
     params = sum(int(v.shape.num_elements()) for v in model.trainable_variables)
-    budget = batch_fit.estimate_step_bytes(num_params=params, per_example=per, micro_batch=32,
+    budget = memory.estimate_step_bytes(num_params=params, per_example=per, micro_batch=32,
                                            accumulating=False)
     calls = []
     plan, _ = batch_fit.plan_batch(task, model, strategy, str(tmp_path), task_batch=32,

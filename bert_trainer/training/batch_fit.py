@@ -34,13 +34,13 @@ How `m` is found (`plan_batch`):
 import dataclasses
 import json
 import os
-import re
 
 import tensorflow as tf
 from absl import logging
 
 from bert_trainer import features as F
 from bert_trainer.errors import UserError
+from bert_trainer.training import memory
 
 PLAN_FILE = "batch_plan.json"
 # Of the memory available when the run starts, the share a CPU training step may take: the
@@ -124,97 +124,6 @@ def candidates(per_replica: int) -> list[int]:
     while sizes[-1] > 1:
         sizes.append(next(d for d in divisors(per_replica) if d <= sizes[-1] // 2))
     return sizes
-
-
-# ----------------------------------------------------------------------------- the estimate
-
-def activation_bytes_per_example(*, num_layers: int, hidden_size: int, inner_dim: int,
-                                 num_attention_heads: int, seq_length: int,
-                                 value_bytes: int) -> int:
-    """Activation bytes one example keeps for the backward pass of a BERT encoder.
-
-    Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models",
-    section 4.1) count per layer and token, in 16-bit values with 1-byte dropout masks,
-    `34 h + 5 a s` bytes for inner_dim 4h. Here by term: attention 5h values + 2as (softmax and
-    its dropout) + h + as mask bytes, feed-forward h + 2 inner_dim values + h mask bytes,
-    layer norms 2h values; plus the embeddings (3h values + h mask bytes per token).
-
-    Args:
-        num_layers, hidden_size, inner_dim, num_attention_heads: the encoder's sizes.
-        seq_length: tokens per example.
-        value_bytes: 4 for float32, 2 for bfloat16/float16 activations.
-
-    Returns:
-        Bytes per example.
-    """
-    h, a, s = hidden_size, num_attention_heads, seq_length
-    per_token_layer = value_bytes * (8 * h + 2 * inner_dim + 2 * a * s) + 2 * h + a * s
-    embeddings = value_bytes * 3 * h + h
-    return s * (num_layers * per_token_layer + embeddings)
-
-
-def estimate_step_bytes(*, num_params: int, per_example: int, micro_batch: int,
-                        accumulating: bool) -> int:
-    """Bytes a training step adds to memory already holding the weights and optimizer slots:
-    the float32 gradients (and as many again for the accumulators when accumulating) plus
-    the activations of `micro_batch` examples."""
-    return 4 * num_params * (2 if accumulating else 1) + micro_batch * per_example
-
-
-def encoder_activation_bytes(model, seq_length: int | None, mixed_precision: str | None):
-    """`activation_bytes_per_example` of a model around a bert-train encoder; None when the
-    model has no `encoder` with the RFC sizes (its probe then decides alone)."""
-    encoder = getattr(model, "encoder", None)
-    config = encoder.get_config() if encoder is not None else {}
-    names = ("num_layers", "hidden_size", "inner_dim", "num_attention_heads")
-    if seq_length is None or not set(names) <= set(config):
-        return None
-    return activation_bytes_per_example(**{n: config[n] for n in names}, seq_length=seq_length,
-                                        value_bytes=2 if mixed_precision else 4)
-
-
-# ------------------------------------------------------------------------- CPU memory
-
-def available_bytes() -> int:
-    """Memory the process may still take: MemAvailable, bounded by a cgroup v2 limit."""
-    try:
-        with open("/proc/meminfo") as f:
-            available = int(re.search(r"MemAvailable:\s+(\d+) kB", f.read()).group(1)) * 1024
-    except (OSError, AttributeError):
-        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    try:
-        with open("/sys/fs/cgroup/memory.max") as f:
-            limit = f.read().strip()
-        with open("/sys/fs/cgroup/memory.current") as f:
-            used = int(f.read())
-        if limit != "max":
-            available = min(available, int(limit) - used)
-    except (OSError, ValueError):
-        pass  # no cgroup v2 limit
-    return max(available, 0)
-
-
-def _status_bytes(field: str) -> int:
-    with open("/proc/self/status") as f:
-        return int(re.search(rf"{field}:\s+(\d+) kB", f.read()).group(1)) * 1024
-
-
-def rss_bytes() -> int:
-    """The process's resident set size now."""
-    return _status_bytes("VmRSS")
-
-
-def measure_peak_rss(fn) -> int:
-    """Runs `fn()`; returns the process's peak RSS during it (VmHWM after resetting it to the
-    current RSS through /proc/self/clear_refs, Linux >= 4.0; without the reset, the peak of
-    the whole process so far: an over-estimate)."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        pass
-    fn()
-    return _status_bytes("VmHWM")
 
 
 # --------------------------------------------------------------------------- the search
@@ -301,14 +210,15 @@ def model_probe(task, model, strategy, *, seq_length: int | None, jit_compile: b
     seed_states = [v for v in model.non_trainable_variables
                    if v.path.endswith("seed_generator_state")]
     device = None if on_cpu else _first_device(strategy)
-    base = rss_bytes() if on_cpu else 0  # before the first probe: the allocator keeps memory
+    # Before the first probe: the allocator may keep what a probe freed.
+    base = memory.rss_bytes() if on_cpu else 0
 
     def probe(size: int) -> int:
         saved = [v.numpy() for v in seed_states]
         batch = synthetic_batch(spec, size, seq_length)
         try:
             if on_cpu:
-                return measure_peak_rss(lambda: run(batch)) - base
+                return memory.measure_peak_rss(lambda: run(batch)) - base
             tf.config.experimental.reset_memory_stats(device)
             strategy.experimental_local_results(run(batch))[0].numpy()
             return int(tf.config.experimental.get_memory_info(device)["peak"])
@@ -372,6 +282,18 @@ def plan_batch(task, model, strategy, model_dir: str, *, task_batch: int,
     Returns:
         (plan, key): key identifies what the plan was made for; pass both to `write_cached`.
     """
+    plan, key = _decide(task, model, strategy, model_dir, task_batch=task_batch,
+                        accumulation_steps=accumulation_steps, micro_batch=micro_batch,
+                        seq_length=seq_length, mixed_precision=mixed_precision,
+                        jit_compile=jit_compile, probe=probe, budget=budget)
+    logging.info("%s", plan)
+    peak = f", peak {plan.peak_bytes / 2**20:.1f} MiB" if plan.peak_bytes else ""
+    logging.info("Micro-batch %d decided by: %s%s", plan.micro_batch, plan.how, peak)
+    return plan, key
+
+
+def _decide(task, model, strategy, model_dir, *, task_batch, accumulation_steps, micro_batch,
+            seq_length, mixed_precision, jit_compile, probe, budget):
     replicas = strategy.num_replicas_in_sync
     per_replica = per_replica_batch(task_batch, replicas)
     key = {"task_batch": task_batch, "accumulation_steps": accumulation_steps,
@@ -385,13 +307,13 @@ def plan_batch(task, model, strategy, model_dir: str, *, task_batch: int,
     cpu = on_cpu(strategy)
     estimate = None
     if cpu:
-        budget = int(MEMORY_FRACTION * available_bytes()) if budget is None else budget
-        per_example = encoder_activation_bytes(model, seq_length, mixed_precision)
+        budget = int(MEMORY_FRACTION * memory.available_bytes()) if budget is None else budget
+        per_example = memory.encoder_activation_bytes(model, seq_length, mixed_precision)
         if per_example is not None:
             params = sum(int(v.shape.num_elements()) for v in model.trainable_variables)
 
             def estimate(size):
-                return estimate_step_bytes(num_params=params, per_example=per_example,
+                return memory.estimate_step_bytes(num_params=params, per_example=per_example,
                                            micro_batch=size, accumulating=size < per_replica)
     else:
         budget = None  # out-of-memory errors decide

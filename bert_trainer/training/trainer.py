@@ -157,16 +157,12 @@ class Trainer:
         cfg = self.config
         if not cfg.fit_batch and cfg.micro_batch_size is None:
             return None
-        seq_length = getattr(getattr(self.task, "config", None), "seq_length", None)
         plan, self._plan_key = batch_fit.plan_batch(
             self.task, self.model, self.strategy, self.model_dir,
             task_batch=self.task.global_batch_size(True),
             accumulation_steps=cfg.accumulation_steps, micro_batch=cfg.micro_batch_size,
-            seq_length=seq_length, mixed_precision=cfg.mixed_precision,
-            jit_compile=cfg.jit_compile)
-        logging.info("%s", plan)
-        peak = f", peak {plan.peak_bytes / 2**20:.1f} MiB" if plan.peak_bytes else ""
-        logging.info("Micro-batch %d decided by: %s%s", plan.micro_batch, plan.how, peak)
+            seq_length=getattr(getattr(self.task, "config", None), "seq_length", None),
+            mixed_precision=cfg.mixed_precision, jit_compile=cfg.jit_compile)
         return plan
 
     def _restore_or_initialize(self) -> None:

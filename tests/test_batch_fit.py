@@ -142,6 +142,18 @@ def test_out_of_memory_at_the_requested_size_halves_until_one_fits():
     size, how, peak = batch_fit.search(candidates(64), oom_above(10, calls))
     assert (size, how, peak) == (8, "probe", 800) and calls == [64, 32, 16, 8]
 
+    def cublas(size):  # a GPU library's allocation failure comes as an InternalError
+        if size > 2:
+            raise tf.errors.InternalError(None, None, "Blas GEMM: CUDA_ERROR_OUT_OF_MEMORY: out "
+                                          "of memory")
+        return 1
+    assert batch_fit.search([8, 4, 2, 1], cublas)[0] == 2
+
+    def broken(size):
+        raise tf.errors.InternalError(None, None, "a kernel failed")
+    with pytest.raises(tf.errors.InternalError, match="a kernel failed"):
+        batch_fit.search([8, 4], broken)
+
 
 def test_a_tiny_encoder_at_the_recipe_batch_is_not_probed(tiny_pretrained, tmp_path):
     from finetune_testing import make_task  # noqa: PLC0415

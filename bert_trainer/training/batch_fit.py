@@ -34,6 +34,7 @@ How `m` is found (`plan_batch`):
 import dataclasses
 import json
 import os
+import re
 
 import tensorflow as tf
 from absl import logging
@@ -51,6 +52,7 @@ MEMORY_FRACTION = 0.7
 # 0.95 of `estimate_step_bytes` at batches 8, 16 and 32 (its per-example slope 1.07 of the
 # estimate's): a factor of 2 leaves room for other encoders and TensorFlow versions.
 SAFETY = 2.0
+_OUT_OF_MEMORY = re.compile(r"out of memory|\bOOM\b|failed to allocate", re.IGNORECASE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,7 +157,12 @@ def search(sizes: list[int], probe, *, estimate=None, budget: int | None = None)
             continue
         try:
             peak = probe(size)
-        except tf.errors.ResourceExhaustedError as error:
+        except (tf.errors.ResourceExhaustedError, tf.errors.InternalError) as error:
+            # A GPU library that cannot allocate its workspace (cuBLAS, cuDNN) reports an
+            # InternalError naming the memory; any other InternalError is a real failure.
+            if (isinstance(error, tf.errors.InternalError)
+                    and not _OUT_OF_MEMORY.search(str(error.message))):
+                raise
             logging.info("Micro-batch %d does not fit: %s", size,
                          str(error.message).splitlines()[0][:200])
             continue
@@ -313,8 +320,9 @@ def _decide(task, model, strategy, model_dir, *, task_batch, accumulation_steps,
             params = sum(int(v.shape.num_elements()) for v in model.trainable_variables)
 
             def estimate(size):
+                accumulating = size < per_replica or accumulation_steps > 1
                 return memory.estimate_step_bytes(num_params=params, per_example=per_example,
-                                           micro_batch=size, accumulating=size < per_replica)
+                                                  micro_batch=size, accumulating=accumulating)
     else:
         budget = None  # out-of-memory errors decide
     if probe is None:

@@ -194,6 +194,23 @@ def test_the_real_probe_measures_and_leaves_weights_and_dropout_state_alone(tmp_
     assert all(np.array_equal(a, b) for a, b in zip(before, after, strict=True))
 
 
+@pytest.mark.parametrize("name, file", [("sst2", "sst2/dev.tsv"),
+                                        ("conll2003", "conll2003/eng.testa")],
+                         ids=["classification", "tagging"])
+def test_the_real_probe_runs_a_fine_tuning_model(tiny_pretrained, name, file):
+    from finetune_testing import make_task, shared_file  # noqa: PLC0415
+
+    task = make_task(name, tiny_pretrained, train_file=shared_file(file), seq_length=32,
+                     train_batch_size=8)
+    model = task.build_model()
+    before = [v.numpy().copy() for v in model.variables]
+    probe = batch_fit.model_probe(task, model, tf.distribute.get_strategy(), seq_length=32,
+                                  jit_compile=False, on_cpu=True)
+    assert probe(8) >= 0 and probe(2) >= 0
+    assert all(np.array_equal(a, v.numpy()) for a, v in zip(before, model.variables,
+                                                             strict=True))
+
+
 def test_synthetic_batches_fill_unknown_lengths_and_mark_every_token_real():
     spec = {"input_word_ids": tf.TensorSpec([None, None], tf.int32),
             "input_mask": tf.TensorSpec([None, None], tf.int32),

@@ -447,3 +447,20 @@ SEED_CASES = [
      "--model_dir={existing} holds a single-seed finetune run (bert_train.json, checkpoints); a "
      "multi-seed run needs its own --model_dir"),
 ]
+
+
+# ------------------------------------------------------------------------------------------
+# Batch fitting (--micro_batch_size, TrainerConfig.fit_batch): refused before anything is
+# written (test_bad_inputs.py `test_finetune_options_refused_before_anything_is_written`).
+# ------------------------------------------------------------------------------------------
+BATCH_FIT_CASES = [
+    ("finetune micro_batch_size not dividing the batch", [*SST2_FRESH, "--micro_batch_size=3"],
+     "micro_batch_size=3 must divide the per-replica batch 8 (batch 8 over 1 replica(s)); "
+     "choose one of 8, 4, 2, 1"),
+    ("finetune micro_batch_size above the batch", [*SST2_FRESH, "--micro_batch_size=16"],
+     "micro_batch_size=16 must divide the per-replica batch 8"),
+    ("finetune micro_batch_size zero", [*SST2_FRESH, "--micro_batch_size=0"],
+     "micro_batch_size=0 must be a positive integer"),
+    ("finetune fit_batch not a boolean", [*SST2_FRESH, "--gin_param=TrainerConfig.fit_batch=2"],
+     "fit_batch=2 must be True or False"),
+]

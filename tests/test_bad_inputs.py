@@ -517,11 +517,14 @@ def test_evaluate_on_a_read_only_mount(paths, digests, capsys, tmp_path):
 
 
 # ------------------------------------------------------------------------------------------
-# Multi-seed runs: bad --seeds/--num_seeds, and a multi-seed run in a single-seed model_dir.
+# Fine-tuning options: multi-seed runs (bad --seeds/--num_seeds, a multi-seed run in a
+# single-seed model_dir) and batch fitting (bad_input_cases.SEED_CASES, BATCH_FIT_CASES).
 # ------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("case, args, expected", bad_input_cases.SEED_CASES,
-                         ids=[c[0] for c in bad_input_cases.SEED_CASES])
-def test_multi_seed_flags_refused_before_anything_is_written(case, args, expected, paths,
+OPTION_CASES = bad_input_cases.SEED_CASES + bad_input_cases.BATCH_FIT_CASES
+
+
+@pytest.mark.parametrize("case, args, expected", OPTION_CASES, ids=[c[0] for c in OPTION_CASES])
+def test_finetune_options_refused_before_anything_is_written(case, args, expected, paths,
                                                              digests, capsys):
     from bert_trainer import cli  # noqa: PLC0415
 

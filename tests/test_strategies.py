@@ -27,15 +27,17 @@ from bert_trainer.training.optimization import OptimizerConfig
 from bert_trainer.training.trainer import Trainer, TrainerConfig
 
 def run(strategy, model_dir, accumulation_steps):
-    config = TrainerConfig(train_steps=6, steps_per_loop=3, summary_interval=6,
-                           accumulation_steps=accumulation_steps)
+    # "micro": each batch of 8 in micro-batches of 2 per replica (batch fitting's split).
+    micro = dict(micro_batch_size=2) if accumulation_steps == "micro" else dict(
+        accumulation_steps=accumulation_steps)
+    config = TrainerConfig(train_steps=6, steps_per_loop=3, summary_interval=6, **micro)
     trainer = Trainer(ToyTask(ToyConfig()), model_dir, config=config, strategy=strategy,
                       optimizer=OptimizerConfig(learning_rate=1e-2, warmup_steps=2))
     result = trainer.train_and_evaluate()
     return result, [v.numpy() for v in trainer.model.trainable_variables]
 
 out = {"replicas": tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]).num_replicas_in_sync}
-for k in (1, 2):
+for k in (1, 2, "micro"):
     one, w1 = run(None, f"{sys.argv[1]}/one_{k}", k)
     two, w2 = run(tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]), f"{sys.argv[1]}/two_{k}", k)
     out[k] = {"loss": [one.train["loss"], two.train["loss"]],
@@ -55,7 +57,7 @@ def test_mirrored_over_two_cpus_matches_one_device(tmp_path):
     assert proc.returncode == 0 and lines, proc.stderr[-3000:]
     result = json.loads(lines[-1][len("RESULT "):])
     assert result["replicas"] == 2
-    for k in ("1", "2"):  # plain steps, and 2-step gradient accumulation
+    for k in ("1", "2", "micro"):  # plain steps, 2-step accumulation, fitted micro-batches
         one, two = result[k]["loss"]
         assert two == pytest.approx(one, rel=1e-5, abs=1e-6)
         assert result[k]["max_weight_difference"] < 1e-5

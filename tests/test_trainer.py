@@ -131,16 +131,23 @@ def test_event_files_hold_the_training_and_eval_scalars(tmp_path):
 
 
 @pytest.mark.slow  # over a few seconds: left out of make test-fast
-def test_accumulating_two_batches_equals_one_double_batch_step(tmp_path):
+@pytest.mark.parametrize("batch, accumulation", [
+    (dict(train_batch_size=8), dict(accumulation_steps=2)),  # two task batches of 8
+    (dict(train_batch_size=16), dict(micro_batch_size=4)),  # a fitted plan: 4 x 4
+    (dict(train_batch_size=8), dict(accumulation_steps=2, micro_batch_size=2)),  # 2 x 4 x 2
+], ids=["accumulation_steps", "micro_batch", "both"])
+def test_accumulating_equals_one_full_batch_step(tmp_path, batch, accumulation):
     sgd = OptimizerConfig(name="sgd", learning_rate=0.5, end_learning_rate=0.5,
                           weight_decay=0.0, clip_norm=None)
-    small = make(tmp_path / "k2", ToyConfig(train_batch_size=8), sgd, train_steps=3,
-                 accumulation_steps=2)
+    small = make(tmp_path / "small", ToyConfig(**batch), sgd, train_steps=3, **accumulation)
     small.train_and_evaluate()
-    large = make(tmp_path / "k1", ToyConfig(train_batch_size=16), sgd, train_steps=3)
+    large = make(tmp_path / "full", ToyConfig(train_batch_size=16), sgd, train_steps=3)
     large.train_and_evaluate()
     assert max_difference(weights(small), weights(large)) < 1e-6
     assert int(small.optimizer.iterations.numpy()) == 3
+    if small.batch_plan is not None:
+        assert small.batch_plan.global_batch == 16
+        assert small.batch_plan.accumulation_steps == 16 // small.batch_plan.micro_batch
 
 
 def test_clipping_bounds_the_applied_update(tmp_path):

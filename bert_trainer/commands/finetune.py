@@ -71,6 +71,10 @@ flags.mark_flags_as_mutual_exclusive(["num_epochs", "train_steps"])
 flags.DEFINE_list("seeds", None, "Run the fine-tune once per seed (integers >= 0) into "
                   "model_dir/seed-N/ and report each metric's mean and spread.")
 flags.DEFINE_integer("num_seeds", None, "Like --seeds=1,...,N.")
+flags.DEFINE_boolean("fit_batch", None, "Compute --batch_size in the largest micro-batches that "
+                     "fit memory, accumulating gradients (TrainerConfig.fit_batch; default: on).")
+flags.DEFINE_integer("micro_batch_size", None, "Force this per-replica micro-batch (it must "
+                     "divide the per-replica batch; TrainerConfig.micro_batch_size).")
 
 FLAGS = flags.FLAGS
 _FAMILY_GIN = "configs/tasks/{}.gin"
@@ -82,7 +86,9 @@ def _flag_bindings() -> list[str]:
              ("FinetuneConfig.train_batch_size", FLAGS.batch_size),
              ("FinetuneConfig.num_epochs", FLAGS.num_epochs),
              ("OptimizerConfig.learning_rate", FLAGS.learning_rate),
-             ("TrainerConfig.train_steps", FLAGS.train_steps)]
+             ("TrainerConfig.train_steps", FLAGS.train_steps),
+             ("TrainerConfig.fit_batch", FLAGS.fit_batch),
+             ("TrainerConfig.micro_batch_size", FLAGS.micro_batch_size)]
     return [common.gin_binding(name, value) for name, value in pairs if value is not None]
 
 

@@ -44,6 +44,11 @@ class TrainerConfig:
         best_metric_mode: "max" or "min".
         accumulation_steps: micro-batches per optimizer step (the effective batch is this
             times the task's global batch).
+        fit_batch: keep the effective batch per optimizer step but compute each task batch
+            in the largest per-replica micro-batches that fit memory, accumulating gradients
+            (`batch_fit.py`: decided once, cached in model_dir/batch_plan.json).
+        micro_batch_size: force this per-replica micro-batch (it must divide the per-replica
+            batch); implies batch fitting without the probe.
         jit_compile: compile the forward/backward pass with XLA.
         mixed_precision: None (float32), "bfloat16" or "float16" (with loss scaling).
         seed: seeds weights, dropout and data order.
@@ -78,6 +83,8 @@ class TrainerConfig:
     max_rollbacks: int = 3
     handle_signals: bool = True
     peak_flops: float | None = None
+    fit_batch: bool = False
+    micro_batch_size: int | None = None
 
     def __post_init__(self):
         require_positive_ints(self, ("train_steps", "steps_per_loop", "checkpoint_interval",
@@ -100,6 +107,10 @@ class TrainerConfig:
         if self.mixed_precision not in optimization.PRECISIONS:
             raise UserError(f"mixed_precision={self.mixed_precision!r} must be None, "
                             "'bfloat16' or 'float16'")
+        if self.micro_batch_size is not None:
+            require_positive_ints(self, ("micro_batch_size",))
+        if not isinstance(self.fit_batch, bool):
+            raise UserError(f"fit_batch={self.fit_batch!r} must be True or False")
         for field in ("best_metric", "eval_interval"):
             if getattr(self, field) and self.eval_steps == 0:
                 raise UserError(f"{field}={getattr(self, field)!r} needs evaluation but "

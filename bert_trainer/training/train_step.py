@@ -43,6 +43,8 @@ class TrainStep:
         optimizer: from `optimization.build_optimizer` (applies gradients as given).
         strategy: the run's strategy.
         accumulation_steps: micro-batches per optimizer step.
+        global_batch: examples per optimizer step over all replicas, the losses' divisor
+            (None: the task's training batch x accumulation_steps).
         clip_norm: clip to this global gradient norm (None: no clipping).
         jit_compile: compile the forward/backward pass with XLA.
         stop_flag: a scalar bool variable read before every step; when True the loop ends
@@ -58,13 +60,15 @@ class TrainStep:
     """
 
     def __init__(self, task: Task, model: keras.Model, optimizer, strategy, *,
-                 accumulation_steps: int = 1, clip_norm: float | None = None,
-                 jit_compile: bool = False, stop_flag: tf.Variable | None = None):
+                 accumulation_steps: int = 1, global_batch: int | None = None,
+                 clip_norm: float | None = None, jit_compile: bool = False,
+                 stop_flag: tf.Variable | None = None):
         self.task = task
         self.model = model
         self.optimizer = optimizer
         self.strategy = strategy
         self.accumulation_steps = accumulation_steps
+        self.global_batch = global_batch or task.global_batch_size(True) * accumulation_steps
         self.clip_norm = clip_norm
         self.jit_compile = jit_compile
         self.stop_flag = stop_flag
@@ -143,7 +147,7 @@ class TrainStep:
 
     def _forward_backward(self, features):
         """Gradients and losses of one replica's micro-batch, scaled to the global batch."""
-        batch = self.task.global_batch_size(True) * self.accumulation_steps
+        batch = self.global_batch
         with tf.GradientTape() as tape:
             outputs = self.model(self.task.model_inputs(features), training=True)
             per_example = checked_losses(self.task, self.task.build_losses(features, outputs))

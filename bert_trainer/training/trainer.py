@@ -4,14 +4,18 @@ It reads top to bottom: build (model, optimizer, metrics) -> restore or warm sta
 -> loop (a tf.function running `steps_per_loop` steps) -> summaries, checkpoints, evaluation.
 
 The per-step graph (forward/backward, accumulation, all-reduce, NaN guard, clipping, apply)
-is `train_step.TrainStep`; this module is the host side.
+is `train_step.TrainStep`; this module is the host side. With batch fitting
+(`TrainerConfig.fit_batch` / `micro_batch_size`, `batch_fit.py`) each task batch is split
+into the micro-batches of the run's `BatchPlan` and accumulated into one optimizer step.
 
 Exact resume: a checkpoint holds the model, the optimizer, the step and the dropout seed
 states; the input position is restored by skipping the batches already consumed
-(`step * accumulation_steps` per replica) in a freshly built, deterministically ordered
-training dataset. `tf.data` iterators of distributed datasets cannot be checkpointed, and
-skipping also replays the input pipeline's own random ops identically. The cost: a restart
-re-reads the skipped part of the input once (no model compute).
+(`step * accumulation_steps` per replica, counted in task batches before any split into
+micro-batches, so a fitted run resumes exactly whatever its micro-batch) in a freshly built,
+deterministically ordered training dataset. `tf.data` iterators of distributed datasets
+cannot be checkpointed, and skipping also replays the input pipeline's own random ops
+identically. The cost: a restart re-reads the skipped part of the input once (no model
+compute).
 
 Robustness:
 * Stop signals (SIGTERM, SIGINT; `preemption.py`): the loop ends after the current step, a
@@ -42,6 +46,7 @@ from absl import logging
 from bert_trainer.errors import UserError
 from bert_trainer.tasks.base import Task
 from bert_trainer.training import (
+    batch_fit,
     checkpointing,
     determinism,
     optimization,
@@ -109,12 +114,17 @@ class Trainer:
             self.optimizer = optimization.build_optimizer(
                 self.optimizer_config, self.model.trainable_variables,
                 train_steps=cfg.train_steps, mixed_precision=cfg.mixed_precision)
+            self.batch_plan = self._plan_batch()
+            plan = self.batch_plan
+            # Input batches per replica per optimizer step.
+            accumulation = plan.accumulation_steps if plan else cfg.accumulation_steps
             self._step = TrainStep(task, self.model, self.optimizer, self.strategy,
-                                   accumulation_steps=cfg.accumulation_steps,
+                                   accumulation_steps=accumulation,
+                                   global_batch=plan.global_batch if plan else None,
                                    clip_norm=self.optimizer_config.clip_norm,
                                    jit_compile=cfg.jit_compile, stop_flag=self._stop_flag)
             self._rollbacks = rollback.Rollbacks(cfg.nonfinite_policy, cfg.max_rollbacks,
-                                                 cfg.accumulation_steps)
+                                                 accumulation)
             self._eval_metrics = list(task.build_metrics(training=False))
             self._eval_loss_means = {n: keras.metrics.Mean(name=n) for n in task.loss_names}
         self.global_step = self._step.global_step
@@ -142,6 +152,19 @@ class Trainer:
                 cfg.best_metric, cfg.best_metric_mode,
                 previous_dir=os.path.join(self.model_dir, checkpointing.BEST_DIR))
 
+    def _plan_batch(self) -> batch_fit.BatchPlan | None:
+        """The batch plan when batch fitting is on (None: the task's batch is the input's)."""
+        cfg = self.config
+        if not cfg.fit_batch and cfg.micro_batch_size is None:
+            return None
+        plan, self._plan_key = batch_fit.plan_batch(
+            self.task, self.model, self.strategy, self.model_dir,
+            task_batch=self.task.global_batch_size(True),
+            accumulation_steps=cfg.accumulation_steps, micro_batch=cfg.micro_batch_size,
+            seq_length=getattr(getattr(self.task, "config", None), "seq_length", None),
+            mixed_precision=cfg.mixed_precision, jit_compile=cfg.jit_compile)
+        return plan
+
     def _restore_or_initialize(self) -> None:
         latest = checkpointing.restore_latest(self.checkpoint, self.model_dir)
         if latest:
@@ -156,14 +179,19 @@ class Trainer:
 
     def _train_dataset(self, start_step: int):
         """The distributed training input, positioned after the batches already trained on."""
-        # Batches per replica trained on or dropped by rollbacks.
+        # Task batches per replica trained on or dropped by rollbacks.
         consumed = self._rollbacks.consumed_steps(start_step) * self.config.accumulation_steps
+        plan = self.batch_plan
 
         def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
             dataset = self.task.build_inputs(self.task.train_split, ctx, is_training=True)
             # A pipeline feeds num_replicas / num_pipelines replicas, one batch each per step.
             per_pipeline = ctx.num_replicas_in_sync // ctx.num_input_pipelines
-            return dataset.skip(consumed * per_pipeline) if consumed else dataset
+            if consumed:
+                dataset = dataset.skip(consumed * per_pipeline)
+            if plan is not None and plan.accumulation_steps > 1:
+                dataset = batch_fit.split_batches(dataset, plan.micro_batch)
+            return dataset
 
         if consumed:
             logging.info("Skipping the %d batches per replica already trained on", consumed)
@@ -293,6 +321,12 @@ class Trainer:
         with self._storage("the model info (bert_train.json)", self.model_dir):
             tf.io.gfile.makedirs(self.model_dir)  # the first write of a run
             self.task.write_model_info(self.model_dir)
+        plan = self.batch_plan
+        if plan is not None and plan.how != "cached":  # a resume reuses it: no probe again
+            path = os.path.join(self.model_dir, batch_fit.PLAN_FILE)
+            with storage.guard("the batch plan", path, partial=(path + ".tmp",),
+                               hint=storage.resume_hint(self._manager.latest_checkpoint)):
+                batch_fit.write_cached(self.model_dir, self._plan_key, plan)
         # Everything gin configures (task, model, optimizer, input) has been built by now.
         with self._storage("the operative config", self.model_dir):
             summaries.write_operative_config(self.model_dir, self._train_writer, step)

@@ -4,7 +4,10 @@ A `ServingModule` is a `tf.Module` (model, tokenizer, vocabulary asset) with one
 `tf.function` per signature (`function(name)`, `signatures()`); the same functions serve
 in-process, so `bert-train predict --model_dir` and a loaded export run one code path.
 Tokenization and packing reuse the training pipeline's code (`Tokenizer`,
-`classification_data.text_features`), so a served text is encoded exactly as in fine-tuning.
+`classification_data.text_features` / `window_features`), so a served text is encoded exactly
+as in fine-tuning. A text longer than `seq_length` is windowed as the fine-tuning evaluation
+windows it (`data/windows.py`) and its windows' logits are combined in graph, unless the model
+was trained with FinetuneConfig.long_texts = "truncate".
 
 The tokenizer is tensorflow-text's `FastBertTokenizer` built from the model directory's
 `vocab.txt`; the same file is stored as the asset `assets/vocab.txt`, so an export carries
@@ -16,7 +19,8 @@ import functools
 import tensorflow as tf
 
 from bert_trainer import features, kernels
-from bert_trainer.data.classification_data import text_features
+from bert_trainer.data import windows
+from bert_trainer.data.classification_data import text_features, window_features
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import UserError
 from bert_trainer.models.output_names import LOGITS
@@ -184,16 +188,23 @@ class ClassifierServing(TaskServing):
       label_names: class names in id order (classification); None for regression.
       pair: the task reads two texts (`text`, `text_b`).
       regression: the model predicts one score.
+      long_texts, doc_stride, window_pooling: how texts longer than `seq_length` are read
+        (`FinetuneConfig`'s fields of the same names).
       **kwargs: `ServingModule` arguments.
 
     `serving_default(text [b] string[, text_b [b] string])` returns, for classification,
     probabilities float32 [b, C], label_index int32 [b] and label_name string [b]; for
-    regression, score float32 [b].
+    regression, score float32 [b]. With windows, the probabilities are the softmax of the
+    combined (mean or max) window logits.
     """
 
     def __init__(self, model, *, label_names=None, pair: bool = False, regression: bool = False,
-                 **kwargs):
+                 long_texts: str = "windows", doc_stride: int | None = None,
+                 window_pooling: str = "mean", **kwargs):
         super().__init__(model, **kwargs)
+        windows.check_options(long_texts, doc_stride, window_pooling)
+        self.long_texts, self.doc_stride = long_texts, doc_stride
+        self.window_pooling = window_pooling
         self.pair = bool(pair)
         self.regression = bool(regression)
         self.family = "regression" if regression else "classification"
@@ -213,8 +224,16 @@ class ClassifierServing(TaskServing):
         return self._classify({TEXT: text, TEXT_B: text_b})
 
     def _classify(self, batch: dict) -> dict:
-        """Tokenizes and packs as in training (`text_features`), then runs the model."""
-        logits = self._run_model(text_features(self.tokenizer, batch, self.seq_length))[LOGITS]
+        """Tokenizes and packs as in training, runs the model, combines a text's windows."""
+        if self.long_texts == "windows":
+            rows = window_features(self.tokenizer, batch, self.seq_length,
+                                   doc_stride=self.doc_stride)
+            window_logits = self._run_model(rows)[LOGITS]  # (windows, classes)
+            logits = windows.pool(window_logits, rows[windows.EXAMPLE_INDEX],
+                                  tf.shape(batch[TEXT])[0], self.window_pooling)
+        else:
+            logits = self._run_model(text_features(self.tokenizer, batch,
+                                                   self.seq_length))[LOGITS]
         if self.regression:
             return {SCORE: logits[:, 0]}  # (batch,)
         probabilities = tf.nn.softmax(logits, axis=-1)  # (batch, classes)

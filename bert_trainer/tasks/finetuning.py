@@ -174,6 +174,12 @@ class FinetuneConfig:
       dropout_rate: dropout in front of the head.
       shuffle_buffer: training examples held by the shuffle buffer.
       seed: the shuffle seed (the order must repeat exactly for a resumed run).
+      long_texts: classification and tagging texts longer than `seq_length`: "windows" (cut
+        into overlapping windows: each window trains as a row, evaluation and prediction
+        combine them, see `data/windows.py`) or "truncate" (keep the first pieces).
+      doc_stride: pieces between window starts; None: half a window.
+      window_pooling: how a text's window logits combine (classification, regression):
+        "mean" or "max".
     """
 
     seq_length: int = 128
@@ -184,6 +190,9 @@ class FinetuneConfig:
     dropout_rate: float = 0.1
     shuffle_buffer: int = 10_000
     seed: int = 42
+    long_texts: str = "windows"
+    doc_stride: int | None = None
+    window_pooling: str = "mean"
 
     def __post_init__(self):
         require_positive_ints(self, ("seq_length", "train_batch_size", "eval_batch_size",

@@ -19,6 +19,12 @@ below. The number of steps is --train_steps, else epochs x training examples / b
 a model_dir holding checkpoints resumes, as the same task (labels, sequence length, encoder,
 vocabulary): another is refused. A model_dir belongs to one run at a time (a lock file). The
 final evaluation goes to model_dir/eval_results.json.
+
+Texts longer than --seq_length (classification, tagging) are cut into windows --doc_stride
+pieces apart: every window trains as a row (so the step count counts windows), and the
+evaluation, `predict` and the export combine a text's windows (classification: the mean of
+their logits, or --window_pooling=max; tagging: each word from the window where it has the
+most context). --long_texts=truncate keeps the first pieces instead.
 """
 
 import os
@@ -61,6 +67,14 @@ flags.DEFINE_integer("train_steps", None, "Optimizer steps, instead of epochs "
                      "(TrainerConfig.train_steps).")
 flags.DEFINE_integer("max_train_examples", None, "Train on the first N examples only.")
 flags.mark_flags_as_mutual_exclusive(["num_epochs", "train_steps"])
+flags.DEFINE_enum("long_texts", None, ["windows", "truncate"], "Texts longer than --seq_length "
+                  "(classification, tagging): windows (the default: overlapping windows, each "
+                  "trained as a row, combined to predict) or truncate (FinetuneConfig.long_texts).")
+flags.DEFINE_integer("doc_stride", None, "Word pieces between the starts of a long text's "
+                     "windows (FinetuneConfig.doc_stride, default half a window; SQuAD: "
+                     "SquadConfig.doc_stride).", lower_bound=1)
+flags.DEFINE_enum("window_pooling", None, ["mean", "max"], "How a text's window logits combine "
+                  "(classification, regression; FinetuneConfig.window_pooling, default mean).")
 
 FLAGS = flags.FLAGS
 _FAMILY_GIN = "configs/tasks/{}.gin"
@@ -73,6 +87,23 @@ def _flag_bindings() -> list[str]:
              ("FinetuneConfig.num_epochs", FLAGS.num_epochs),
              ("OptimizerConfig.learning_rate", FLAGS.learning_rate),
              ("TrainerConfig.train_steps", FLAGS.train_steps)]
+    return [common.gin_binding(name, value) for name, value in pairs if value is not None]
+
+
+def _window_bindings(family: str) -> list[str]:
+    """--long_texts, --doc_stride and --window_pooling as gin bindings of the task's family."""
+    from bert_trainer.errors import UserError  # noqa: PLC0415
+
+    if family == "squad" and FLAGS.long_texts == "truncate":
+        raise UserError("--long_texts=truncate does not apply to SQuAD: its contexts are always "
+                        "windowed (set the stride with --doc_stride)")
+    if FLAGS.window_pooling is not None and family not in ("classification", "regression"):
+        raise UserError(f"--window_pooling applies to classification and regression, not to "
+                        f"{family} tasks; drop it")
+    config = "SquadConfig" if family == "squad" else "FinetuneConfig"
+    pairs = [("FinetuneConfig.long_texts", FLAGS.long_texts),
+             (f"{config}.doc_stride", FLAGS.doc_stride),
+             ("FinetuneConfig.window_pooling", FLAGS.window_pooling)]
     return [common.gin_binding(name, value) for name, value in pairs if value is not None]
 
 
@@ -93,7 +124,7 @@ def main(argv):
                         "or Google BERT directory (or, to train from scratch, --vocab_file and "
                         "a --gin_file binding build_encoder.*)")
     common.parse_gin([_FAMILY_GIN.format(family), *FLAGS.gin_file], FLAGS.gin_param,
-                     _flag_bindings())
+                     _flag_bindings() + _window_bindings(family))
     with common.one_line_errors(), common.model_dir_lock(model_dir, "finetune"):
         task = _build_task()
         _check_inputs(task)
@@ -148,7 +179,7 @@ def _check_inputs(task) -> None:
 
     from bert_trainer.errors import UserError  # noqa: PLC0415
 
-    if common.gin_is_bound("TrainerConfig.train_steps"):  # Else num_examples reads them next.
+    if common.gin_is_bound("TrainerConfig.train_steps"):  # Else num_train_rows reads them next.
         task.raw_examples(task.train_split)
     if (common.gin_is_bound("TrainerConfig.eval_steps")
             and gin.query_parameter("TrainerConfig.eval_steps") == 0):
@@ -175,9 +206,9 @@ def _build_trainer(task, model_dir: str):
     from bert_trainer.training.trainer import Trainer  # noqa: PLC0415
 
     if not common.gin_is_bound("TrainerConfig.train_steps"):
-        examples = task.num_examples(task.train_split)
+        examples = task.num_train_rows()
         steps = task.config.train_steps(examples)
-        logging.info("%d training examples x %g epochs / batch %d = %d steps", examples,
+        logging.info("%d training rows x %g epochs / batch %d = %d steps", examples,
                      task.config.num_epochs, task.config.train_batch_size, steps)
         gin.bind_parameter("TrainerConfig.train_steps", steps)
     warmup = task.config.warmup_steps(gin.query_parameter("TrainerConfig.train_steps"))

@@ -97,11 +97,11 @@ class SentenceClassificationTask(FinetuningTask):
             regression=self.regression, long_texts=self.window_options["long_texts"],
             doc_stride=self.config.doc_stride, **self.pipeline_options(is_training, input_context))
 
-    def num_examples(self, split: str) -> int:
-        """Examples of a split; with windows, the training split counts its windows (the
-        rows an epoch trains on)."""
-        if not (self.windowed and split == self.train_split):
-            return super().num_examples(split)
+    def num_train_rows(self) -> int:
+        """Training rows an epoch trains on: with windows, the windows of the training texts."""
+        if not self.windowed:
+            return super().num_train_rows()
+        split = self.train_split
         texts, rows = classification_data.count_windows(
             self.raw_examples(split), self.tokenizer, seq_length=self.config.seq_length,
             doc_stride=self.config.doc_stride)

@@ -340,6 +340,11 @@ class FinetuningTask(Task):
         limit = self._limit(split)
         return count if limit is None else min(count, limit)
 
+    def num_train_rows(self) -> int:
+        """Rows one epoch trains on: the training examples; tasks that cut long texts into
+        windows count the windows (`num_epochs` passes over every row)."""
+        return self.num_examples(self.train_split)
+
     def pipeline_options(self, is_training: bool, input_context) -> dict:
         """Keyword arguments of the `bert_trainer.data` dataset builders for one pipeline."""
         batch = self.global_batch_size(is_training)

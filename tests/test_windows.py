@@ -299,3 +299,86 @@ def test_predict_and_the_export_answer_a_long_text(tmp_path, vocab_file, tokeniz
         logits = model(inputs, training=False)[LOGITS].numpy()[0]
     np.testing.assert_allclose(got[0], tf.nn.softmax(logits).numpy(), atol=1e-5)
     assert build_serving_module(str(model_dir)).long_texts == long_texts
+
+
+# -- the tasks: training rows, evaluation ---------------------------------------------------
+
+
+def run_eval(task, model) -> dict:
+    """The trainer's evaluation loop without the trainer: gathered outputs, concatenated."""
+    gathered = {}
+    for batch in task.build_inputs(task.eval_split, None, is_training=False):
+        outputs = model(task.model_inputs(batch), training=False)
+        for name, value in task.eval_step_outputs(batch, outputs).items():
+            gathered.setdefault(name, []).append(np.asarray(value))
+    return {name: np.concatenate(parts) for name, parts in gathered.items()}
+
+
+@pytest.mark.slow  # builds a task on the tiny pretrained model: left out of make test-fast
+def test_classification_trains_on_every_window_and_scores_texts_as_serving_does(
+        tiny_pretrained, tmp_path):
+    from finetune_testing import make_task, shared_file  # noqa: PLC0415
+
+    lines = open(shared_file("sst2/dev.tsv"), encoding="utf-8").read().splitlines()[1:61]
+    sentences = [line.split("\t")[0] for line in lines]
+    docs = [" ".join(sentences[i:i + 5]) for i in range(0, 60, 5)]  # 12 texts, ~100 pieces
+    tsv = tmp_path / "docs.tsv"
+    tsv.write_text("text\tlabel\n" + "".join(f"{d}\t{i % 2}\n" for i, d in enumerate(docs)),
+                   encoding="utf-8")
+    task = make_task("classification", tiny_pretrained, train_file=str(tsv),
+                     eval_file=str(tsv), seq_length=SEQ, train_batch_size=8, eval_batch_size=8)
+    rows = task.num_train_rows()
+    assert task.num_examples("train") == 12 and rows > 5 * 12
+    batch = next(iter(task.build_inputs("train", None, is_training=True)))
+    assert set(batch) == {*features.ENCODER_INPUTS, features.LABEL_IDS}  # No evaluation keys.
+    assert batch[features.INPUT_WORD_IDS].shape == (8, SEQ)
+    assert task.task_info()["windows"] == windows.OPTIONS
+
+    model = task.build_model()
+    scramble(model, seed=2, scale=0.2)
+    gathered = run_eval(task, model)
+    assert len(gathered[LOGITS]) == rows  # The same windows as training, each once.
+    results = task.aggregate_eval(gathered)
+    assert results["num_examples"] == 12 and results["num_windows"] == rows
+    pooled, labels = windows.pool_eval(gathered[LOGITS], gathered[features.LABEL_IDS],
+                                       gathered[windows.EXAMPLE_INDEX],
+                                       gathered[windows.NUM_WINDOWS])
+    assert labels.tolist() == [i % 2 for i in range(12)]
+    assert results["accuracy"] == pytest.approx(np.mean(np.argmax(pooled, -1) == labels))
+    module = ClassifierServing(model, label_names=["0", "1"], vocab_file=task.tokenizer.vocab_file,
+                               lower_case=True, seq_length=SEQ)
+    served = module.text_function()(tf.constant(docs))["probabilities"].numpy()
+    np.testing.assert_allclose(served, tf.nn.softmax(pooled).numpy(), atol=1e-5)
+
+
+@pytest.mark.slow  # builds a task on the tiny pretrained model: left out of make test-fast
+def test_tagging_evaluation_scores_every_word_of_sentences_longer_than_a_window(
+        tiny_pretrained):
+    from finetune_testing import shared_file  # noqa: PLC0415
+
+    from bert_trainer.tasks import finetuning, registry  # noqa: PLC0415
+
+    def task_of(long_texts):
+        config = finetuning.FinetuneConfig(seq_length=8, eval_batch_size=16,
+                                           long_texts=long_texts)
+        data = finetuning.DataConfig(eval_file=shared_file("conll2003/eng.testa"),
+                                     max_eval_examples=40)
+        return registry.build_task(registry.resolve_task_data("conll2003"),
+                                   finetuning.spec_from_checkpoint(tiny_pretrained["dir"]),
+                                   config=config, data=data)
+
+    results = {}
+    for long_texts in ("windows", "truncate"):
+        task = task_of(long_texts)
+        gathered = run_eval(task, task.build_model())
+        labels = gathered[features.LABEL_IDS]
+        gathered["predictions"] = np.where(labels == features.IGNORE_LABEL, 0, labels)
+        results[long_texts] = task.aggregate_eval(gathered)  # Perfect predictions.
+    sentences = list(task.raw_examples("eval").as_numpy_iterator())
+    names = task.label_names
+    entities = sum(len(tagging_metrics.get_entities([names[t] for t in s["tags"]]))
+                   for s in sentences)
+    assert results["windows"] == pytest.approx({"precision": 1.0, "recall": 1.0, "f1": 1.0,
+                                                "num_sentences": 40, "num_entities": entities})
+    # Truncation at 6 pieces scores only the entities of the words that fit.
+    assert results["truncate"]["num_entities"] < entities

@@ -514,3 +514,17 @@ def test_evaluate_on_a_read_only_mount(paths, digests, capsys, tmp_path):
         subprocess.run(["umount", str(mount)], check=True)
     _assert_metrics_printed(rc, out, err, str(mount), paths["existing"])
     assert {d: tree_digest(paths[d]) for d in GUARDED} == digests
+
+
+# ------------------------------------------------------------------------------------------
+# Long texts: windowing options (bad_input_cases.WINDOW_CASES), refused before anything runs.
+# ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("case, args, expected", bad_input_cases.WINDOW_CASES,
+                         ids=[c[0] for c in bad_input_cases.WINDOW_CASES])
+def test_window_options_are_refused_up_front(case, args, expected, paths, digests, capsys):
+    from bert_trainer import cli  # noqa: PLC0415
+
+    reset()
+    capsys.readouterr()
+    rc = cli.main(["bert-train", *fill(args, paths)])
+    assert_refusal(case, rc, capsys.readouterr().err, expected, paths, digests)

@@ -11,7 +11,15 @@ import json
 import numpy as np
 import pytest
 import tensorflow as tf
-from export_testing import TAGS, WORDS, build_model, make_model_dir, scramble, write_vocab
+from export_testing import (
+    TAGS,
+    WORDS,
+    build_model,
+    make_model_dir,
+    save_checkpoint,
+    scramble,
+    write_vocab,
+)
 
 from bert_trainer import features, predict
 from bert_trainer.data import classification_data, squad_data, tagging_data, windows
@@ -192,6 +200,13 @@ def test_mean_and_max_pooling_on_the_host_and_in_graph():
         np.testing.assert_allclose(host, expected, rtol=1e-6)
         assert host_labels.tolist() == [1, 0, 1]
     assert np.argmax(mean[2]) == 1 and np.argmax(top[2]) == 1 and not np.allclose(mean, top)
+    # One window per text (every text fits): both poolings return its logits, bit for bit.
+    alone = np.arange(6)
+    for pooling in windows.POOLINGS:
+        host, _ = windows.pool_eval(logits, labels, alone, np.ones(6), pooling)
+        in_graph = windows.pool(tf.constant(logits), tf.constant(alone), 6, pooling)
+        np.testing.assert_array_equal(host, logits)
+        np.testing.assert_array_equal(in_graph.numpy(), logits)
 
 
 def manual_class_logits(model, tokenizer, text: str, pooling: str) -> np.ndarray:
@@ -382,3 +397,22 @@ def test_tagging_evaluation_scores_every_word_of_sentences_longer_than_a_window(
                                                 "num_sentences": 40, "num_entities": entities})
     # Truncation at 6 pieces scores only the entities of the words that fit.
     assert results["truncate"]["num_entities"] < entities
+
+
+@pytest.mark.slow  # exports a SavedModel: left out of make test-fast
+def test_the_exported_tagger_tags_a_long_text_from_every_window(tmp_path, tokenizer):
+    model_dir, model = make_model_dir(tmp_path / "run", "tagging", seq_length=SEQ, seed=4)
+    scramble(model, seed=4, scale=0.5)
+    save_checkpoint(model, str(model_dir), step=9)  # The scrambled weights, as the latest.
+    export_saved_model(str(model_dir), str(tmp_path / "export"))
+    text = words_text(60, 12)
+    words = text.split()
+    expected = [(kind, " ".join(words[a:b])) for kind, a, b in tagging_metrics.get_entities(
+        manual_word_tags(model, tokenizer, text, SEQ), scheme="IOB2")]
+    assert expected and max(b for _, _, b in tagging_metrics.get_entities(
+        manual_word_tags(model, tokenizer, text, SEQ))) > SEQ - 2  # Past the first window.
+    for source in ("model_dir", "saved_model"):
+        path = model_dir if source == "model_dir" else tmp_path / "export"
+        predictor = predict.load_predictor(**{source: str(path)})
+        out = predictor({"text": [text]})
+        assert entities_of(out, 0) == expected, source

@@ -416,3 +416,30 @@ def test_the_exported_tagger_tags_a_long_text_from_every_window(tmp_path, tokeni
         predictor = predict.load_predictor(**{source: str(path)})
         out = predictor({"text": [text]})
         assert entities_of(out, 0) == expected, source
+
+
+def test_a_resume_must_read_the_same_rows(tiny_pretrained, tmp_path):
+    from finetune_testing import shared_file  # noqa: PLC0415
+
+    from bert_trainer.tasks import finetuning, registry  # noqa: PLC0415
+
+    def task(**options):
+        config = finetuning.FinetuneConfig(seq_length=SEQ, **options)
+        return registry.build_task(registry.resolve_task_data("sst2"),
+                                   finetuning.spec_from_checkpoint(tiny_pretrained["dir"]),
+                                   config=config, data=finetuning.DataConfig(
+                                       train_file=shared_file("sst2/dev.tsv")))
+
+    first = task()
+    first.build_model()
+    first.write_model_info(str(tmp_path))
+    first.check_resume(str(tmp_path))  # No checkpoint yet: anything goes.
+    task(long_texts="truncate").check_resume(str(tmp_path))
+    (tmp_path / "ckpt-3.index").write_bytes(b"")
+    task(window_pooling="max").check_resume(str(tmp_path))  # Evaluation only: allowed.
+    with pytest.raises(UserError, match=r"was trained with long_texts='windows'; this run asks "
+                                        r"for long_texts='truncate' \(other training rows\)"):
+        task(long_texts="truncate").check_resume(str(tmp_path))
+    with pytest.raises(UserError, match=r"was trained with doc_stride=None; this run asks for "
+                                        r"doc_stride=5"):
+        task(doc_stride=5).check_resume(str(tmp_path))

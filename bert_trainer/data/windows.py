@@ -20,6 +20,8 @@ windows texts by itself.
 """
 
 import dataclasses
+import glob
+import os
 
 import numpy as np
 import tensorflow as tf
@@ -194,6 +196,33 @@ def row_features(windows: Windows, example_index=None) -> dict:
     return {EXAMPLE_INDEX: tf.cast(index, tf.int32),
             NUM_WINDOWS: tf.cast(tf.gather(windows.num_windows, windows.example), tf.int32),
             WINDOW_START: tf.cast(windows.start, tf.int32)}
+
+
+def check_resume(model_dir: str, task: dict) -> None:
+    """Refuses to resume a model_dir trained on other rows: another `long_texts` or
+    `doc_stride` (the pooling only combines outputs, so it may change).
+
+    Args:
+      model_dir: the run's directory; one without checkpoints, or whose bert_train.json
+        records no windowing (written before windows), passes.
+      task: the task entry the new run would write (`task_info()`).
+
+    Raises:
+      UserError: naming the option, the stored value, the new one and the way out.
+    """
+    from bert_trainer import model_dir as model_dir_lib  # noqa: PLC0415
+
+    checkpoints = os.path.join(glob.escape(model_dir), f"{model_dir_lib.CHECKPOINT_NAME}-*.index")
+    if not (os.path.isfile(os.path.join(model_dir, model_dir_lib.MODEL_INFO_FILE))
+            and glob.glob(checkpoints)):
+        return
+    stored = (model_dir_lib.read_model_info(model_dir).task or {}).get("windows") or {}
+    new = task.get("windows") or {}
+    for name in ("long_texts", "doc_stride"):
+        if name in stored and name in new and stored[name] != new[name]:
+            raise UserError(f"--model_dir={model_dir} was trained with {name}={stored[name]!r}; "
+                            f"this run asks for {name}={new[name]!r} (other training rows); use "
+                            "another --model_dir (or the flags it was trained with)")
 
 
 # -- tf.data ------------------------------------------------------------------------------

@@ -136,3 +136,9 @@ class TaggingTask(FinetuningTask):
 
     def task_info(self) -> dict:
         return {**super().task_info(), "windows": dict(self.window_options)}
+
+    def check_resume(self, model_dir: str) -> None:
+        """`FinetuningTask.check_resume`, and the windowing too: a resumed run must read the
+        same rows (a directory written before windows records none and is not compared)."""
+        super().check_resume(model_dir)
+        windows.check_resume(model_dir, self.task_info())

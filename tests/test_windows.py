@@ -220,8 +220,10 @@ def manual_class_logits(model, tokenizer, text: str, pooling: str) -> np.ndarray
 
 
 def classifier(model, vocab_file, **options):
-    return ClassifierServing(model, label_names=["negative", "positive", "neutral"],
-                             vocab_file=vocab_file, lower_case=True, seq_length=SEQ, **options)
+    module = ClassifierServing(model, label_names=["negative", "positive", "neutral"],
+                               vocab_file=vocab_file, lower_case=True, seq_length=SEQ, **options)
+    module.max_windows_per_call = 3  # Several model calls per batch, the last one partial.
+    return module
 
 
 @pytest.mark.slow  # traces three serving functions: left out of make test-fast
@@ -269,6 +271,7 @@ def test_tagger_serving_tags_every_word_of_a_long_text_from_its_best_window(voca
     text = words_text(70, 11)
     windowed = TaggerServing(model, label_names=TAGS, vocab_file=vocab_file, lower_case=True,
                              seq_length=SEQ)
+    windowed.max_windows_per_call = 4  # Several model calls, the last one partial.
     tags = manual_word_tags(model, tokenizer, text, SEQ)
     assert len(tags) == 70
     words = text.split()

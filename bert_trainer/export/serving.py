@@ -165,7 +165,40 @@ class EncoderServing(ServingModule):
 
 
 class TaskServing(ServingModule):
-    """A task model: `serving_ids` (raw outputs) besides `encode`; subclasses add text."""
+    """A task model: `serving_ids` (raw outputs) besides `encode`; subclasses add text.
+
+    Attributes:
+      max_windows_per_call: window rows per model call when texts are windowed (set before
+        the first call traces the function).
+    """
+
+    # A batch of long texts can hold thousands of windows: running them in slices bounds the
+    # activations' memory by the slice rather than by the batch.
+    max_windows_per_call = 256
+
+    def _run_windows(self, inputs: dict, element_shape) -> tf.Tensor:
+        """The LOGITS (float32) of window rows, `max_windows_per_call` rows per model call.
+
+        Args:
+          inputs: features.ENCODER_INPUTS int32 [W, seq].
+          element_shape: the logits' shape with None rows, e.g. [None, classes].
+
+        Returns:
+          float32 [W, ...].
+        """
+        size = int(self.max_windows_per_call)
+        rows = tf.shape(inputs[features.INPUT_WORD_IDS])[0]
+        calls = (rows + size - 1) // size
+
+        def run(i, done):
+            part = {name: inputs[name][i * size:(i + 1) * size]
+                    for name in features.ENCODER_INPUTS}
+            return i + 1, done.write(i, self._run_model(part)[LOGITS])
+
+        done = tf.TensorArray(tf.float32, size=calls, infer_shape=False,
+                              element_shape=tf.TensorShape(element_shape))
+        _, done = tf.while_loop(lambda i, _: i < calls, run, (tf.constant(0), done))
+        return done.concat()
 
     def _text_spec(self) -> tuple:
         """(Python function, input signature) of `serving_default`."""
@@ -228,7 +261,7 @@ class ClassifierServing(TaskServing):
         if self.long_texts == "windows":
             rows = window_features(self.tokenizer, batch, self.seq_length,
                                    doc_stride=self.doc_stride)
-            window_logits = self._run_model(rows)[LOGITS]  # (windows, classes)
+            window_logits = self._run_windows(rows, [None, self.model.num_classes])  # (W, C)
             logits = windows.pool(window_logits, rows[windows.EXAMPLE_INDEX],
                                   tf.shape(batch[TEXT])[0], self.window_pooling)
         else:

@@ -148,8 +148,9 @@ class TaggerServing(TaskServing):
     def _window_tags(self, ids: tf.RaggedTensor) -> tf.RaggedTensor:
         """int32 [b, (pieces)]: each piece's tag from its max-context window."""
         cut = windows.cut(ids.row_lengths(), self.seq_length - 2, self.doc_stride)
-        logits = self._run_model(self.tokenizer.pack([windows.gather(ids, cut)],
-                                                     self.seq_length))[LOGITS]  # (W, seq, T)
+        logits = self._run_windows(self.tokenizer.pack([windows.gather(ids, cut)],
+                                                        self.seq_length),
+                                   [None, self.seq_length, len(self.label_names)])  # (W, seq, T)
         predicted = tf.argmax(logits[:, 1:], axis=-1, output_type=tf.int32)  # (W, seq - 1)
         predicted = tf.RaggedTensor.from_tensor(predicted, lengths=cut.length)  # (W, (len))
         chosen = windows.max_context(ids, cut).flat_values  # one True per piece

@@ -244,6 +244,8 @@ def test_classifier_serving_combines_windows_as_the_evaluation_does(vocab_file, 
                                    atol=1e-5)
         probabilities[pooling] = out["probabilities"].numpy()[4]
     assert np.abs(probabilities["mean"] - probabilities["max"]).max() > 1e-3
+    empty = classifier(model, vocab_file).text_function()(tf.constant([], tf.string))
+    assert empty["probabilities"].shape == (0, 3)  # No text, no window: not an error.
 
 
 def manual_word_tags(model, tokenizer, text: str, seq_length: int) -> list[str]:

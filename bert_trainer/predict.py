@@ -19,7 +19,11 @@ with the answer by family:
 
 A predictor is the export's `serving_default` signature: loaded from a SavedModel, or the
 same function built in-process from a model directory (`export.build_serving_module`), so
-both give the same answers.
+both give the same answers. A text longer than the model's `seq_length` is answered from all
+of it: the signature cuts it into windows and combines their outputs in graph, as the
+fine-tuning evaluation does (`bert_trainer/data/windows.py`), unless the model was trained
+with FinetuneConfig.long_texts = "truncate". One model call runs every window of a batch's
+texts, so very long texts may want a smaller `batch_size`.
 """
 
 import contextlib

@@ -464,3 +464,27 @@ BATCH_FIT_CASES = [
     ("finetune fit_batch not a boolean", [*SST2_FRESH, "--gin_param=TrainerConfig.fit_batch=2"],
      "fit_batch=2 must be True or False"),
 ]
+
+
+# ------------------------------------------------------------------------------------------
+# Long texts: the windowing flags and FinetuneConfig fields (tests/test_bad_inputs.py
+# test_finetune_options_refused_before_anything_is_written).
+# ------------------------------------------------------------------------------------------
+CONLL_FRESH = [*CONLL, "--model_dir={fresh}", "--train_file={good.conll}"]
+WINDOW_CASES = [
+    ("finetune window_pooling for tagging", [*CONLL_FRESH, "--window_pooling=max"],
+     "--window_pooling applies to classification and regression, not to tagging tasks"),
+    ("finetune long_texts=truncate for squad",
+     [*SQUAD_FRESH, "--train_file={good_squad.json}", "--long_texts=truncate"],
+     "--long_texts=truncate does not apply to SQuAD: its contexts are always windowed"),
+    ("finetune doc_stride 0", [*SST2_FRESH, "--doc_stride=0"],
+     "flag --doc_stride=0: 0 is not a positive integer"),
+    ("finetune unknown long_texts", [*SST2_FRESH, "--long_texts=wrap"],
+     "flag --long_texts=wrap: value should be one of <windows|truncate>"),
+    ("finetune doc_stride 0 through gin",
+     [*SST2_FRESH, "--gin_param=FinetuneConfig.doc_stride = 0"],
+     "FinetuneConfig.doc_stride=0 must be an integer >= 1"),
+    ("finetune unknown window_pooling through gin",
+     [*SST2_FRESH, "--gin_param=FinetuneConfig.window_pooling = 'sum'"],
+     "FinetuneConfig.window_pooling='sum' is unknown; use one of mean, max"),
+]

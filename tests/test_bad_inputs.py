@@ -518,9 +518,11 @@ def test_evaluate_on_a_read_only_mount(paths, digests, capsys, tmp_path):
 
 # ------------------------------------------------------------------------------------------
 # Fine-tuning options: multi-seed runs (bad --seeds/--num_seeds, a multi-seed run in a
-# single-seed model_dir) and batch fitting (bad_input_cases.SEED_CASES, BATCH_FIT_CASES).
+# single-seed model_dir), batch fitting and long-text windows (bad_input_cases.SEED_CASES,
+# BATCH_FIT_CASES, WINDOW_CASES).
 # ------------------------------------------------------------------------------------------
-OPTION_CASES = bad_input_cases.SEED_CASES + bad_input_cases.BATCH_FIT_CASES
+OPTION_CASES = (bad_input_cases.SEED_CASES + bad_input_cases.BATCH_FIT_CASES
+                + bad_input_cases.WINDOW_CASES)
 
 
 @pytest.mark.parametrize("case, args, expected", OPTION_CASES, ids=[c[0] for c in OPTION_CASES])

@@ -137,8 +137,11 @@ def test_mrpc_pairs_and_regression_train_and_evaluate(tiny_pretrained, tmp_path)
                      max_eval_examples=40, seq_length=64)
     _, result = train(mrpc, str(tmp_path / "mrpc"), tiny_pretrained["prefix"], steps=4,
                       summary_interval=2)
-    assert set(result.eval) == {"loss", "accuracy", "f1", "num_examples"}
+    # Windows (the default): texts are scored, the loss and window_accuracy are per window.
+    assert set(result.eval) == {"loss", "accuracy", "f1", "num_examples", "num_windows",
+                                "window_accuracy"}
     assert result.eval["num_examples"] == 40 and 0 <= result.eval["f1"] <= 1
+    assert result.eval["num_windows"] >= 40
     assert np.isfinite(result.train["loss"])
 
     rng = np.random.default_rng(0)
@@ -154,7 +157,7 @@ def test_mrpc_pairs_and_regression_train_and_evaluate(tiny_pretrained, tmp_path)
     assert sts.best_metric == "pearson"
     _, result = train(sts, str(tmp_path / "sts"), tiny_pretrained["prefix"], steps=80,
                       learning_rate=4e-3, summary_interval=10)
-    assert set(result.eval) == {"loss", "pearson", "spearman", "num_examples"}
+    assert set(result.eval) == {"loss", "pearson", "spearman", "num_examples", "num_windows"}
     assert result.eval["pearson"] > 0.7, result.eval  # 0.88 when written
     losses = scalar_history(str(tmp_path / "sts"), "loss")
     assert losses[-1] < 0.3 * losses[0], losses  # 8.1 -> 1.0 when written

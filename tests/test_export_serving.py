@@ -167,9 +167,11 @@ def test_tag_scheme_rejects_non_iob2_tags():
 
 
 @pytest.mark.slow  # over a few seconds: left out of make test-fast
-def test_tagger_character_spans_with_accents_emoji_and_spaces(vocab_file):
+@pytest.mark.parametrize("long_texts", ["windows", "truncate"])
+def test_tagger_character_spans_with_accents_emoji_and_spaces(vocab_file, long_texts):
     module = TaggerServing(build_model("tagging", len(TAGS)), label_names=TAGS,
-                           vocab_file=vocab_file, lower_case=True, seq_length=24)
+                           vocab_file=vocab_file, lower_case=True, seq_length=24,
+                           long_texts=long_texts)
     tag = {name: i for i, name in enumerate(TAGS)}
     module._run_model = lambda inputs: {LOGITS: lookup_logits(
         {"john": tag["B-PER"], "eleve": tag["B-PER"], "smith": tag["I-PER"],
@@ -185,7 +187,10 @@ def test_tagger_character_spans_with_accents_emoji_and_spaces(vocab_file):
                       ("LOC", "New   York", first.index("New"), first.index(",")),
                       ("LOC", "Paris", first.index("Paris"), first.index("Paris") + 5)]
     assert got[1] == [("PER", "John", 2, 6)]  # the emoji is one character (four bytes)
-    assert got[2] == [] and got[3] == []  # "Paris" is past seq_length - 2 pieces: untagged
+    assert got[2] == []
+    # "Paris" is past seq_length - 2 pieces: a later window tags it, truncation does not.
+    paris = texts[3].index("Paris")
+    assert got[3] == ([("LOC", "Paris", paris, paris + 5)] if long_texts == "windows" else [])
     assert got[4] == [("PER", "Smith", 0, 5)]  # I- with nothing open starts an entity
     assert out["entity_start"].shape == (5, 3) and out["entity_start"][1, 1] == -1
     assert out["entity_type"][1, 2] == b""

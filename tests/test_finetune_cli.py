@@ -62,10 +62,15 @@ def test_finetune_then_evaluate(tiny_pretrained, tmp_path):
     trained = json.loads((model_dir / "eval_results.json").read_text())
     assert trained["task"] == "sst2" and trained["step"] == 4
     assert trained["checkpoint"].endswith("ckpt-4")
-    assert set(trained["metrics"]) == {"accuracy", "loss", "num_examples"}
+    # Long texts are windowed by default: accuracy is per text, window_accuracy per window.
+    assert set(trained["metrics"]) == {"accuracy", "loss", "num_examples", "num_windows",
+                                       "window_accuracy"}
     assert trained["metrics"]["num_examples"] == 50
+    assert trained["metrics"]["num_windows"] >= 50
     info = json.loads((model_dir / "bert_train.json").read_text())
     assert info["task"]["label_names"] == ["negative", "positive"]
+    assert info["task"]["windows"] == {"long_texts": "windows", "doc_stride": None,
+                                       "window_pooling": "mean"}
     assert info["task"]["seq_length"] == 32 and info["vocab_file"] == "vocab.txt"
     operative = (model_dir / "operative_config.gin").read_text()
     for binding in ("FinetuneConfig.seq_length = 32", "TrainerConfig.train_steps = 4",

@@ -77,6 +77,7 @@ def _isdir(path: str) -> bool:
 
 def _build_task(model_dir: str, info):
     """The task stored in the model directory, reading --eval_file / --data_dir."""
+    from bert_trainer.data import windows  # noqa: PLC0415
     from bert_trainer.errors import UserError  # noqa: PLC0415
     from bert_trainer.tasks import finetuning, registry  # noqa: PLC0415
 
@@ -93,7 +94,8 @@ def _build_task(model_dir: str, info):
                         f"'{FLAGS.task}'; drop --task or pass another --model_dir")
     spec = finetuning.spec_from_checkpoint(model_dir, flag="--model_dir")
     config = finetuning.FinetuneConfig(seq_length=int(stored.get("seq_length", 128)),
-                                       eval_batch_size=FLAGS.batch_size)
+                                       eval_batch_size=FLAGS.batch_size,
+                                       **windows.stored_options(stored))
     data = finetuning.DataConfig(eval_file=FLAGS.eval_file, data_dir=FLAGS.data_dir,
                                  max_eval_examples=FLAGS.max_eval_examples,
                                  skip_bad_rows=FLAGS.skip_bad_rows)

@@ -26,6 +26,11 @@ into model_dir/seed-N/ and writes each seed's metrics with their mean, sample st
 seeds)`. Each seed gives two separate streams: the head's initialization and dropout
 (TrainerConfig.seed) and the data order (FinetuneConfig.seed), derived as
 bert_trainer/tasks/multi_seed.py says; a rerun skips finished seeds and resumes a half-done one.
+Texts longer than --seq_length (classification, tagging) are cut into windows --doc_stride
+pieces apart: every window trains as a row (so the step count counts windows), and the
+evaluation, `predict` and the export combine a text's windows (classification: the mean of
+their logits, or --window_pooling=max; tagging: each word from the window where it has the
+most context). --long_texts=truncate keeps the first pieces instead.
 """
 
 import os
@@ -75,6 +80,14 @@ flags.DEFINE_boolean("fit_batch", None, "Compute --batch_size in the largest mic
                      "fit memory, accumulating gradients (TrainerConfig.fit_batch; default: on).")
 flags.DEFINE_integer("micro_batch_size", None, "Force this per-replica micro-batch (it must "
                      "divide the per-replica batch; TrainerConfig.micro_batch_size).")
+flags.DEFINE_enum("long_texts", None, ["windows", "truncate"], "Texts longer than --seq_length "
+                  "(classification, tagging): windows (the default: overlapping windows, each "
+                  "trained as a row, combined to predict) or truncate (FinetuneConfig.long_texts).")
+flags.DEFINE_integer("doc_stride", None, "Word pieces between the starts of a long text's "
+                     "windows (FinetuneConfig.doc_stride, default half a window; SQuAD: "
+                     "SquadConfig.doc_stride).", lower_bound=1)
+flags.DEFINE_enum("window_pooling", None, ["mean", "max"], "How a text's window logits combine "
+                  "(classification, regression; FinetuneConfig.window_pooling, default mean).")
 
 FLAGS = flags.FLAGS
 _FAMILY_GIN = "configs/tasks/{}.gin"
@@ -82,6 +95,7 @@ _FAMILY_GIN = "configs/tasks/{}.gin"
 
 def _flag_bindings() -> list[str]:
     """The hyperparameter flags as gin bindings, so that operative_config.gin records them."""
+    from bert_trainer.tasks import registry  # noqa: PLC0415
     pairs = [("FinetuneConfig.seq_length", FLAGS.seq_length),
              ("FinetuneConfig.train_batch_size", FLAGS.batch_size),
              ("FinetuneConfig.num_epochs", FLAGS.num_epochs),
@@ -89,6 +103,24 @@ def _flag_bindings() -> list[str]:
              ("TrainerConfig.train_steps", FLAGS.train_steps),
              ("TrainerConfig.fit_batch", FLAGS.fit_batch),
              ("TrainerConfig.micro_batch_size", FLAGS.micro_batch_size)]
+    bindings = [common.gin_binding(name, value) for name, value in pairs if value is not None]
+    return bindings + _window_bindings(registry.family_of(FLAGS.task))
+
+
+def _window_bindings(family: str) -> list[str]:
+    """--long_texts, --doc_stride and --window_pooling as gin bindings of the task's family."""
+    from bert_trainer.errors import UserError  # noqa: PLC0415
+
+    if family == "squad" and FLAGS.long_texts == "truncate":
+        raise UserError("--long_texts=truncate does not apply to SQuAD: its contexts are always "
+                        "windowed (set the stride with --doc_stride)")
+    if FLAGS.window_pooling is not None and family not in ("classification", "regression"):
+        raise UserError(f"--window_pooling applies to classification and regression, not to "
+                        f"{family} tasks; drop it")
+    config = "SquadConfig" if family == "squad" else "FinetuneConfig"
+    pairs = [("FinetuneConfig.long_texts", FLAGS.long_texts),
+             (f"{config}.doc_stride", FLAGS.doc_stride),
+             ("FinetuneConfig.window_pooling", FLAGS.window_pooling)]
     return [common.gin_binding(name, value) for name, value in pairs if value is not None]
 
 
@@ -286,7 +318,7 @@ def _check_inputs(task) -> None:
 
     from bert_trainer.errors import UserError  # noqa: PLC0415
 
-    if common.gin_is_bound("TrainerConfig.train_steps"):  # Else num_examples reads them next.
+    if common.gin_is_bound("TrainerConfig.train_steps"):  # Else num_train_rows reads them next.
         task.raw_examples(task.train_split)
     if (common.gin_is_bound("TrainerConfig.eval_steps")
             and gin.query_parameter("TrainerConfig.eval_steps") == 0):
@@ -332,9 +364,9 @@ def _bind_run_length(task) -> None:
     import gin  # noqa: PLC0415
 
     if not common.gin_is_bound("TrainerConfig.train_steps"):
-        examples = task.num_examples(task.train_split)
+        examples = task.num_train_rows()
         steps = task.config.train_steps(examples)
-        logging.info("%d training examples x %g epochs / batch %d = %d steps", examples,
+        logging.info("%d training rows x %g epochs / batch %d = %d steps", examples,
                      task.config.num_epochs, task.config.train_batch_size, steps)
         gin.bind_parameter("TrainerConfig.train_steps", steps)
     warmup = task.config.warmup_steps(gin.query_parameter("TrainerConfig.train_steps"))

@@ -3,12 +3,18 @@
 Raw examples {"text", ["text_b"], ["label"]} (`TaskData.load`) are batched first and then
 tokenized and packed as a batch (`[CLS] A [SEP] (B [SEP])`, the longer segment trimmed
 first), so tensorflow-text runs vectorized inside `tf.data`.
+
+Texts longer than `seq_length` are either truncated (`text_features`) or cut into windows
+(`window_features`, see `data/windows.py`): one row per window, each with its text's label.
+A pair keeps its first text (at least half the row when both are long, all of it when the
+second is short) in every window and windows the second, as SQuAD windows the context
+behind its question.
 """
 
 import tensorflow as tf
 
 from bert_trainer import features
-from bert_trainer.data import input_utils
+from bert_trainer.data import input_utils, windows
 
 
 def text_features(tokenizer, batch: dict, seq_length: int, *, regression: bool = False) -> dict:
@@ -34,12 +40,60 @@ def text_features(tokenizer, batch: dict, seq_length: int, *, regression: bool =
     return inputs
 
 
+def _keep_first(pieces: tf.RaggedTensor, keep) -> tf.RaggedTensor:
+    """The first `keep[i]` pieces of row i."""
+    return tf.ragged.boolean_mask(
+        pieces, tf.ragged.range(pieces.row_lengths()) < tf.expand_dims(keep, 1))
+
+
+def window_features(tokenizer, batch: dict, seq_length: int, *, doc_stride: int | None = None,
+                    regression: bool = False) -> dict:
+    """Encoder inputs (and labels) of every window of a batch of raw classification examples.
+
+    A text that fits is one window, equal to its `text_features` row. A pair keeps
+    `min(len(A), max(room - len(B), room // 2))` pieces of its first text (room:
+    `seq_length - 3`), which is what truncation keeps whenever B fits, and windows B over
+    the rest of the row.
+
+    Args:
+      tokenizer: a `bert_trainer.data.tokenizer.Tokenizer`.
+      batch: as for `text_features`, optionally with windows.EXAMPLE_INDEX int [batch].
+      seq_length: packed sequence length.
+      doc_stride: pieces between window starts (None: half a window).
+      regression: labels are float scores rather than class ids.
+
+    Returns:
+      features.ENCODER_INPUTS int32 [W, seq_length] over the W windows, text after text;
+      LABEL_IDS [W] when the batch has labels; windows.EXAMPLE_INDEX, NUM_WINDOWS and
+      WINDOW_START int32 [W].
+    """
+    first = tokenizer.tokenize(batch["text"])  # (b, (pieces))
+    if "text_b" in batch:
+        second = tokenizer.tokenize(batch["text_b"])
+        room = seq_length - 3
+        keep = tf.minimum(first.row_lengths(),
+                          tf.maximum(room - second.row_lengths(), room // 2))  # (b,)
+        first = _keep_first(first, keep)
+        cut = windows.cut(second.row_lengths(), room - keep, doc_stride)
+        segments = [tf.gather(first, cut.example), windows.gather(second, cut)]
+    else:
+        cut = windows.cut(first.row_lengths(), seq_length - 2, doc_stride)
+        segments = [windows.gather(first, cut)]
+    inputs = tokenizer.pack(segments, seq_length)  # Every window fits: nothing is trimmed.
+    inputs.update(windows.row_features(cut, batch.get(windows.EXAMPLE_INDEX)))
+    if "label" in batch:
+        dtype = tf.float32 if regression else tf.int32
+        inputs[features.LABEL_IDS] = tf.gather(tf.cast(batch["label"], dtype), cut.example)
+    return inputs
+
+
 def classification_dataset(raw: tf.data.Dataset, tokenizer, *, seq_length: int,
                            batch_size: int, is_training: bool, regression: bool = False,
                            input_context=None,
                            shuffle_buffer: int = input_utils.DEFAULT_SHUFFLE_BUFFER,
                            seed: int | None = None, deterministic: bool = False,
-                           length_buckets: int = 0, group_by_length: bool = False
+                           length_buckets: int = 0, group_by_length: bool = False,
+                           long_texts: str = "truncate", doc_stride: int | None = None
                            ) -> tf.data.Dataset:
     """Batches of a classification (or regression) task.
 
@@ -51,12 +105,26 @@ def classification_dataset(raw: tf.data.Dataset, tokenizer, *, seq_length: int,
       is_training: shuffle, repeat and drop the remainder (see `input_utils.batch_pipeline`).
       regression: float32 labels (STS-B).
       input_context, shuffle_buffer, seed, deterministic, length_buckets,
-        group_by_length: see
-        `input_utils.batch_pipeline`.
+        group_by_length: see `input_utils.batch_pipeline`.
+      long_texts: "truncate" (one row per example) or "windows" (one row per window, see
+        `window_features` and `windows.window_pipeline`).
+      doc_stride: pieces between window starts (None: half a window).
 
     Returns:
-      Dataset of dicts: ENCODER_INPUTS int32 [batch, seq_length], LABEL_IDS [batch].
+      Dataset of dicts: ENCODER_INPUTS int32 [batch, seq_length], LABEL_IDS [batch]; with
+      windows, evaluation rows also carry windows.EXAMPLE_INDEX, NUM_WINDOWS, WINDOW_START.
     """
+    if long_texts == "windows":
+        def to_rows(batch):
+            return window_features(tokenizer, batch, seq_length, doc_stride=doc_stride,
+                                   regression=regression)
+
+        return windows.window_pipeline(
+            raw, to_rows, batch_size=batch_size, is_training=is_training,
+            input_context=input_context, shuffle_buffer=shuffle_buffer, seed=seed,
+            deterministic=deterministic, length_buckets=length_buckets,
+            group_by_length=group_by_length)
+
     def featurize(batch):
         return text_features(tokenizer, batch, seq_length, regression=regression)
 
@@ -65,3 +133,10 @@ def classification_dataset(raw: tf.data.Dataset, tokenizer, *, seq_length: int,
         input_context=input_context, shuffle_buffer=shuffle_buffer, seed=seed,
         deterministic=deterministic, length_buckets=length_buckets,
         group_by_length=group_by_length)
+
+
+def count_windows(raw: tf.data.Dataset, tokenizer, *, seq_length: int,
+                  doc_stride: int | None = None) -> tuple[int, int]:
+    """(examples, windows) of raw examples at `seq_length` (tokenizes them once)."""
+    return windows.count_rows(raw, lambda batch: window_features(
+        tokenizer, batch, seq_length, doc_stride=doc_stride))

@@ -8,15 +8,17 @@ leaves IOB2 unchanged, so it is applied to every source without detecting the sc
 
 Alignment: each word is tokenized on its own; its first sub-token carries the word's label and
 the other sub-tokens carry `features.IGNORE_LABEL` (-1), which the loss ignores. The same mask
-maps per-token predictions back to one tag per word (`word_predictions`). Words past
-`seq_length - 2` pieces are cut; `word_predictions` tags them "O" when told the word count.
+maps per-token predictions back to one tag per word (`word_predictions`). A sentence longer
+than `seq_length - 2` pieces is either cut there (`tag_features`; `word_predictions` tags the
+words cut "O" when told the word count) or windowed (`window_tag_features`: every word is
+tagged from the window where its first piece has the most context, see `data/windows.py`).
 """
 
 import numpy as np
 import tensorflow as tf
 
 from bert_trainer import features
-from bert_trainer.data import input_utils
+from bert_trainer.data import input_utils, windows
 
 OUTSIDE = "O"
 
@@ -79,6 +81,30 @@ def _pieces_per_word(tokenizer, words: tf.RaggedTensor) -> tf.RaggedTensor:
     return tf.concat([pieces, filler], axis=1)
 
 
+def _piece_labels(tokenizer, words: tf.RaggedTensor, tags: tf.RaggedTensor | None):
+    """(ids, labels) int32 RaggedTensors [batch, (pieces)] of whole sentences: each word's
+    tag on its first piece, IGNORE_LABEL on the others (0 on first pieces when `tags` is
+    None)."""
+    pieces = _pieces_per_word(tokenizer, words)  # (total_words, (pieces))
+    row_ids = pieces.value_rowids()
+    is_first = tf.equal(tf.range(tf.size(pieces.flat_values, out_type=tf.int64)),
+                        tf.gather(pieces.row_starts(), row_ids))
+    word_tags = (tf.zeros_like(words.flat_values, tf.int32) if tags is None
+                 else tf.cast(tags.flat_values, tf.int32))
+    piece_labels = tf.where(is_first, tf.gather(word_tags, row_ids), features.IGNORE_LABEL)
+
+    splits = pieces.row_splits
+    ids = tf.RaggedTensor.from_row_splits(pieces.flat_values, tf.gather(splits, words.row_splits))
+    return ids, tf.RaggedTensor.from_row_splits(piece_labels, ids.row_splits)
+
+
+def _row_labels(labels: tf.RaggedTensor, seq_length: int) -> tf.Tensor:
+    """int32 [rows, seq_length]: IGNORE_LABEL at [CLS], the labels, IGNORE_LABEL after."""
+    ignore_cls = tf.fill([labels.nrows(), 1], tf.constant(features.IGNORE_LABEL, tf.int32))
+    labels = tf.concat([tf.RaggedTensor.from_tensor(ignore_cls), labels], axis=1)
+    return labels.to_tensor(features.IGNORE_LABEL, shape=[None, seq_length])
+
+
 def tag_features(tokenizer, words: tf.RaggedTensor, tags: tf.RaggedTensor | None,
                  seq_length: int) -> dict:
     """Encoder inputs and per-token labels of a batch of tagged sentences.
@@ -94,23 +120,41 @@ def tag_features(tokenizer, words: tf.RaggedTensor, tags: tf.RaggedTensor | None
       features.ENCODER_INPUTS int32 [batch, seq_length] and features.LABEL_IDS int32
       [batch, seq_length]: the word's tag on its first piece, IGNORE_LABEL elsewhere.
     """
-    pieces = _pieces_per_word(tokenizer, words)  # (total_words, (pieces))
-    row_ids = pieces.value_rowids()
-    is_first = tf.equal(tf.range(tf.size(pieces.flat_values, out_type=tf.int64)),
-                        tf.gather(pieces.row_starts(), row_ids))
-    word_tags = (tf.zeros_like(words.flat_values, tf.int32) if tags is None
-                 else tf.cast(tags.flat_values, tf.int32))
-    piece_labels = tf.where(is_first, tf.gather(word_tags, row_ids), features.IGNORE_LABEL)
-
-    splits = pieces.row_splits
-    ids = tf.RaggedTensor.from_row_splits(pieces.flat_values, tf.gather(splits, words.row_splits))
-    labels = tf.RaggedTensor.from_row_splits(piece_labels, ids.row_splits)
+    ids, labels = _piece_labels(tokenizer, words, tags)
     keep = seq_length - 2  # Room for [CLS] and [SEP]; cut here so pack() never trims again.
     ids, labels = ids[:, :keep], labels[:, :keep]
     inputs = tokenizer.pack([ids], seq_length)
-    ignore_cls = tf.fill([labels.nrows(), 1], tf.constant(features.IGNORE_LABEL, tf.int32))
-    labels = tf.concat([tf.RaggedTensor.from_tensor(ignore_cls), labels], axis=1)
-    inputs[features.LABEL_IDS] = labels.to_tensor(features.IGNORE_LABEL, shape=[None, seq_length])
+    inputs[features.LABEL_IDS] = _row_labels(labels, seq_length)
+    return inputs
+
+
+def window_tag_features(tokenizer, words: tf.RaggedTensor, tags: tf.RaggedTensor | None,
+                        seq_length: int, *, doc_stride: int | None = None,
+                        example_index=None) -> dict:
+    """`tag_features` of every window of a batch of sentences (see `data/windows.py`).
+
+    A sentence of at most `seq_length - 2` pieces is one window, equal to its `tag_features`
+    row. Each window labels every word whose first piece it holds; `windows.IS_MAX_CONTEXT`
+    marks the pieces whose prediction the window gives (each piece has exactly one).
+
+    Args:
+      tokenizer, words, tags, seq_length: as for `tag_features`.
+      doc_stride: pieces between window starts (None: half a window).
+      example_index: int [batch] the sentences' numbers (None: 0..batch-1).
+
+    Returns:
+      features.ENCODER_INPUTS and LABEL_IDS int32 [W, seq_length], windows.IS_MAX_CONTEXT
+      bool [W, seq_length] and windows.EXAMPLE_INDEX, NUM_WINDOWS, WINDOW_START int32 [W].
+    """
+    ids, labels = _piece_labels(tokenizer, words, tags)
+    cut = windows.cut(ids.row_lengths(), seq_length - 2, doc_stride)
+    inputs = tokenizer.pack([windows.gather(ids, cut)], seq_length)
+    inputs[features.LABEL_IDS] = _row_labels(windows.gather(labels, cut), seq_length)
+    best = windows.max_context(ids, cut)  # (W, (length))
+    no_cls = tf.RaggedTensor.from_tensor(tf.zeros([best.nrows(), 1], tf.bool))
+    inputs[windows.IS_MAX_CONTEXT] = tf.concat([no_cls, best], axis=1).to_tensor(
+        False, shape=[None, seq_length])
+    inputs.update(windows.row_features(cut, example_index))
     return inputs
 
 
@@ -118,7 +162,8 @@ def tagging_dataset(raw: tf.data.Dataset, tokenizer, *, seq_length: int, batch_s
                     is_training: bool, input_context=None,
                     shuffle_buffer: int = input_utils.DEFAULT_SHUFFLE_BUFFER,
                     seed: int | None = None, deterministic: bool = False,
-                    length_buckets: int = 0, group_by_length: bool = False
+                    length_buckets: int = 0, group_by_length: bool = False,
+                    long_texts: str = "truncate", doc_stride: int | None = None
                     ) -> tf.data.Dataset:
     """Batches of a tagging task from raw examples {"tokens", "tags"} (`TaskData.load`).
 
@@ -128,12 +173,27 @@ def tagging_dataset(raw: tf.data.Dataset, tokenizer, *, seq_length: int, batch_s
       seq_length: packed sequence length.
       batch_size: per-replica batch size.
       is_training, input_context, shuffle_buffer, seed, deterministic, length_buckets,
-        group_by_length: see
-        `input_utils.batch_pipeline`.
+        group_by_length: see `input_utils.batch_pipeline`.
+      long_texts: "truncate" (one row per sentence) or "windows" (one row per window, see
+        `window_tag_features` and `windows.window_pipeline`).
+      doc_stride: pieces between window starts (None: half a window).
 
     Returns:
-      Dataset of dicts: ENCODER_INPUTS and LABEL_IDS, int32 [batch, seq_length].
+      Dataset of dicts: ENCODER_INPUTS and LABEL_IDS, int32 [batch, seq_length]; with
+      windows, evaluation rows also carry the `windows.EVAL_KEYS`.
     """
+    if long_texts == "windows":
+        def to_rows(batch):
+            return window_tag_features(tokenizer, batch["tokens"], batch.get("tags"),
+                                       seq_length, doc_stride=doc_stride,
+                                       example_index=batch[windows.EXAMPLE_INDEX])
+
+        return windows.window_pipeline(
+            raw, to_rows, batch_size=batch_size, is_training=is_training,
+            input_context=input_context, ragged=True, shuffle_buffer=shuffle_buffer,
+            seed=seed, deterministic=deterministic, length_buckets=length_buckets,
+            group_by_length=group_by_length)
+
     def featurize(batch):
         return tag_features(tokenizer, batch["tokens"], batch.get("tags"), seq_length)
 
@@ -142,6 +202,14 @@ def tagging_dataset(raw: tf.data.Dataset, tokenizer, *, seq_length: int, batch_s
         input_context=input_context, ragged=True, shuffle_buffer=shuffle_buffer, seed=seed,
         deterministic=deterministic, length_buckets=length_buckets,
         group_by_length=group_by_length)
+
+
+def count_windows(raw: tf.data.Dataset, tokenizer, *, seq_length: int,
+                  doc_stride: int | None = None) -> tuple[int, int]:
+    """(sentences, windows) of raw tagging examples at `seq_length` (tokenizes them once)."""
+    return windows.count_rows(raw, lambda batch: window_tag_features(
+        tokenizer, batch["tokens"], batch.get("tags"), seq_length, doc_stride=doc_stride),
+        ragged=True)
 
 
 def word_predictions(predicted_ids, label_ids, label_names, num_words=None) -> list[list[str]]:

@@ -19,6 +19,10 @@ An export answers raw strings in any process that has `tensorflow` and `tensorfl
 
 A pretraining model directory exports `encode` only (there is no task to answer). Character
 offsets count Unicode code points of the original string (Python's `str` indices), not bytes.
+Texts longer than the task's seq_length are read whole: classification, regression and tagging
+cut them into windows and combine the windows' outputs in graph (`bert_trainer/data/windows.py`)
+unless the model was fine-tuned with FinetuneConfig.long_texts = "truncate"; SQuAD windows its
+contexts.
 
 Modules:
   serving.py          `ServingModule` base, `EncoderServing`, `ClassifierServing`

@@ -2,10 +2,11 @@
 
 The model directory's `bert_train.json` says what to rebuild: the encoder config, the
 vocabulary and the task (`FinetuningTask.task_info()`: family, label_names, seq_length,
-text_keys, and for SQuAD version_2 and the `squad` decoding options). The task model is rebuilt
-by family, restored from a checkpoint with every variable required, and wrapped in the
-family's serving module. A pretraining directory (task family "pretraining", or no task)
-exports the encoder's `encode` signature only: there is no task to answer.
+text_keys, windows (how long texts are read), and for SQuAD version_2 and the `squad`
+decoding options). The task model is rebuilt by family, restored from a checkpoint with every
+variable required, and wrapped in the family's serving module. A pretraining directory (task
+family "pretraining", or no task) exports the encoder's `encode` signature only: there is no
+task to answer.
 
 The encoder is rebuilt in float32 whatever policy it trained under: a SavedModel must run on
 any device (mixed float16 is slow or unsupported on CPUs), and the variables are float32 anyway.
@@ -19,6 +20,7 @@ from absl import logging
 
 from bert_trainer import checkpoint_layout, kernels, outputs
 from bert_trainer import model_dir as model_dir_lib
+from bert_trainer.data import windows
 from bert_trainer.errors import UserError
 from bert_trainer.export.serving import ClassifierServing, EncoderServing, ServingModule
 from bert_trainer.export.squad_serving import SquadServing
@@ -97,9 +99,11 @@ def _serving_options(family: str, task: dict) -> dict:
                     **{k: squad[k] for k in ("doc_stride", "max_query_length",
                                              "max_answer_length", "n_best", "null_threshold")
                        if k in squad})
+    stored = windows.stored_options(task)
     if family == "tagging":
-        return dict(label_names=task["label_names"])
-    options = dict(pair="text_b" in (task.get("text_keys") or ()))
+        return dict(label_names=task["label_names"], long_texts=stored["long_texts"],
+                    doc_stride=stored["doc_stride"])
+    options = dict(pair="text_b" in (task.get("text_keys") or ()), **stored)
     if family == "regression":
         return dict(options, regression=True)
     names = task.get("label_names")

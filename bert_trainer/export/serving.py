@@ -4,7 +4,10 @@ A `ServingModule` is a `tf.Module` (model, tokenizer, vocabulary asset) with one
 `tf.function` per signature (`function(name)`, `signatures()`); the same functions serve
 in-process, so `bert-train predict --model_dir` and a loaded export run one code path.
 Tokenization and packing reuse the training pipeline's code (`Tokenizer`,
-`classification_data.text_features`), so a served text is encoded exactly as in fine-tuning.
+`classification_data.text_features` / `window_features`), so a served text is encoded exactly
+as in fine-tuning. A text longer than `seq_length` is windowed as the fine-tuning evaluation
+windows it (`data/windows.py`) and its windows' logits are combined in graph, unless the model
+was trained with FinetuneConfig.long_texts = "truncate".
 
 The tokenizer is tensorflow-text's `FastBertTokenizer` built from the model directory's
 `vocab.txt`; the same file is stored as the asset `assets/vocab.txt`, so an export carries
@@ -16,7 +19,8 @@ import functools
 import tensorflow as tf
 
 from bert_trainer import features, kernels
-from bert_trainer.data.classification_data import text_features
+from bert_trainer.data import windows
+from bert_trainer.data.classification_data import text_features, window_features
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import UserError
 from bert_trainer.models.output_names import LOGITS
@@ -161,7 +165,40 @@ class EncoderServing(ServingModule):
 
 
 class TaskServing(ServingModule):
-    """A task model: `serving_ids` (raw outputs) besides `encode`; subclasses add text."""
+    """A task model: `serving_ids` (raw outputs) besides `encode`; subclasses add text.
+
+    Attributes:
+      max_windows_per_call: window rows per model call when texts are windowed (set before
+        the first call traces the function).
+    """
+
+    # A batch of long texts can hold thousands of windows: running them in slices bounds the
+    # activations' memory by the slice rather than by the batch.
+    max_windows_per_call = 256
+
+    def _run_windows(self, inputs: dict, element_shape) -> tf.Tensor:
+        """The LOGITS (float32) of window rows, `max_windows_per_call` rows per model call.
+
+        Args:
+          inputs: features.ENCODER_INPUTS int32 [W, seq].
+          element_shape: the logits' shape with None rows, e.g. [None, classes].
+
+        Returns:
+          float32 [W, ...].
+        """
+        size = int(self.max_windows_per_call)
+        rows = tf.shape(inputs[features.INPUT_WORD_IDS])[0]
+        calls = (rows + size - 1) // size
+
+        def run(i, done):
+            part = {name: inputs[name][i * size:(i + 1) * size]
+                    for name in features.ENCODER_INPUTS}
+            return i + 1, done.write(i, self._run_model(part)[LOGITS])
+
+        done = tf.TensorArray(tf.float32, size=calls, infer_shape=False,
+                              element_shape=tf.TensorShape(element_shape))
+        _, done = tf.while_loop(lambda i, _: i < calls, run, (tf.constant(0), done))
+        return done.concat()
 
     def _text_spec(self) -> tuple:
         """(Python function, input signature) of `serving_default`."""
@@ -184,16 +221,23 @@ class ClassifierServing(TaskServing):
       label_names: class names in id order (classification); None for regression.
       pair: the task reads two texts (`text`, `text_b`).
       regression: the model predicts one score.
+      long_texts, doc_stride, window_pooling: how texts longer than `seq_length` are read
+        (`FinetuneConfig`'s fields of the same names).
       **kwargs: `ServingModule` arguments.
 
     `serving_default(text [b] string[, text_b [b] string])` returns, for classification,
     probabilities float32 [b, C], label_index int32 [b] and label_name string [b]; for
-    regression, score float32 [b].
+    regression, score float32 [b]. With windows, the probabilities are the softmax of the
+    combined (mean or max) window logits.
     """
 
     def __init__(self, model, *, label_names=None, pair: bool = False, regression: bool = False,
-                 **kwargs):
+                 long_texts: str = "windows", doc_stride: int | None = None,
+                 window_pooling: str = "mean", **kwargs):
         super().__init__(model, **kwargs)
+        windows.check_options(long_texts, doc_stride, window_pooling)
+        self.long_texts, self.doc_stride = long_texts, doc_stride
+        self.window_pooling = window_pooling
         self.pair = bool(pair)
         self.regression = bool(regression)
         self.family = "regression" if regression else "classification"
@@ -213,8 +257,16 @@ class ClassifierServing(TaskServing):
         return self._classify({TEXT: text, TEXT_B: text_b})
 
     def _classify(self, batch: dict) -> dict:
-        """Tokenizes and packs as in training (`text_features`), then runs the model."""
-        logits = self._run_model(text_features(self.tokenizer, batch, self.seq_length))[LOGITS]
+        """Tokenizes and packs as in training, runs the model, combines a text's windows."""
+        if self.long_texts == "windows":
+            rows = window_features(self.tokenizer, batch, self.seq_length,
+                                   doc_stride=self.doc_stride)
+            window_logits = self._run_windows(rows, [None, self.model.num_classes])  # (W, C)
+            logits = windows.pool(window_logits, rows[windows.EXAMPLE_INDEX],
+                                  tf.shape(batch[TEXT])[0], self.window_pooling)
+        else:
+            logits = self._run_model(text_features(self.tokenizer, batch,
+                                                   self.seq_length))[LOGITS]
         if self.regression:
             return {SCORE: logits[:, 0]}  # (batch,)
         probabilities = tf.nn.softmax(logits, axis=-1)  # (batch, classes)

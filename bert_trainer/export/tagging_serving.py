@@ -9,7 +9,10 @@ word such as "U.S." is one word, here it is four ("u", ".", "s", ".") and each g
 
 Entities are read from the IOB2 word tags as conlleval does (`metrics.tagging.get_entities`):
 B-X starts an entity, I-X continues one of type X and starts one after O or another type.
-A text longer than `seq_length - 2` pieces is tagged up to there; later words get no tag.
+A text longer than `seq_length - 2` pieces is cut into windows (`data/windows.py`) and each
+piece takes its tag from the window where it has the most context, as the fine-tuning
+evaluation does; a model trained with FinetuneConfig.long_texts = "truncate" tags it up to
+`seq_length - 2` pieces and later words get no tag.
 
 Ragged outputs cannot cross a signature, so each output is padded to the batch's largest
 entity count E (strings with "", offsets with -1) and `num_entities` [b] says how many are real.
@@ -17,6 +20,7 @@ entity count E (strings with "", offsets with -1) and `num_entities` [b] says ho
 
 import tensorflow as tf
 
+from bert_trainer.data import windows
 from bert_trainer.errors import UserError
 from bert_trainer.export.serving import TEXT, TaskServing, byte_to_char
 from bert_trainer.models.output_names import LOGITS
@@ -104,6 +108,8 @@ class TaggerServing(TaskServing):
     Args:
       model: a `BertTokenClassifier`.
       label_names: IOB2 tags in id order.
+      long_texts, doc_stride: how texts longer than `seq_length - 2` pieces are read
+        (`FinetuneConfig`'s fields of the same names).
       **kwargs: `ServingModule` arguments.
 
     `serving_default(text [b] string)` returns entity_type, entity_text string [b, E],
@@ -113,8 +119,11 @@ class TaggerServing(TaskServing):
 
     family = "tagging"
 
-    def __init__(self, model, *, label_names, **kwargs):
+    def __init__(self, model, *, label_names, long_texts: str = "windows",
+                 doc_stride: int | None = None, **kwargs):
         super().__init__(model, **kwargs)
+        windows.check_options(long_texts, doc_stride)
+        self.long_texts, self.doc_stride = long_texts, doc_stride
         self.label_names = tuple(str(n) for n in label_names)
         if len(self.label_names) != model.num_classes:
             raise UserError(f"{len(self.label_names)} label_names for a tagger of "
@@ -127,12 +136,29 @@ class TaggerServing(TaskServing):
     def _word_tags(self, text):
         """(ids [b, (pieces)], byte starts, byte ends, predicted tag [b, (pieces)])."""
         ids, starts, ends = self.tokenizer.tokenize_with_offsets(text)
+        if self.long_texts == "windows":
+            return ids, starts, ends, self._window_tags(ids)
         keep = self.seq_length - 2  # Room for [CLS] and [SEP], as in `tag_features`.
         ids, starts, ends = ids[:, :keep], starts[:, :keep], ends[:, :keep]
         logits = self._run_model(self.tokenizer.pack([ids], self.seq_length))[LOGITS]
         predicted = tf.argmax(logits[:, 1:keep + 1], axis=-1, output_type=tf.int32)  # (b, keep)
         predicted = tf.RaggedTensor.from_tensor(predicted, lengths=ids.row_lengths())
         return ids, starts, ends, predicted
+
+    def _window_tags(self, ids: tf.RaggedTensor) -> tf.RaggedTensor:
+        """int32 [b, (pieces)]: each piece's tag from its max-context window."""
+        cut = windows.cut(ids.row_lengths(), self.seq_length - 2, self.doc_stride)
+        logits = self._run_windows(self.tokenizer.pack([windows.gather(ids, cut)],
+                                                        self.seq_length),
+                                   [None, self.seq_length, len(self.label_names)])  # (W, seq, T)
+        predicted = tf.argmax(logits[:, 1:], axis=-1, output_type=tf.int32)  # (W, seq - 1)
+        predicted = tf.RaggedTensor.from_tensor(predicted, lengths=cut.length)  # (W, (len))
+        chosen = windows.max_context(ids, cut).flat_values  # one True per piece
+        piece = windows.positions(ids, cut).flat_values
+        total = tf.size(ids.flat_values, out_type=tf.int64)
+        flat = tf.math.unsorted_segment_sum(tf.where(chosen, predicted.flat_values, 0),
+                                            piece, total)
+        return ids.with_flat_values(flat)
 
     def _tag(self, text):
         ids, starts, ends, predicted = self._word_tags(text)

@@ -5,14 +5,22 @@ softmax cross-entropy and regression (STS-B: one output) on the squared error. E
 gathers every prediction to the host and scores it with `bert_trainer.metrics.classification`,
 so F1, Matthews correlation and rank correlations are exact over the whole split rather than
 averages of per-batch values.
+
+Texts longer than `seq_length` (FinetuneConfig.long_texts = "windows", the default) are cut
+into windows (`data/windows.py`): training treats every window as a row with its text's label,
+so an epoch trains on every window and the step count counts windows. Evaluation scores texts:
+it gathers every window's logits and combines a text's windows (mean of the logits, or max:
+FinetuneConfig.window_pooling) before the metrics; its loss and "window_accuracy" are per
+window. "truncate" keeps the first `seq_length` pieces, one row per text.
 """
 
 import keras
 import numpy as np
+from absl import logging
 from keras import ops
 
 from bert_trainer import features as F
-from bert_trainer.data import classification_data
+from bert_trainer.data import classification_data, windows
 from bert_trainer.errors import UserError
 from bert_trainer.metrics import classification as classification_metrics
 from bert_trainer.models import LOGITS, BertClassifier
@@ -72,6 +80,8 @@ class SentenceClassificationTask(FinetuningTask):
             raise UserError(f"task '{self.name}': unknown metric {unknown[0]!r}; choose from "
                             f"{', '.join(sorted(classification_metrics.METRICS))}")
         self.best_metric = best if best in self.metric_names else self.metric_names[0]
+        self.window_options = windows.config_options(self.config)
+        self.windowed = self.window_options["long_texts"] == "windows"
 
     @classmethod
     def families(cls) -> tuple[str, ...]:
@@ -84,7 +94,20 @@ class SentenceClassificationTask(FinetuningTask):
     def build_inputs(self, split, input_context, *, is_training):
         return classification_data.classification_dataset(
             self.raw_examples(split), self.tokenizer, seq_length=self.config.seq_length,
-            regression=self.regression, **self.pipeline_options(is_training, input_context))
+            regression=self.regression, long_texts=self.window_options["long_texts"],
+            doc_stride=self.config.doc_stride, **self.pipeline_options(is_training, input_context))
+
+    def num_train_rows(self) -> int:
+        """Training rows an epoch trains on: with windows, the windows of the training texts."""
+        if not self.windowed:
+            return super().num_train_rows()
+        split = self.train_split
+        texts, rows = classification_data.count_windows(
+            self.raw_examples(split), self.tokenizer, seq_length=self.config.seq_length,
+            doc_stride=self.config.doc_stride)
+        logging.info("%d training texts make %d windows of seq_length %d: an epoch trains on "
+                     "every window", texts, rows, self.config.seq_length)
+        return rows
 
     def build_losses(self, features, outputs):
         logits = outputs[LOGITS]  # (batch, num_classes) float32
@@ -99,7 +122,9 @@ class SentenceClassificationTask(FinetuningTask):
         # Correlations and F1 need the whole split: they are computed on the host.
         if self.regression:
             return []
-        return [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+        # With windows, evaluation rows are windows: the text accuracy is host-side.
+        name = "window_accuracy" if self.windowed and not training else "accuracy"
+        return [keras.metrics.SparseCategoricalAccuracy(name=name)]
 
     def update_metrics(self, metrics, features, outputs):
         for metric in metrics:
@@ -107,16 +132,36 @@ class SentenceClassificationTask(FinetuningTask):
 
     def eval_step_outputs(self, features, outputs):
         logits = outputs[LOGITS]
+        if windows.EXAMPLE_INDEX in features:  # Window rows: combined in aggregate_eval.
+            return {LOGITS: ops.cast(logits, "float32"), F.LABEL_IDS: features[F.LABEL_IDS],
+                    **{k: features[k] for k in (windows.EXAMPLE_INDEX, windows.NUM_WINDOWS)}}
         predictions = logits[:, 0] if self.regression else ops.argmax(logits, axis=-1)
         return {PREDICTIONS: predictions, F.LABEL_IDS: features[F.LABEL_IDS]}
 
     def aggregate_eval(self, gathered):
-        if PREDICTIONS not in gathered:  # An empty evaluation gathered nothing.
+        results = {}
+        if LOGITS in gathered:  # Windows: one prediction per text from its windows' logits.
+            logits, labels = windows.pool_eval(
+                gathered[LOGITS], gathered[F.LABEL_IDS], gathered[windows.EXAMPLE_INDEX],
+                gathered[windows.NUM_WINDOWS], self.window_options["window_pooling"])
+            predictions = logits[:, 0] if self.regression else np.argmax(logits, axis=-1)
+            results["num_windows"] = float(np.size(gathered[LOGITS], 0))
+        elif PREDICTIONS in gathered:
+            labels, predictions = gathered[F.LABEL_IDS], gathered[PREDICTIONS]
+        else:  # An empty evaluation gathered nothing.
             return {}
-        labels, predictions = gathered[F.LABEL_IDS], gathered[PREDICTIONS]
-        results = classification_metrics.compute(self.metric_names, labels, predictions)
+        if np.size(labels):
+            results.update(classification_metrics.compute(self.metric_names, labels,
+                                                          predictions))
         results["num_examples"] = float(np.size(labels))
         return results
 
     def task_info(self) -> dict:
-        return {**super().task_info(), "metrics": list(self.metric_names)}
+        return {**super().task_info(), "metrics": list(self.metric_names),
+                "windows": dict(self.window_options)}
+
+    def check_resume(self, model_dir: str) -> None:
+        """`FinetuningTask.check_resume`, and the windowing too: a resumed run must read the
+        same rows (a directory written before windows records none and is not compared)."""
+        super().check_resume(model_dir)
+        windows.check_resume(model_dir, self.task_info())

@@ -181,6 +181,12 @@ class FinetuneConfig:
         the fused kernels do not skip them anyway (GPU, TPU, XLA), but where an example's
         length says something of its label, batches of mostly one class, which can slow
         learning. Off by default.
+      long_texts: classification and tagging texts longer than `seq_length`: "windows" (cut
+        into overlapping windows: each window trains as a row, evaluation and prediction
+        combine them, see `data/windows.py`) or "truncate" (keep the first pieces).
+      doc_stride: pieces between window starts; None: half a window.
+      window_pooling: how a text's window logits combine (classification, regression):
+        "mean" or "max".
     """
 
     seq_length: int = 128
@@ -193,6 +199,9 @@ class FinetuneConfig:
     seed: int = 42
     length_buckets: int = 8
     group_by_length: bool = False
+    long_texts: str = "windows"
+    doc_stride: int | None = None
+    window_pooling: str = "mean"
 
     def __post_init__(self):
         if self.length_buckets < 0:
@@ -341,6 +350,11 @@ class FinetuningTask(Task):
             count = builder.info.splits[tfds_split].num_examples
         limit = self._limit(split)
         return count if limit is None else min(count, limit)
+
+    def num_train_rows(self) -> int:
+        """Rows one epoch trains on: the training examples; tasks that cut long texts into
+        windows count the windows (`num_epochs` passes over every row)."""
+        return self.num_examples(self.train_split)
 
     def pipeline_options(self, is_training: bool, input_context) -> dict:
         """Keyword arguments of the `bert_trainer.data` dataset builders for one pipeline."""

@@ -10,6 +10,7 @@ column mapping) and `tagging` (CoNLL column files). `build_task` makes a task fo
 import dataclasses
 
 from bert_trainer.data import task_data as task_data_lib
+from bert_trainer.data import windows
 from bert_trainer.data.sources import TextColumns
 from bert_trainer.data.task_data import TaskData
 from bert_trainer.errors import UserError
@@ -159,7 +160,8 @@ def task_from_info(info: dict, encoder: EncoderSpec, *, config: FinetuneConfig |
         has_header=info.get("has_header", td.has_header),
         file_format=info.get("file_format", td.file_format))
     if config is None:
-        config = FinetuneConfig(seq_length=int(info.get("seq_length", 128)))
+        config = FinetuneConfig(seq_length=int(info.get("seq_length", 128)),
+                                **windows.stored_options(info))
     squad = SquadConfig(**info["squad"]) if info.get("squad") else None
     metrics = tuple(info["metrics"]) if info.get("metrics") else None
     return build_task(td, encoder, config=config, data=data, squad=squad, metrics=metrics)

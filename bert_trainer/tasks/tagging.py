@@ -6,14 +6,23 @@ over a sentence's labelled pieces, so every sentence weighs the same whatever it
 Evaluation maps the predictions back to one tag per word and scores entities with the
 conlleval definition (`metrics.tagging.entity_f1`: an entity counts only when its type and
 both ends are right).
+
+Sentences longer than `seq_length - 2` pieces (FinetuneConfig.long_texts = "windows", the
+default) are cut into windows (`data/windows.py`): training treats every window as a row (a
+word in two windows trains in both), so an epoch trains on every window and the step count
+counts windows. Evaluation tags each word from the window where its first piece has the most
+context, then scores whole sentences; "token_accuracy" counts each word once, the loss is per
+window. "truncate" cuts sentences at `seq_length - 2` pieces instead (their later words are
+not scored).
 """
 
 import keras
 import numpy as np
+from absl import logging
 from keras import ops
 
 from bert_trainer import features as F
-from bert_trainer.data import length_buckets, tagging_data
+from bert_trainer.data import length_buckets, tagging_data, windows
 from bert_trainer.errors import UserError
 from bert_trainer.metrics import tagging as tagging_metrics
 from bert_trainer.models import LOGITS, BertTokenClassifier
@@ -49,6 +58,8 @@ class TaggingTask(FinetuningTask):
         if len(self.label_names) < 2:
             raise UserError(f"task '{self.name}' has the tags {list(self.label_names)}; tagging "
                             "needs at least 2 (check the tag column of the training file)")
+        self.window_options = windows.config_options(self.config)
+        self.windowed = self.window_options["long_texts"] == "windows"
 
     def build_head_model(self, encoder: keras.Model) -> keras.Model:
         return BertTokenClassifier(encoder, num_classes=len(self.label_names),
@@ -58,7 +69,20 @@ class TaggingTask(FinetuningTask):
     def build_inputs(self, split, input_context, *, is_training):
         return tagging_data.tagging_dataset(
             self.raw_examples(split), self.tokenizer, seq_length=self.config.seq_length,
+            long_texts=self.window_options["long_texts"], doc_stride=self.config.doc_stride,
             **self.pipeline_options(is_training, input_context))
+
+    def num_train_rows(self) -> int:
+        """Training rows an epoch trains on: with windows, the windows of the training texts."""
+        if not self.windowed:
+            return super().num_train_rows()
+        split = self.train_split
+        texts, rows = tagging_data.count_windows(
+            self.raw_examples(split), self.tokenizer, seq_length=self.config.seq_length,
+            doc_stride=self.config.doc_stride)
+        logging.info("%d training sentences make %d windows of seq_length %d: an epoch trains "
+                     "on every window", texts, rows, self.config.seq_length)
+        return rows
 
     def build_losses(self, features, outputs):
         labels, mask = _labelled(features[F.LABEL_IDS])  # (batch, seq)
@@ -75,26 +99,52 @@ class TaggingTask(FinetuningTask):
 
     def update_metrics(self, metrics, features, outputs):
         labels, mask = _labelled(features[F.LABEL_IDS])
+        if windows.IS_MAX_CONTEXT in features:  # Each word once: from its chosen window.
+            mask = mask * ops.cast(features[windows.IS_MAX_CONTEXT], mask.dtype)
         metrics[0].update_state(labels, outputs[LOGITS], sample_weight=mask)
 
     def eval_step_outputs(self, features, outputs):
-        # Batches may be cut short (length buckets): back to seq_length, the padding ignored.
+        # Batches may be cut short (length buckets): per-piece outputs go back to seq_length,
+        # the padding ignored.
         width = self.config.seq_length
-        return {PREDICTIONS: length_buckets.pad_to_width(
-                    ops.argmax(outputs[LOGITS], axis=-1), width),
-                F.LABEL_IDS: length_buckets.pad_to_width(
-                    features[F.LABEL_IDS], width, F.IGNORE_LABEL)}
+        window_keys = [k for k in windows.EVAL_KEYS if k in features]
+        outputs = {PREDICTIONS: ops.argmax(outputs[LOGITS], axis=-1),
+                   F.LABEL_IDS: features[F.LABEL_IDS], **{k: features[k] for k in window_keys}}
+        fill = {F.LABEL_IDS: F.IGNORE_LABEL}
+        return {k: length_buckets.pad_to_width(v, width, fill.get(k, 0))
+                if len(v.shape) == 2 else v for k, v in outputs.items()}
 
     def aggregate_eval(self, gathered):
-        """Entity precision, recall and F1 (fractions) over the words that fit `seq_length`."""
+        """Entity precision, recall and F1 (fractions) over whole sentences (windows) or the
+        words that fit `seq_length` (truncate)."""
         if PREDICTIONS not in gathered:
             return {}
-        labels = gathered[F.LABEL_IDS]
-        gold_ids = np.where(labels == F.IGNORE_LABEL, 0, labels)
-        gold = tagging_data.word_predictions(gold_ids, labels, self.label_names)
-        predicted = tagging_data.word_predictions(gathered[PREDICTIONS], labels, self.label_names)
+        labels, predictions = gathered[F.LABEL_IDS], gathered[PREDICTIONS]
+        if windows.IS_MAX_CONTEXT in gathered:  # Window rows back to whole sentences.
+            merged = windows.merge_pieces(
+                {"labels": labels, "predictions": predictions},
+                *(gathered[k] for k in (windows.EXAMPLE_INDEX, windows.NUM_WINDOWS,
+                                        windows.WINDOW_START, windows.IS_MAX_CONTEXT)))
+            labels = [m["labels"] for m in merged]
+            predictions = [m["predictions"] for m in merged]
+        gold = [self._word_tags(np.where(row == F.IGNORE_LABEL, 0, row), row)
+                for row in labels]
+        predicted = [self._word_tags(p, row) for p, row in zip(predictions, labels, strict=True)]
         scores = tagging_metrics.entity_f1(gold, predicted, scheme="IOB2")
         results = {k: float(scores[k]) for k in ("precision", "recall", "f1")}
         results["num_sentences"] = float(len(gold))
         results["num_entities"] = float(scores["num_true"])
         return results
+
+    def _word_tags(self, predicted_ids, label_ids) -> list[str]:
+        """One sentence's tags: the predictions at its words' first pieces."""
+        return tagging_data.word_predictions([predicted_ids], [label_ids], self.label_names)[0]
+
+    def task_info(self) -> dict:
+        return {**super().task_info(), "windows": dict(self.window_options)}
+
+    def check_resume(self, model_dir: str) -> None:
+        """`FinetuningTask.check_resume`, and the windowing too: a resumed run must read the
+        same rows (a directory written before windows records none and is not compared)."""
+        super().check_resume(model_dir)
+        windows.check_resume(model_dir, self.task_info())

@@ -16,7 +16,6 @@ window. "truncate" keeps the first `seq_length` pieces, one row per text.
 
 import keras
 import numpy as np
-from absl import logging
 from keras import ops
 
 from bert_trainer import features as F
@@ -97,17 +96,10 @@ class SentenceClassificationTask(FinetuningTask):
             regression=self.regression, long_texts=self.window_options["long_texts"],
             doc_stride=self.config.doc_stride, **self.pipeline_options(is_training, input_context))
 
-    def num_train_rows(self) -> int:
-        """Training rows an epoch trains on: with windows, the windows of the training texts."""
-        if not self.windowed:
-            return super().num_train_rows()
-        split = self.train_split
-        texts, rows = classification_data.count_windows(
-            self.raw_examples(split), self.tokenizer, seq_length=self.config.seq_length,
-            doc_stride=self.config.doc_stride)
-        logging.info("%d training texts make %d windows of seq_length %d: an epoch trains on "
-                     "every window", texts, rows, self.config.seq_length)
-        return rows
+    def count_windows(self, raw):
+        return classification_data.count_windows(raw, self.tokenizer,
+                                  seq_length=self.config.seq_length,
+                                  doc_stride=self.config.doc_stride)
 
     def build_losses(self, features, outputs):
         logits = outputs[LOGITS]  # (batch, num_classes) float32

@@ -250,6 +250,7 @@ class FinetuningTask(Task):
     eval_split = "eval"  # TaskData's name; it maps to the dataset's validation/dev/test split.
     best_metric: str = "accuracy"
     best_metric_mode: str = "max"
+    windowed: bool = False  # long texts are cut into windows, each a training row
 
     def __init__(self, task_data: TaskData, encoder: EncoderSpec, *,
                  config: FinetuneConfig | None = None, data: DataConfig | None = None):
@@ -353,8 +354,17 @@ class FinetuningTask(Task):
 
     def num_train_rows(self) -> int:
         """Rows one epoch trains on: the training examples; tasks that cut long texts into
-        windows count the windows (`num_epochs` passes over every row)."""
-        return self.num_examples(self.train_split)
+        windows (`windowed`) count the windows (`num_epochs` passes over every row)."""
+        if not self.windowed:
+            return self.num_examples(self.train_split)
+        texts, rows = self.count_windows(self.raw_examples(self.train_split))
+        logging.info("%d training texts make %d windows of seq_length %d: an epoch trains on "
+                     "every window", texts, rows, self.config.seq_length)
+        return rows
+
+    def count_windows(self, raw: tf.data.Dataset) -> tuple[int, int]:
+        """(texts, windows) of raw examples, for a `windowed` task (tokenizes them once)."""
+        raise NotImplementedError
 
     def pipeline_options(self, is_training: bool, input_context) -> dict:
         """Keyword arguments of the `bert_trainer.data` dataset builders for one pipeline."""

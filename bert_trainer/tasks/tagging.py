@@ -18,7 +18,6 @@ not scored).
 
 import keras
 import numpy as np
-from absl import logging
 from keras import ops
 
 from bert_trainer import features as F
@@ -72,17 +71,10 @@ class TaggingTask(FinetuningTask):
             long_texts=self.window_options["long_texts"], doc_stride=self.config.doc_stride,
             **self.pipeline_options(is_training, input_context))
 
-    def num_train_rows(self) -> int:
-        """Training rows an epoch trains on: with windows, the windows of the training texts."""
-        if not self.windowed:
-            return super().num_train_rows()
-        split = self.train_split
-        texts, rows = tagging_data.count_windows(
-            self.raw_examples(split), self.tokenizer, seq_length=self.config.seq_length,
-            doc_stride=self.config.doc_stride)
-        logging.info("%d training sentences make %d windows of seq_length %d: an epoch trains "
-                     "on every window", texts, rows, self.config.seq_length)
-        return rows
+    def count_windows(self, raw):
+        return tagging_data.count_windows(raw, self.tokenizer,
+                                  seq_length=self.config.seq_length,
+                                  doc_stride=self.config.doc_stride)
 
     def build_losses(self, features, outputs):
         labels, mask = _labelled(features[F.LABEL_IDS])  # (batch, seq)

@@ -97,9 +97,9 @@ def _targets_table(targets: list[dict]) -> list[str]:
     return lines
 
 
-def keras_hub_baseline(train: list[dict]) -> dict | None:
-    """keras-hub's default float32 TF step of the compare section (the targets' baseline)."""
-    return next((e for e in train if e["group"] == "compare" and e["status"] == "ok"
+def keras_hub_baseline(train: list[dict], group: str = "compare") -> dict | None:
+    """keras-hub's default float32 TF step of a section (the targets' baseline)."""
+    return next((e for e in train if e["group"] == group and e["status"] == "ok"
                  and e["implementation"] == "keras_hub" and not e["jit_compile"]
                  and not e["mixed_precision"]), None)
 
@@ -183,6 +183,13 @@ def markdown(results: dict) -> str:
                 f"{e0['max_predictions']} MLM predictions + NSP, AdamW, float32 unless marked",
                 ""]
         out += _training_table(compare, "implementation", label) + [""]
+    base = [e for e in train if e["group"] == "base"]
+    if base:
+        e0 = base[0]
+        out += [f"### Pretraining step: {e0['size']} (L{e0['num_layers']}/H{e0['hidden_size']}), "
+                f"batch {e0['batch_size']} x seq {e0['seq_length']}, same method", ""]
+        out += _training_table(base, "implementation", label) + [""]
+    out += _finetune_lines(results.get("finetune") or [])
     if results.get("targets"):
         out += ["### Targets", ""] + _targets_table(results["targets"]) + [""]
     for group, title, first in (
@@ -197,6 +204,33 @@ def markdown(results: dict) -> str:
             out += _training_table(rows, "size, seq", first) + [""]
     out += _side_tables(results)
     return "\n".join(out).rstrip() + "\n"
+
+
+FINETUNE_LABELS = {"bert_train": "bert-train", "pytorch": "PyTorch, dynamic padding"}
+
+
+def _finetune_lines(entries: list[dict]) -> list[str]:
+    """The `finetune` table: one row per task and implementation."""
+    if not entries:
+        return []
+    out = ["### Fine-tuning: MiniLM (all-MiniLM-L6-v2), the `finetune` task and trainer vs "
+           "PyTorch + transformers padding each batch to its longest", "",
+           _row(["task", "batch x seq", "implementation", "examples/s", "step (s)",
+                 "real tokens/s", "padding", "mean padded length", "peak RSS (MiB)", "note"]),
+           _row(["---"] * 10)]
+    for e in entries:
+        first = [e["label"], f"{e['batch_size']} x {e['seq_length']}",
+                 FINETUNE_LABELS.get(e["implementation"], e["implementation"])]
+        if e["status"] != "ok":
+            out.append(_row(first + ["-"] * 6 + [f"{e['status']}: {e['note'][:120]}"]))
+            continue
+        padding = e.get("padding_fraction")
+        out.append(_row(first + [
+            _fmt(e["examples_per_s"]), _fmt(e["step_time_s"], 3),
+            _fmt(round(e["tokens_per_s"])) if "tokens_per_s" in e else "-",
+            "-" if padding is None else f"{100 * padding:.0f} %",
+            _fmt(e.get("mean_padded_length")), _fmt(round(e["peak_rss_mb"])), ""]))
+    return out + [""]
 
 
 def _side_tables(results: dict) -> list[str]:

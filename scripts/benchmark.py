@@ -248,10 +248,16 @@ def main(argv=None) -> int:
     with open(args.output, "w", encoding="utf-8") as f:
         json.dump(results, f, indent=2)
         f.write("\n")
-    table = report.markdown(results)
-    if args.table:
-        report.update_readme(args.table, table)
-    print(table)
+    tables = []
+    if set(plan.only) - set(report.FINETUNE_SECTIONS):
+        tables.append((report.markdown(results), report.BEGIN, report.END))
+    if set(plan.only) & set(report.FINETUNE_SECTIONS):
+        tables.append((report.finetune_markdown(results), report.FINETUNE_BEGIN,
+                       report.FINETUNE_END))
+    for table, begin, end in tables:
+        if args.table:
+            report.update_readme(args.table, table, begin, end)
+        print(table)
     print(f"wrote {args.output}{' and ' + args.table if args.table else ''} in "
           f"{results['total_seconds']:.0f} s; worker logs: {plan.log_path}", file=sys.stderr)
     failed = [e for e in results["training"] + results.get("finetune", [])

@@ -148,6 +148,15 @@ def test_finetune_table_rows():
                and "skipped: not measured: no torch python" in line for line in lines)
 
 
+def test_finetune_block_is_rewritten_apart_from_the_main_results(tmp_path):
+    path = tmp_path / "README.md"
+    path.write_text(f"# B\n{report.BEGIN}\nmain\n{report.END}\nprose\n"
+                    f"{report.FINETUNE_BEGIN}\nnot measured yet\n{report.FINETUNE_END}\ntail\n")
+    report.update_readme(str(path), "| ft |\n", report.FINETUNE_BEGIN, report.FINETUNE_END)
+    assert path.read_text() == (f"# B\n{report.BEGIN}\nmain\n{report.END}\nprose\n"
+                                f"{report.FINETUNE_BEGIN}\n| ft |\n{report.FINETUNE_END}\ntail\n")
+
+
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench_finetune")
@@ -214,6 +223,10 @@ def test_smoke_base_rows_and_targets(smoke):
                    "(examples/s)"]
     assert (sst2["value"] is None) == (not TORCH_PYTHON)
     assert "### Pretraining step: nano (L1/H32), batch 2 x seq 16" in text
+    # Only the base/finetune block is written: the main results block stays as it was.
+    assert f"{report.BEGIN}\n{report.END}" in text
+    assert text.index(report.FINETUNE_BEGIN) < text.index("| SST-2 |") < text.index(
+        report.FINETUNE_END)
     assert text.count("| SST-2 | 4 x 32 |") == 2 and text.count("| CoNLL-2003 | 4 x 32 |") == 2
     for t in results["targets"]:
         assert f"| {t['name']} |" in text

@@ -6,6 +6,11 @@ import os
 import platform
 
 BEGIN, END = "<!-- benchmark-results:begin -->", "<!-- benchmark-results:end -->"
+# The base and finetune sections have their own block, so `--only=base,finetune --table`
+# leaves the other results in place.
+FINETUNE_BEGIN = "<!-- benchmark-finetune:begin -->"
+FINETUNE_END = "<!-- benchmark-finetune:end -->"
+FINETUNE_SECTIONS = ("base", "finetune")
 LABELS = {"bert_train": "bert-train", "bert_train_tf_ops": "bert-train, TF ops only",
           "keras_hub": "keras-hub"}
 PACKAGES = ("tensorflow", "keras", "keras-hub", "tensorflow-text", "tokenizers", "numpy")
@@ -150,16 +155,22 @@ def _kernel_lines(train: list[dict]) -> list[str]:
             f"**{tf_ops['step_time_s'] / fused['step_time_s']:.2f}x**.", ""]
 
 
-def markdown(results: dict) -> str:
-    """The generated part of benchmarks/README.md."""
-    m, s = results["machine"], results["settings"]
+def _measured_line(results: dict, settings: str) -> str:
+    m = results["machine"]
+    smoke = " (SMOKE RUN: tiny sizes, numbers meaningless)" if results["settings"]["smoke"] else ""
     versions = ", ".join(f"{k} {v}" for k, v in m["versions"].items() if v)
-    out = [f"Measured {m['date']} on **{m['cpu_model']}**, {m['usable_cores']} usable cores "
-           f"({m['logical_cores']} logical), {m['memory_gib']} GiB, bf16 instructions: "
-           f"{', '.join(m['bf16_instructions']) or 'none'}; {versions}. Load average "
-           f"{m['load_average_start'][0]:.2f} at start, {m['load_average_end'][0]:.2f} at end. "
-           f"Settings: warm-up {s['warmup']}, {s['rounds']} rounds x {s['steps']} steps"
-           f"{' (SMOKE RUN: tiny sizes, numbers meaningless)' if s['smoke'] else ''}.", ""]
+    return (f"Measured {m['date']} on **{m['cpu_model']}**, {m['usable_cores']} usable cores "
+            f"({m['logical_cores']} logical), {m['memory_gib']} GiB, bf16 instructions: "
+            f"{', '.join(m['bf16_instructions']) or 'none'}; {versions}. Load average "
+            f"{m['load_average_start'][0]:.2f} at start, {m['load_average_end'][0]:.2f} at end. "
+            f"Settings: {settings}{smoke}.")
+
+
+def markdown(results: dict) -> str:
+    """The generated part of benchmarks/README.md (all but the base and finetune sections)."""
+    s = results["settings"]
+    out = [_measured_line(results, f"warm-up {s['warmup']}, {s['rounds']} rounds x "
+                                   f"{s['steps']} steps"), ""]
     peak = results.get("matmul_peak") or {}
     if peak.get("gflops"):
         parts = ", ".join(f"{when} {_fmt(peak.get(key))}" for when, key in (
@@ -183,15 +194,9 @@ def markdown(results: dict) -> str:
                 f"{e0['max_predictions']} MLM predictions + NSP, AdamW, float32 unless marked",
                 ""]
         out += _training_table(compare, "implementation", label) + [""]
-    base = [e for e in train if e["group"] == "base"]
-    if base:
-        e0 = base[0]
-        out += [f"### Pretraining step: {e0['size']} (L{e0['num_layers']}/H{e0['hidden_size']}), "
-                f"batch {e0['batch_size']} x seq {e0['seq_length']}, same method", ""]
-        out += _training_table(base, "implementation", label) + [""]
-    out += _finetune_lines(results.get("finetune") or [])
-    if results.get("targets"):
-        out += ["### Targets", ""] + _targets_table(results["targets"]) + [""]
+    targets = [t for t in results.get("targets") or [] if t.get("section", "main") == "main"]
+    if targets:
+        out += ["### Targets", ""] + _targets_table(targets) + [""]
     for group, title, first in (
             ("size_growth", "by model size", lambda e: (
                 f"{e['size']} L{e['num_layers']}/H{e['hidden_size']}, seq {e['seq_length']}")),
@@ -203,6 +208,33 @@ def markdown(results: dict) -> str:
                     f"{rows[0]['batch_size']})", ""]
             out += _training_table(rows, "size, seq", first) + [""]
     out += _side_tables(results)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def finetune_markdown(results: dict) -> str:
+    """The base and finetune sections' block of benchmarks/README.md, with their targets."""
+    ft = results["settings"].get("finetune") or {}
+    torch_row = next((e for e in results.get("finetune") or []
+                      if e["implementation"] == "pytorch" and e["status"] == "ok"), None)
+    settings = (f"fine-tuning warm-up {ft.get('warmup', '-')} steps, {ft.get('rounds', '-')} "
+                "rounds, each side's turn the case's steps")
+    if torch_row:
+        info = torch_row["info"]
+        settings += (f"; PyTorch {info['torch']}, transformers {info['transformers']} "
+                     f"({info['threads']} threads, attention {info['attention']})")
+    out = [_measured_line(results, settings), ""]
+    base = [e for e in results.get("training", []) if e["group"] == "base"]
+    if base:
+        e0 = base[0]
+        out += [f"### Pretraining step: {e0['size']} (L{e0['num_layers']}/H{e0['hidden_size']}), "
+                f"batch {e0['batch_size']} x seq {e0['seq_length']}, "
+                f"{e0['max_predictions']} MLM predictions + NSP, the compare section's method",
+                ""]
+        out += _training_table(base, "implementation", label) + [""]
+    out += _finetune_lines(results.get("finetune") or [])
+    targets = [t for t in results.get("targets") or [] if t.get("section") in FINETUNE_SECTIONS]
+    if targets:
+        out += ["### Targets: BERT-base and fine-tuning", ""] + _targets_table(targets) + [""]
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -263,16 +295,16 @@ def _side_tables(results: dict) -> list[str]:
     return out
 
 
-def update_readme(path: str, table: str) -> None:
-    """Replaces the text between the result markers of `path` (appends them if absent)."""
+def update_readme(path: str, table: str, begin: str = BEGIN, end: str = END) -> None:
+    """Replaces the text between the markers `begin`/`end` of `path` (appends them if absent)."""
     text = ""
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
             text = f.read()
-    block = f"{BEGIN}\n{table}{END}"
-    if BEGIN in text and END in text:
-        head, _, rest = text.partition(BEGIN)
-        _, _, tail = rest.partition(END)
+    block = f"{begin}\n{table}{end}"
+    if begin in text and end in text:
+        head, _, rest = text.partition(begin)
+        _, _, tail = rest.partition(end)
         text = head + block + tail
     else:
         text = (text.rstrip() + "\n\n" if text else "") + block + "\n"

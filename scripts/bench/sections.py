@@ -331,26 +331,29 @@ def targets(results: dict) -> list[dict]:
     variant = report.label(ours) if ours else ""
     fp32 = _best([e for e in train if not e["mixed_precision"]], "bert_train")
     bf16 = _best([e for e in train if e["mixed_precision"] == "bfloat16"], "bert_train")
-    return [
+    rows = [
         target("bert-train / keras-hub TF step (seq/s)",
-                ours_sps / base["sequences_per_s"] if ours and base else None,
-                GOALS["vs_keras_hub"], detail=f"{variant} vs keras-hub" if base else ""),
+               ours_sps / base["sequences_per_s"] if ours and base else None,
+               GOALS["vs_keras_hub"], detail=f"{variant} vs keras-hub" if base else ""),
         target("bert-train fp32 / keras-hub TF step (seq/s)",
-                fp32["sequences_per_s"] / base["sequences_per_s"] if fp32 and base else None,
-                GOALS["vs_keras_hub"], detail=f"{report.label(fp32)} (fp32) vs keras-hub"
-                if fp32 and base else ""),
+               fp32["sequences_per_s"] / base["sequences_per_s"] if fp32 and base else None,
+               GOALS["vs_keras_hub"], detail=f"{report.label(fp32)} (fp32) vs keras-hub"
+               if fp32 and base else ""),
         target("bert-train / PyTorch compiled figure (19 seq/s, quoted)", quoted,
-                GOALS["vs_pytorch_compiled"], detail=variant),
+               GOALS["vs_pytorch_compiled"], detail=variant),
         target("bert-train MFU vs same-run matmul peak",
-                100 * fp32["mfu"] if fp32 and fp32.get("mfu") else None, GOALS["mfu"], " %",
-                detail=(f"{report.label(fp32)} (fp32), executed FLOPs vs the fp32 peak"
+               100 * fp32["mfu"] if fp32 and fp32.get("mfu") else None, GOALS["mfu"], " %",
+               detail=(f"{report.label(fp32)} (fp32), executed FLOPs vs the fp32 peak"
                         if fp32 else "")),
         target("bert-train bf16 MFU vs same-run bf16 matmul peak",
-                100 * bf16["mfu_bfloat16"] if bf16 and bf16.get("mfu_bfloat16") else None,
-                GOALS["mfu"], " %",
-                detail=f"{report.label(bf16)}, executed FLOPs" if bf16 else "not measured"),
+               100 * bf16["mfu_bfloat16"] if bf16 and bf16.get("mfu_bfloat16") else None,
+               GOALS["mfu"], " %",
+               detail=f"{report.label(bf16)}, executed FLOPs" if bf16 else "not measured"),
         target("input pipeline / step consumption", pipe.get("ratio_to_step"),
-                GOALS["pipeline_vs_step"], detail=variant),
+               GOALS["pipeline_vs_step"], detail=variant),
         target("bert-train Tokenizer / tokenizers (tokens/s)", tok.get("ratio"),
-                GOALS["tokenizer_vs_tokenizers"], detail="all cores"),
-    ] + _base_targets(train) + finetune_section.targets(results.get("finetune") or [], target)
+               GOALS["tokenizer_vs_tokenizers"], detail="all cores"),
+    ]
+    finetune = finetune_section.targets(results.get("finetune") or [], target)
+    return rows + ([dict(t, section="base") for t in _base_targets(train)]
+                   + [dict(t, section="finetune") for t in finetune])

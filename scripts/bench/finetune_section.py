@@ -93,6 +93,8 @@ def result_entry(case: Case, implementation: str, outcome: dict) -> dict:
         peak_rss_mb=max(r["peak_rss_mb"] for r in runs),
         final_loss=runs[-1].get("loss"), build_s=outcome["build"]["build_s"],
         warmup_s=outcome.get("warmup_s"), info=outcome["build"]["info"])
+    if any("traces" in r for r in runs):  # Tracing inside the timed rounds is counted there.
+        entry["timed_traces"] = sum(r.get("traces", 0) for r in runs)
     if all("token_slots" in r for r in runs):
         tokens = sum(r["tokens"] for r in runs)
         slots = sum(r["token_slots"] for r in runs)

@@ -97,6 +97,14 @@ def build_task_and_trainer(*, task: str, train_file: str, init_checkpoint: str,
     return built, trainer, optimizer
 
 
+def _traces(step) -> int:
+    """How often the train step's tf.functions have been traced (the loop, and the forward
+    pass when it is a function of its own): a new input shape that retraces shows here."""
+    functions = [getattr(step, name, None) for name in ("_loop", "_forward")]
+    return sum(f.experimental_get_tracing_count() for f in functions
+               if hasattr(f, "experimental_get_tracing_count"))
+
+
 def build(*, task: str, train_file: str, init_checkpoint: str, max_train_examples: int,
           seq_length: int, batch_size: int, train_steps: int, examples_out: str,
           skip_bad_rows: bool = False, gin_params=()):
@@ -117,7 +125,7 @@ def build(*, task: str, train_file: str, init_checkpoint: str, max_train_example
       (info, run): info holds the parameter count, the examples written, the label names and
       the optimizer settings the PyTorch side copies; run(n) trains n steps and returns the
       examples, real tokens and token slots (padding included) they trained on, as the
-      train step counts them, and the running loss.
+      train step counts them, the running loss and the tf.function traces they caused.
     """
     model_dir = tempfile.TemporaryDirectory(prefix="bert_train_bench_finetune_")
     built, trainer, optimizer = build_task_and_trainer(
@@ -130,11 +138,11 @@ def build(*, task: str, train_file: str, init_checkpoint: str, max_train_example
     step = trainer._step  # The compiled step's own counters (TensorBoard's throughput).
 
     def run(num_steps: int, _keep=model_dir) -> dict:
-        before = step.counts()
+        before, traces = step.counts(), _traces(step)
         trainer.run_steps(iterator, num_steps)  # Ends with a host read (the NaN guard).
         after = step.counts()
         out = {"examples": after.examples - before.examples,
-               "loss": trainer.train_results()["loss"]}
+               "loss": trainer.train_results()["loss"], "traces": _traces(step) - traces}
         if after.tokens is not None:  # None until the first trace has counted tokens.
             out["tokens"] = after.tokens - (before.tokens or 0.0)
             out["token_slots"] = after.token_slots - (before.token_slots or 0.0)

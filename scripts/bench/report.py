@@ -257,11 +257,13 @@ def _finetune_lines(entries: list[dict]) -> list[str]:
             out.append(_row(first + ["-"] * 6 + [f"{e['status']}: {e['note'][:120]}"]))
             continue
         padding = e.get("padding_fraction")
+        note = (f"{e['timed_traces']} tf.function trace(s) in the timed rounds"
+                if e.get("timed_traces") else "")
         out.append(_row(first + [
             _fmt(e["examples_per_s"]), _fmt(e["step_time_s"], 3),
             _fmt(round(e["tokens_per_s"])) if "tokens_per_s" in e else "-",
             "-" if padding is None else f"{100 * padding:.0f} %",
-            _fmt(e.get("mean_padded_length")), _fmt(round(e["peak_rss_mb"])), ""]))
+            _fmt(e.get("mean_padded_length")), _fmt(round(e["peak_rss_mb"])), note]))
     return out + [""]
 
 

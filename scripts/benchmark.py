@@ -162,6 +162,8 @@ def run(plan: Plan) -> dict:
         "training": [],
         "matmul_floor": [],
     }
+    if "base" in plan.only:
+        results["settings"]["base"] = dict(plan.base_schedule)
     if "finetune" in plan.only:
         results["settings"]["finetune"] = {
             **plan.finetune_schedule, "minilm_dir": plan.minilm_dir,

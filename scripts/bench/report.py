@@ -214,23 +214,31 @@ def markdown(results: dict) -> str:
 def finetune_markdown(results: dict) -> str:
     """The base and finetune sections' block of benchmarks/README.md, with their targets."""
     ft = results["settings"].get("finetune") or {}
+    base = results["settings"].get("base")
     torch_row = next((e for e in results.get("finetune") or []
                       if e["implementation"] == "pytorch" and e["status"] == "ok"), None)
-    settings = (f"fine-tuning warm-up {ft.get('warmup', '-')} steps, {ft.get('rounds', '-')} "
-                "rounds, each side's turn the case's steps")
+    parts = []
+    if ft:
+        steps = ", ".join(f"{c['label']} {c['steps']}" for c in ft["cases"])
+        parts.append(f"fine-tuning warm-up {ft['warmup']} steps, then {ft['rounds']} "
+                     f"alternating rounds of the case's steps per side ({steps})")
+    if base:
+        parts.append(f"BERT-base warm-up {base['warmup']}, {base['rounds']} rounds x "
+                     f"{base['steps']} steps")
     if torch_row:
         info = torch_row["info"]
-        settings += (f"; PyTorch {info['torch']}, transformers {info['transformers']} "
+        parts.append(f"PyTorch {info['torch']}, transformers {info['transformers']} "
                      f"({info['threads']} threads, attention {info['attention']})")
+    settings = "; ".join(parts)
     out = [_measured_line(results, settings), ""]
-    base = [e for e in results.get("training", []) if e["group"] == "base"]
-    if base:
-        e0 = base[0]
+    rows = [e for e in results.get("training", []) if e["group"] == "base"]
+    if rows:
+        e0 = rows[0]
         out += [f"### Pretraining step: {e0['size']} (L{e0['num_layers']}/H{e0['hidden_size']}), "
                 f"batch {e0['batch_size']} x seq {e0['seq_length']}, "
                 f"{e0['max_predictions']} MLM predictions + NSP, the compare section's method",
                 ""]
-        out += _training_table(base, "implementation", label) + [""]
+        out += _training_table(rows, "implementation", label) + [""]
     out += _finetune_lines(results.get("finetune") or [])
     targets = [t for t in results.get("targets") or [] if t.get("section") in FINETUNE_SECTIONS]
     if targets:

@@ -68,6 +68,7 @@ class Plan:
     finetune_schedule: dict  # warmup, rounds (steps are per case)
     minilm_dir: str | None  # The pretrained MiniLM both fine-tuning loops start from.
     torch_python: str | None  # Interpreter with torch + transformers; None: no PyTorch rows.
+    finetune_gin_params: tuple[str, ...]  # Extra gin bindings of bert-train's finetune run.
 
 
 def _minilm_dir() -> str | None:
@@ -133,7 +134,8 @@ def make_plan(args) -> Plan:
         finetune_schedule=_overridden(finetune_section.SMOKE_SCHEDULE if args.smoke
                                       else finetune_section.FULL_SCHEDULE, args),
         minilm_dir=_minilm_dir(),
-        torch_python=finetune_section.resolve_torch_python(args.torch_python))
+        torch_python=finetune_section.resolve_torch_python(args.torch_python),
+        finetune_gin_params=tuple(args.finetune_gin_param))
 
 
 def _data_sections(plan: Plan, workdir: str) -> dict:
@@ -167,7 +169,7 @@ def run(plan: Plan) -> dict:
     if "finetune" in plan.only:
         results["settings"]["finetune"] = {
             **plan.finetune_schedule, "minilm_dir": plan.minilm_dir,
-            "torch_python": plan.torch_python,
+            "torch_python": plan.torch_python, "gin_params": list(plan.finetune_gin_params),
             "cases": [dataclasses.asdict(c) for c in plan.finetune_cases]}
     peak = results["matmul_peak"]
     with tempfile.TemporaryDirectory(prefix="bert_train_bench_") as workdir:
@@ -223,6 +225,10 @@ def parse_args(argv):
                         help="Python with torch + transformers for the finetune section's "
                              f"PyTorch rows (default: ${finetune_section.TORCH_PYTHON_ENV}); "
                              "without one they are not measured")
+    parser.add_argument("--finetune_gin_param", action="append", default=[],
+                        help="a gin binding for bert-train's side of the finetune section, as "
+                             "finetune's --gin_param (e.g. to time a FinetuneConfig option); "
+                             "repeatable")
     parser.add_argument("--log", default=os.path.join(tempfile.gettempdir(),
                                                       "bert_train_benchmark.log"),
                         help="worker logs (TensorFlow output, tracebacks)")

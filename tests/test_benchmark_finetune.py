@@ -86,6 +86,10 @@ def test_full_plan_sizes_and_schedule():
     assert again.finetune_schedule == {"warmup": 1, "rounds": 2}
     assert {c.steps for c in again.finetune_cases} == {1}
     assert again.base_schedule == {"warmup": 1, "rounds": 2, "steps": 1}
+    assert plan.finetune_gin_params == ()
+    binding = "FinetuneConfig.shuffle_buffer = 100"
+    assert benchmark.make_plan(benchmark.parse_args(
+        [f"--finetune_gin_param={binding}"])).finetune_gin_params == (binding,)
 
 
 def test_torch_python_comes_from_the_flag_or_the_environment(monkeypatch, tmp_path, capsys):

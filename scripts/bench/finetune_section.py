@@ -122,7 +122,8 @@ def _measure_case(plan, case: Case, workdir: str) -> list[dict]:
         "init_checkpoint": plan.minilm_dir, "max_train_examples": pool,
         "seq_length": case.seq_length, "batch_size": case.batch_size,
         "train_steps": train_steps, "examples_out": examples_file,
-        "skip_bad_rows": case.skip_bad_rows}, plan.log_path)]
+        "skip_bad_rows": case.skip_bad_rows, "gin_params": list(plan.finetune_gin_params)},
+        plan.log_path)]
     try:
         try:
             info = workers[0].wait_built()["info"]

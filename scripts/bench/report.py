@@ -6,6 +6,11 @@ import os
 import platform
 
 BEGIN, END = "<!-- benchmark-results:begin -->", "<!-- benchmark-results:end -->"
+# The base and finetune sections have their own block, so `--only=base,finetune --table`
+# leaves the other results in place.
+FINETUNE_BEGIN = "<!-- benchmark-finetune:begin -->"
+FINETUNE_END = "<!-- benchmark-finetune:end -->"
+FINETUNE_SECTIONS = ("base", "finetune")
 LABELS = {"bert_train": "bert-train", "bert_train_tf_ops": "bert-train, TF ops only",
           "keras_hub": "keras-hub"}
 PACKAGES = ("tensorflow", "keras", "keras-hub", "tensorflow-text", "tokenizers", "numpy")
@@ -97,9 +102,9 @@ def _targets_table(targets: list[dict]) -> list[str]:
     return lines
 
 
-def keras_hub_baseline(train: list[dict]) -> dict | None:
-    """keras-hub's default float32 TF step of the compare section (the targets' baseline)."""
-    return next((e for e in train if e["group"] == "compare" and e["status"] == "ok"
+def keras_hub_baseline(train: list[dict], group: str = "compare") -> dict | None:
+    """keras-hub's default float32 TF step of a section (the targets' baseline)."""
+    return next((e for e in train if e["group"] == group and e["status"] == "ok"
                  and e["implementation"] == "keras_hub" and not e["jit_compile"]
                  and not e["mixed_precision"]), None)
 
@@ -150,16 +155,22 @@ def _kernel_lines(train: list[dict]) -> list[str]:
             f"**{tf_ops['step_time_s'] / fused['step_time_s']:.2f}x**.", ""]
 
 
-def markdown(results: dict) -> str:
-    """The generated part of benchmarks/README.md."""
-    m, s = results["machine"], results["settings"]
+def _measured_line(results: dict, settings: str) -> str:
+    m = results["machine"]
+    smoke = " (SMOKE RUN: tiny sizes, numbers meaningless)" if results["settings"]["smoke"] else ""
     versions = ", ".join(f"{k} {v}" for k, v in m["versions"].items() if v)
-    out = [f"Measured {m['date']} on **{m['cpu_model']}**, {m['usable_cores']} usable cores "
-           f"({m['logical_cores']} logical), {m['memory_gib']} GiB, bf16 instructions: "
-           f"{', '.join(m['bf16_instructions']) or 'none'}; {versions}. Load average "
-           f"{m['load_average_start'][0]:.2f} at start, {m['load_average_end'][0]:.2f} at end. "
-           f"Settings: warm-up {s['warmup']}, {s['rounds']} rounds x {s['steps']} steps"
-           f"{' (SMOKE RUN: tiny sizes, numbers meaningless)' if s['smoke'] else ''}.", ""]
+    return (f"Measured {m['date']} on **{m['cpu_model']}**, {m['usable_cores']} usable cores "
+            f"({m['logical_cores']} logical), {m['memory_gib']} GiB, bf16 instructions: "
+            f"{', '.join(m['bf16_instructions']) or 'none'}; {versions}. Load average "
+            f"{m['load_average_start'][0]:.2f} at start, {m['load_average_end'][0]:.2f} at end. "
+            f"Settings: {settings}{smoke}.")
+
+
+def markdown(results: dict) -> str:
+    """The generated part of benchmarks/README.md (all but the base and finetune sections)."""
+    s = results["settings"]
+    out = [_measured_line(results, f"warm-up {s['warmup']}, {s['rounds']} rounds x "
+                                   f"{s['steps']} steps"), ""]
     peak = results.get("matmul_peak") or {}
     if peak.get("gflops"):
         parts = ", ".join(f"{when} {_fmt(peak.get(key))}" for when, key in (
@@ -183,8 +194,9 @@ def markdown(results: dict) -> str:
                 f"{e0['max_predictions']} MLM predictions + NSP, AdamW, float32 unless marked",
                 ""]
         out += _training_table(compare, "implementation", label) + [""]
-    if results.get("targets"):
-        out += ["### Targets", ""] + _targets_table(results["targets"]) + [""]
+    targets = [t for t in results.get("targets") or [] if t.get("section", "main") == "main"]
+    if targets:
+        out += ["### Targets", ""] + _targets_table(targets) + [""]
     for group, title, first in (
             ("size_growth", "by model size", lambda e: (
                 f"{e['size']} L{e['num_layers']}/H{e['hidden_size']}, seq {e['seq_length']}")),
@@ -197,6 +209,70 @@ def markdown(results: dict) -> str:
             out += _training_table(rows, "size, seq", first) + [""]
     out += _side_tables(results)
     return "\n".join(out).rstrip() + "\n"
+
+
+def finetune_markdown(results: dict) -> str:
+    """The base and finetune sections' block of benchmarks/README.md, with their targets."""
+    ft = results["settings"].get("finetune") or {}
+    base = results["settings"].get("base")
+    torch_row = next((e for e in results.get("finetune") or []
+                      if e["implementation"] == "pytorch" and e["status"] == "ok"), None)
+    parts = []
+    if ft:
+        steps = ", ".join(f"{c['label']} {c['steps']}" for c in ft["cases"])
+        parts.append(f"fine-tuning warm-up {ft['warmup']} steps, then {ft['rounds']} "
+                     f"alternating rounds of the case's steps per side ({steps})")
+    if base:
+        parts.append(f"BERT-base warm-up {base['warmup']}, {base['rounds']} rounds x "
+                     f"{base['steps']} steps")
+    if torch_row:
+        info = torch_row["info"]
+        parts.append(f"PyTorch {info['torch']}, transformers {info['transformers']} "
+                     f"({info['threads']} threads, attention {info['attention']})")
+    settings = "; ".join(parts)
+    out = [_measured_line(results, settings), ""]
+    rows = [e for e in results.get("training", []) if e["group"] == "base"]
+    if rows:
+        e0 = rows[0]
+        out += [f"### Pretraining step: {e0['size']} (L{e0['num_layers']}/H{e0['hidden_size']}), "
+                f"batch {e0['batch_size']} x seq {e0['seq_length']}, "
+                f"{e0['max_predictions']} MLM predictions + NSP, the compare section's method",
+                ""]
+        out += _training_table(rows, "implementation", label) + [""]
+    out += _finetune_lines(results.get("finetune") or [])
+    targets = [t for t in results.get("targets") or [] if t.get("section") in FINETUNE_SECTIONS]
+    if targets:
+        out += ["### Targets: BERT-base and fine-tuning", ""] + _targets_table(targets) + [""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+FINETUNE_LABELS = {"bert_train": "bert-train", "pytorch": "PyTorch, dynamic padding"}
+
+
+def _finetune_lines(entries: list[dict]) -> list[str]:
+    """The `finetune` table: one row per task and implementation."""
+    if not entries:
+        return []
+    out = ["### Fine-tuning: MiniLM (all-MiniLM-L6-v2), the `finetune` task and trainer vs "
+           "PyTorch + transformers padding each batch to its longest", "",
+           _row(["task", "batch x seq", "implementation", "examples/s", "step (s)",
+                 "real tokens/s", "padding", "mean padded length", "peak RSS (MiB)", "note"]),
+           _row(["---"] * 10)]
+    for e in entries:
+        first = [e["label"], f"{e['batch_size']} x {e['seq_length']}",
+                 FINETUNE_LABELS.get(e["implementation"], e["implementation"])]
+        if e["status"] != "ok":
+            out.append(_row(first + ["-"] * 6 + [f"{e['status']}: {e['note'][:120]}"]))
+            continue
+        padding = e.get("padding_fraction")
+        note = (f"{e['timed_traces']} tf.function trace(s) in the timed rounds"
+                if e.get("timed_traces") else "")
+        out.append(_row(first + [
+            _fmt(e["examples_per_s"]), _fmt(e["step_time_s"], 3),
+            _fmt(round(e["tokens_per_s"])) if "tokens_per_s" in e else "-",
+            "-" if padding is None else f"{100 * padding:.0f} %",
+            _fmt(e.get("mean_padded_length")), _fmt(round(e["peak_rss_mb"])), note]))
+    return out + [""]
 
 
 def _side_tables(results: dict) -> list[str]:
@@ -229,16 +305,16 @@ def _side_tables(results: dict) -> list[str]:
     return out
 
 
-def update_readme(path: str, table: str) -> None:
-    """Replaces the text between the result markers of `path` (appends them if absent)."""
+def update_readme(path: str, table: str, begin: str = BEGIN, end: str = END) -> None:
+    """Replaces the text between the markers `begin`/`end` of `path` (appends them if absent)."""
     text = ""
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
             text = f.read()
-    block = f"{BEGIN}\n{table}{END}"
-    if BEGIN in text and END in text:
-        head, _, rest = text.partition(BEGIN)
-        _, _, tail = rest.partition(END)
+    block = f"{begin}\n{table}{end}"
+    if begin in text and end in text:
+        head, _, rest = text.partition(begin)
+        _, _, tail = rest.partition(end)
         text = head + block + tail
     else:
         text = (text.rstrip() + "\n\n" if text else "") + block + "\n"

@@ -6,7 +6,7 @@ Each starts its workers, measures and returns JSON-ready dicts.
 import dataclasses
 import statistics
 
-from bench import measure, report
+from bench import finetune_section, measure, report
 from bench import spec as spec_lib
 from bench.progress import elapsed, say
 from bench.worker import Worker
@@ -161,6 +161,35 @@ def _best(entries: list[dict], implementation: str, group: str = "compare") -> d
     return max(ok, key=lambda e: e["sequences_per_s"]) if ok else None
 
 
+def base_compare(plan) -> list[dict]:
+    """BERT-base pretraining (the `base` section): bert-train vs keras-hub, alternating.
+
+    The compare section's method on `plan.base` (BERT-base, batch 8 x 128 in a full run) with
+    `plan.base_variants`, without the matmul and floor workers.
+    """
+    steps = [dataclasses.replace(plan.base, jit_compile=jit, mixed_precision=precision)
+             for _, jit, precision in plan.base_variants]
+    say(f"base: building {len(steps)} variants of {plan.base.size.name} "
+        f"b{plan.base.batch_size} s{plan.base.seq_length}")
+    workers = [_step_worker(plan, impl, step)
+               for (impl, *_), step in zip(plan.base_variants, steps, strict=True)]
+    schedule = plan.base_schedule
+    try:
+        outcomes = measure.alternate(workers, warmup=schedule["warmup"],
+                                     rounds=schedule["rounds"], steps=schedule["steps"])
+    finally:
+        for worker in workers:
+            worker.close()
+    fraction = _real_token_fraction(plan.base)
+    entries = [measure.training_entry(step, impl, outcome, schedule["steps"], "base", fraction)
+               for (impl, *_), step, outcome in zip(plan.base_variants, steps, outcomes,
+                                                    strict=True)]
+    for e in entries:
+        say(f"  {report.label(e)}: {e['status']} {e.get('sequences_per_s', 0):.2f} seq/s "
+            f"{e.get('note', '')[:200]}")
+    return entries
+
+
 def _growth_points(plan, options: dict) -> list[tuple[str, spec_lib.StepSpec]]:
     base_seq = plan.growth_seqs[0]
     main = dataclasses.replace(plan.main, **options)
@@ -260,17 +289,37 @@ def step_consumption(entries: list[dict]) -> dict | None:
             "sequences_per_s": best["sequences_per_s"]}
 
 
-def _target(name: str, value, goal: float, unit: str = "x", detail: str = "") -> dict:
+def target(name: str, value, goal: float, unit: str = "x", detail: str = "") -> dict:
     return {"name": name, "value": value, "goal": goal, "unit": unit, "detail": detail,
             "met": None if value is None else bool(value >= goal)}
 
 
+def _base_targets(train: list[dict]) -> list[dict]:
+    """BERT-base rows: bert-train's fastest variant and its float32 one against keras-hub's."""
+    if not any(e["group"] == "base" for e in train):
+        return []
+    base = report.keras_hub_baseline(train, group="base")
+    ours = _best(train, "bert_train", group="base")
+    fp32 = _best([e for e in train if not e["mixed_precision"]], "bert_train", group="base")
+    size = next(e for e in train if e["group"] == "base")
+    name = f"{size['size']} pretraining b{size['batch_size']} x s{size['seq_length']}"
+    rows = []
+    for label_, entry in ((name, ours), (f"{name} fp32", fp32)):
+        rows.append(target(
+            f"{label_}: bert-train / keras-hub TF step (seq/s)",
+            entry["sequences_per_s"] / base["sequences_per_s"] if entry and base else None,
+            GOALS["vs_keras_hub"], detail=f"{report.label(entry)} vs keras-hub"
+            if entry and base else "not measured"))
+    return rows
+
+
 def targets(results: dict) -> list[dict]:
-    """Issue 7's targets against what this run measured (None where not measured).
+    """The speed targets against what this run measured (None where not measured).
 
     bert-train counts with its fastest compare variant (named in each row's detail), against
     keras-hub's default float32 TF step, and the speed target again with float32 alone. The
-    quoted peer figures are for the mini config, so a --smoke run leaves that row empty.
+    quoted peer figures are for the mini config, so a --smoke run leaves that row empty. The
+    BERT-base and fine-tuning rows follow when their sections ran.
     """
     train = results.get("training", [])
     ours = _best(train, "bert_train")
@@ -282,26 +331,29 @@ def targets(results: dict) -> list[dict]:
     variant = report.label(ours) if ours else ""
     fp32 = _best([e for e in train if not e["mixed_precision"]], "bert_train")
     bf16 = _best([e for e in train if e["mixed_precision"] == "bfloat16"], "bert_train")
-    return [
-        _target("bert-train / keras-hub TF step (seq/s)",
-                ours_sps / base["sequences_per_s"] if ours and base else None,
-                GOALS["vs_keras_hub"], detail=f"{variant} vs keras-hub" if base else ""),
-        _target("bert-train fp32 / keras-hub TF step (seq/s)",
-                fp32["sequences_per_s"] / base["sequences_per_s"] if fp32 and base else None,
-                GOALS["vs_keras_hub"], detail=f"{report.label(fp32)} (fp32) vs keras-hub"
-                if fp32 and base else ""),
-        _target("bert-train / PyTorch compiled figure (19 seq/s, quoted)", quoted,
-                GOALS["vs_pytorch_compiled"], detail=variant),
-        _target("bert-train MFU vs same-run matmul peak",
-                100 * fp32["mfu"] if fp32 and fp32.get("mfu") else None, GOALS["mfu"], " %",
-                detail=(f"{report.label(fp32)} (fp32), executed FLOPs vs the fp32 peak"
+    rows = [
+        target("bert-train / keras-hub TF step (seq/s)",
+               ours_sps / base["sequences_per_s"] if ours and base else None,
+               GOALS["vs_keras_hub"], detail=f"{variant} vs keras-hub" if base else ""),
+        target("bert-train fp32 / keras-hub TF step (seq/s)",
+               fp32["sequences_per_s"] / base["sequences_per_s"] if fp32 and base else None,
+               GOALS["vs_keras_hub"], detail=f"{report.label(fp32)} (fp32) vs keras-hub"
+               if fp32 and base else ""),
+        target("bert-train / PyTorch compiled figure (19 seq/s, quoted)", quoted,
+               GOALS["vs_pytorch_compiled"], detail=variant),
+        target("bert-train MFU vs same-run matmul peak",
+               100 * fp32["mfu"] if fp32 and fp32.get("mfu") else None, GOALS["mfu"], " %",
+               detail=(f"{report.label(fp32)} (fp32), executed FLOPs vs the fp32 peak"
                         if fp32 else "")),
-        _target("bert-train bf16 MFU vs same-run bf16 matmul peak",
-                100 * bf16["mfu_bfloat16"] if bf16 and bf16.get("mfu_bfloat16") else None,
-                GOALS["mfu"], " %",
-                detail=f"{report.label(bf16)}, executed FLOPs" if bf16 else "not measured"),
-        _target("input pipeline / step consumption", pipe.get("ratio_to_step"),
-                GOALS["pipeline_vs_step"], detail=variant),
-        _target("bert-train Tokenizer / tokenizers (tokens/s)", tok.get("ratio"),
-                GOALS["tokenizer_vs_tokenizers"], detail="all cores"),
+        target("bert-train bf16 MFU vs same-run bf16 matmul peak",
+               100 * bf16["mfu_bfloat16"] if bf16 and bf16.get("mfu_bfloat16") else None,
+               GOALS["mfu"], " %",
+               detail=f"{report.label(bf16)}, executed FLOPs" if bf16 else "not measured"),
+        target("input pipeline / step consumption", pipe.get("ratio_to_step"),
+               GOALS["pipeline_vs_step"], detail=variant),
+        target("bert-train Tokenizer / tokenizers (tokens/s)", tok.get("ratio"),
+               GOALS["tokenizer_vs_tokenizers"], detail="all cores"),
     ]
+    finetune = finetune_section.targets(results.get("finetune") or [], target)
+    return rows + ([dict(t, section="base") for t in _base_targets(train)]
+                   + [dict(t, section="finetune") for t in finetune])

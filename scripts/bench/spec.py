@@ -62,6 +62,7 @@ SIZES = {
     "tiny": ModelSize("tiny", 2, 128, 2, 512),
     "mini": ModelSize("mini", 4, 256, 4, 1024),
     "small": ModelSize("small", 4, 512, 8, 2048),
+    "base": ModelSize("base", 12, 768, 12, 3072),  # BERT-base: the `base` section.
 }
 
 

@@ -16,6 +16,9 @@ LayerNorm, eps 1e-6), gradients clipped to global norm 1.0; batch 32 x sequence 
 
 Variants are all built in one process and timed in alternating rounds (A/B/A/B) after warm-up;
 the result is printed as one JSON object (and written to --output if given).
+
+The fine-tuning loop with dynamic padding that `scripts/benchmark.py --only=finetune` runs
+against bert-train is its sibling, `torch_finetune.py`.
 """
 
 import argparse

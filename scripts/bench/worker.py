@@ -34,6 +34,8 @@ def _builders() -> dict:
         "matmul_floor": "bench.floor:build",
         "pipeline": "bench.pipeline:build",
         "tokenizer": "bench.tokenizer_bench:build",
+        "bert_train_finetune": "bench.finetune_step:build",
+        "torch_finetune": "bench.torch_finetune:build",
     }
 
 
@@ -99,10 +101,11 @@ class Worker:
       log_path: file receiving the child's stderr (TensorFlow logs, tracebacks).
       timeout_s: longest wait for one reply; a silent worker is killed and reported.
       checkout: run another checkout's `scripts/bench` and `bert_trainer` (None: this one's).
+      python: the interpreter of the child (None: this one), e.g. one with torch installed.
     """
 
     def __init__(self, kind: str, params: dict, log_path: str, timeout_s: float = 900.0,
-                 checkout: str | None = None):
+                 checkout: str | None = None, python: str | None = None):
         self.kind, self.params, self.timeout_s = kind, params, timeout_s
         env = dict(os.environ)
         # Another checkout's benchmark and package code first on the path (A/B of two trees).
@@ -112,7 +115,7 @@ class Worker:
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         self._log = open(log_path, "a")
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.worker"], stdin=subprocess.PIPE,
+            [python or sys.executable, "-m", "bench.worker"], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=self._log, text=True, env=env)
         self._send({"cmd": "build", "kind": kind, "params": params})
         self.build_reply = None

@@ -1,0 +1,164 @@
+"""bert-train's real fine-tuning path, timed step by step: the task and trainer `finetune` builds.
+
+`build` does what `bert-train finetune --task=T --train_file=F --init_checkpoint=MINILM
+--max_train_examples=N --seq_length=S --batch_size=B --train_steps=K [--skip_bad_rows]`
+does before its loop (`bert_trainer/commands/finetune.py`): the task family's gin recipe
+(configs/tasks/<family>.gin) with the flags as bindings, the task data with its label names,
+the encoder spec read from the Hugging Face directory, `registry.build_task`, the `Trainer`
+with the run length, warmup and best metric derived from the task, and the warm start of the
+encoder. Then run(n) trains n steps through `Trainer.run_steps` on the trainer's own training
+input (the task's `build_inputs`: tokenization, batching and whatever length bucketing the
+pipeline does), so the benchmark times whatever the command would run.
+
+It also writes the raw training examples the task reads (decoded, one JSON object a line) so
+the PyTorch baseline (`torch_finetune.py`) trains on exactly the same examples in the same
+order.
+"""
+
+import dataclasses
+import json
+import os
+import tempfile
+
+# Task -> the family's gin file, as `bert-train finetune` picks it.
+_FAMILY_GIN = "configs/tasks/{}.gin"
+
+
+def _decode(value):
+    """JSON-ready Python value of one raw-example feature (bytes -> str, arrays -> lists)."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    return value
+
+
+def write_examples(task, path: str) -> int:
+    """Writes the task's raw training examples to `path` (JSON lines); returns their count.
+
+    Classification rows are {"text", ["text_b"], "label"}; tagging rows {"tokens", "tags"}
+    (tag ids in the task's label order), as `TaskData.load` yields them.
+    """
+    count = 0
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        for example in task.raw_examples(task.train_split).as_numpy_iterator():
+            f.write(json.dumps({k: _decode(v) for k, v in example.items()}) + "\n")
+            count += 1
+    os.replace(path + ".tmp", path)
+    return count
+
+
+def build_task_and_trainer(*, task: str, train_file: str, init_checkpoint: str,
+                           max_train_examples: int, seq_length: int, batch_size: int,
+                           train_steps: int, model_dir: str, skip_bad_rows: bool = False,
+                           gin_params=()):
+    """The task and trainer of `bert-train finetune` with these flags (see the module doc).
+
+    Returns:
+      (task, trainer, optimizer_config).
+    """
+    import gin
+
+    from bert_trainer import configurables
+    from bert_trainer.commands import common
+    from bert_trainer.tasks import finetuning, registry
+
+    gin.clear_config()
+    family = registry.family_of(task)
+    bindings = [common.gin_binding(name, value) for name, value in (
+        ("FinetuneConfig.seq_length", seq_length),
+        ("FinetuneConfig.train_batch_size", batch_size),
+        ("TrainerConfig.train_steps", train_steps))]
+    common.parse_gin([_FAMILY_GIN.format(family)], list(gin_params), bindings)
+    data = finetuning.DataConfig(train_file=train_file, max_train_examples=max_train_examples,
+                                 skip_bad_rows=skip_bad_rows)
+    task_data = registry.resolve_task_data(task, train_file=train_file,
+                                           skip_bad_rows=skip_bad_rows)
+    config = common.build_configured(configurables.FinetuneConfig, "FinetuneConfig")
+    spec = finetuning.spec_from_checkpoint(init_checkpoint)
+    built = registry.build_task(task_data, spec, config=config, data=data)
+    # As the command's _build_trainer: warmup and best metric from the task; the Hugging Face
+    # weights are loaded into the built model by the task (the trainer reads TF checkpoints).
+    warmup = built.config.warmup_steps(train_steps)
+    if warmup is not None:
+        gin.bind_parameter("OptimizerConfig.warmup_steps", warmup)
+    gin.bind_parameter("TrainerConfig.best_metric", built.best_metric)
+    gin.bind_parameter("TrainerConfig.best_metric_mode", built.best_metric_mode)
+    from bert_trainer.training.trainer import Trainer
+
+    optimizer = common.build_configured(configurables.OptimizerConfig, "OptimizerConfig")
+    trainer = Trainer(built, model_dir,
+                      config=common.build_configured(configurables.TrainerConfig,
+                                                     "TrainerConfig"),
+                      optimizer=optimizer)
+    built.initialize(trainer.model, init_checkpoint)
+    return built, trainer, optimizer
+
+
+def _traces(step) -> int:
+    """How often the train step's tf.functions have been traced (the loop, and the forward
+    pass when it is a function of its own): a new input shape that retraces shows here."""
+    functions = [getattr(step, name, None) for name in ("_loop", "_forward")]
+    return sum(f.experimental_get_tracing_count() for f in functions
+               if hasattr(f, "experimental_get_tracing_count"))
+
+
+def build(*, task: str, train_file: str, init_checkpoint: str, max_train_examples: int,
+          seq_length: int, batch_size: int, train_steps: int, examples_out: str,
+          skip_bad_rows: bool = False, gin_params=()):
+    """Builds the fine-tuning trainer; worker entry point.
+
+    Args:
+      task: a `bert-train finetune --task` name (sst2, conll2003, imdb, ...).
+      train_file: the task's training file (GLUE TSV, CoNLL, ...).
+      init_checkpoint: the pretrained model directory (Hugging Face MiniLM).
+      max_train_examples: the first N training examples only (the benchmark's pool).
+      seq_length, batch_size: `--seq_length`, `--batch_size`.
+      train_steps: the run length the schedule is built for (warmup 10 % of it).
+      examples_out: where the raw training examples are written for the PyTorch side.
+      skip_bad_rows: `--skip_bad_rows` (the IMDB sample has rows broken by newlines).
+      gin_params: extra `--gin_param` bindings.
+
+    Returns:
+      (info, run): info holds the parameter count, the examples written, the label names and
+      the optimizer settings the PyTorch side copies; run(n) trains n steps and returns the
+      examples, real tokens and token slots (padding included) they trained on, as the
+      train step counts them, the running loss and the tf.function traces they caused.
+    """
+    model_dir = tempfile.TemporaryDirectory(prefix="bert_train_bench_finetune_")
+    built, trainer, optimizer = build_task_and_trainer(
+        task=task, train_file=train_file, init_checkpoint=init_checkpoint,
+        max_train_examples=max_train_examples, seq_length=seq_length, batch_size=batch_size,
+        train_steps=train_steps, model_dir=model_dir.name, skip_bad_rows=skip_bad_rows,
+        gin_params=gin_params)
+    written = write_examples(built, examples_out)
+    iterator = trainer.train_iterator()
+    step = trainer._step  # The compiled step's own counters (TensorBoard's throughput).
+
+    def run(num_steps: int, _keep=model_dir) -> dict:
+        before, traces = step.counts(), _traces(step)
+        trainer.run_steps(iterator, num_steps)  # Ends with a host read (the NaN guard).
+        after = step.counts()
+        out = {"examples": after.examples - before.examples,
+               "loss": trainer.train_results()["loss"], "traces": _traces(step) - traces}
+        if after.tokens is not None:  # None until the first trace has counted tokens.
+            out["tokens"] = after.tokens - (before.tokens or 0.0)
+            out["token_slots"] = after.token_slots - (before.token_slots or 0.0)
+        return out
+
+    td = built.task_data
+    return {
+        "params": int(trainer.model.count_params()),
+        "examples_written": written,
+        "family": td.family,
+        "label_names": list(td.label_names or ()),
+        "learning_rate": float(optimizer.learning_rate),
+        "warmup_steps": int(optimizer.warmup_steps or 0),
+        "weight_decay": float(optimizer.weight_decay),
+        "epsilon": float(optimizer.epsilon),
+        "clip_norm": optimizer.clip_norm and float(optimizer.clip_norm),
+        "dropout_rate": float(built.config.dropout_rate),
+        "finetune_config": dataclasses.asdict(built.config),
+    }, run

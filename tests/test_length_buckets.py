@@ -233,3 +233,12 @@ def test_cut_batches_train_and_evaluate_over_two_mirrored_replicas(shared_dir, t
     result = json.loads(lines[-1][len("RESULT "):])
     assert np.isfinite(result["loss"]) and result["eval"]["num_sentences"] == 30
     assert 0 <= result["eval"]["f1"] <= 1
+
+
+def test_pad_to_width_keeps_dtype_and_values():
+    values = tf.constant([[1, 2], [3, 4]], tf.int32)
+    padded = length_buckets.pad_to_width(values, 4, -1)
+    np.testing.assert_array_equal(padded, [[1, 2, -1, -1], [3, 4, -1, -1]])
+    flags = length_buckets.pad_to_width(tf.constant([[True], [False]]), 3)
+    assert flags.dtype == tf.bool
+    np.testing.assert_array_equal(flags, [[True, False, False], [False, False, False]])

@@ -186,6 +186,8 @@ def pad_to_width(tensor: tf.Tensor, width: int, value=0) -> tf.Tensor:
     sequence length they concatenate over batches.
     """
     tensor = tf.convert_to_tensor(tensor)
+    if tensor.dtype == tf.bool:  # tf.pad takes numbers only
+        return tf.cast(pad_to_width(tf.cast(tensor, tf.int32), width, int(value)), tf.bool)
     pad = width - tf.shape(tensor)[1]
     paddings = [[0, 0], [0, pad]] + [[0, 0]] * (tensor.shape.rank - 2)
     padded = tf.pad(tensor, paddings, constant_values=tf.cast(value, tensor.dtype))

@@ -103,6 +103,9 @@ class TaggingTask(FinetuningTask):
         outputs = {PREDICTIONS: ops.argmax(outputs[LOGITS], axis=-1),
                    F.LABEL_IDS: features[F.LABEL_IDS], **{k: features[k] for k in window_keys}}
         fill = {F.LABEL_IDS: F.IGNORE_LABEL}
+        # tf.distribute gathers numbers only: booleans travel as int32.
+        outputs = {k: ops.cast(v, "int32") if v.dtype == "bool" else v
+                   for k, v in outputs.items()}
         return {k: length_buckets.pad_to_width(v, width, fill.get(k, 0))
                 if len(v.shape) == 2 else v for k, v in outputs.items()}
 

@@ -49,12 +49,16 @@ def test_compare_against_max_two_std(bert_train, pytorch, difference, noise, wit
         assert c["noise"] == pytest.approx(noise, rel=1e-5)
 
 
-def _results(bert_train, pytorch, settings=None):
+def _results(bert_train, pytorch, settings=None, **bert_train_overrides):
     settings = settings or _settings()
-    sides = {"bert_train": {"per_seed": dict(zip(settings.seeds, bert_train, strict=True)),
-                            "wall_s": 301.25},
-             "pytorch": {"per_seed": dict(zip(settings.seeds, pytorch, strict=True)),
-                         "wall_s": 120.0}}
+
+    def side(values, wall_s, steps=None, dev=872):
+        return {"per_seed": dict(zip(settings.seeds, values, strict=True)), "wall_s": wall_s,
+                "steps": dict.fromkeys(settings.seeds, steps or settings.train_steps()),
+                "eval_examples": dict.fromkeys(settings.seeds, dev)}
+
+    sides = {"bert_train": side(bert_train, 301.25, **bert_train_overrides),
+             "pytorch": side(pytorch, 120.0)}
     return fa.results_record(settings, sides, "/t/python")
 
 
@@ -70,6 +74,16 @@ def test_report_lines_show_means_seeds_wall_and_verdict():
                         "0.0400: within seed noise")
     far = fa.report_lines(_results([0.90, 0.91, 0.92], [0.80, 0.81, 0.82]))[3]
     assert far.endswith("0.0200: NOT within seed noise") and "+0.1000" in far
+    assert len(lines) == 4 and results["mismatches"] == []
+
+
+def test_unequal_steps_or_dev_examples_are_warned():
+    results = _results([0.80, 0.82, 0.84], [0.81, 0.81, 0.81], steps=126, dev=871.0)
+    assert results["mismatches"] == [
+        "the sides evaluated different numbers of dev examples: [871, 872]",
+        "bert_train trained [126] steps, not 125"]
+    assert fa.report_lines(results)[-1] == ("  WARNING: bert_train trained [126] steps, not 125; "
+                                            "the settings were not equal")
 
 
 def test_results_record_is_json_and_keeps_every_seed(tmp_path):
@@ -111,6 +125,7 @@ def test_bert_train_command_passes_every_setting():
     for flag in ["--model_dir=/runs/x", "--init_checkpoint=/m", "--seq_length=64",
                  "--batch_size=32", "--learning_rate=5e-05", "--num_epochs=1.0",
                  "--max_train_examples=64", "--max_eval_examples=32", "--seeds=1,2",
+                 "--long_texts=truncate",
                  "--gin_param=FinetuneConfig.warmup_fraction = 0.1",
                  "--gin_param=OptimizerConfig.weight_decay = 0.01",
                  "--gin_param=OptimizerConfig.clip_norm = 1.0",
@@ -128,7 +143,9 @@ def test_read_bert_train_results_reads_the_multi_seed_layout(tmp_path):
                        {"seed": 2, "init_seed": 9, "data_seed": 10, "model_dir": "seed-2",
                         "step": 2, "metrics": {"accuracy": 0.8125, "num_examples": 32}}]}
     (tmp_path / "eval_results.json").write_text(json.dumps(record))
-    assert fa.read_bert_train_results(str(tmp_path)) == {1: 0.75, 2: 0.8125}
+    assert fa.read_bert_train_results(str(tmp_path)) == {
+        "per_seed": {1: 0.75, 2: 0.8125}, "steps": {1: 2, 2: 2},
+        "eval_examples": {1: 32, 2: 32}}
 
 
 def test_read_tsv_first_rows_skip_blank_lines(tmp_path):

@@ -6,8 +6,9 @@ well. This script fine-tunes all-MiniLM-L6-v2 on SST-2 at equal settings (the fi
 sentences, sequence 64, batch 32, one epoch, lr 5e-5, 10 % linear warmup then linear decay,
 AdamW with weight decay 0.01, clipping 1.0, dropout 0.1) once per seed on each side and reports
 each side's dev accuracy as mean ± sample standard deviation (n - 1), the per-seed values, the
-wall seconds, and whether the difference of the means lies within seed noise: within
-max(2 std) of the two sides.
+wall seconds (each side's subprocess: start-up, every seed's training and evaluation), a
+warning where the sides trained other step counts or evaluated other dev sets, and whether
+the difference of the means lies within seed noise: within max(2 std) of the two sides.
 
 - bert-train: the real CLI in a subprocess, as a user runs it:
   `python -m bert_trainer.cli finetune --task=sst2 ... --seeds=1,2,3`; its
@@ -71,6 +72,7 @@ class Settings:
     epsilon: float = 1e-6
     clip_norm: float = 1.0
     dropout: float = 0.1
+    long_texts: str = "truncate"  # bert-train's --long_texts; the PyTorch loop truncates
 
     def train_steps(self) -> int:
         """Optimizer steps of one run, as bert-train counts them (FinetuneConfig.train_steps)."""
@@ -131,6 +133,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dropout", type=float, default=0.1,
                         help="bert-train's FinetuneConfig.dropout_rate (before the head); "
                              "PyTorch's hidden_dropout_prob and classifier_dropout.")
+    parser.add_argument("--long_texts", choices=("truncate", "windows"), default="truncate",
+                        help="bert-train's --long_texts for sentences over --seq_length: "
+                             "truncate (default) as the PyTorch loop does; windows (bert-train's "
+                             "own default) adds window rows, so the step counts differ.")
     parser.add_argument("--torch_python", default=None,
                         help=f"Interpreter with torch and transformers; default "
                              f"${TORCH_PYTHON_ENV}, else {DEFAULT_TORCH_PYTHON}.")
@@ -155,7 +161,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         seeds=_given(args.seeds, parse_seeds(smoke.get("seeds", "1,2,3"))),
         seq_length=args.seq_length, batch_size=args.batch_size, num_epochs=args.num_epochs,
         learning_rate=args.learning_rate, warmup_fraction=args.warmup_fraction,
-        weight_decay=args.weight_decay, clip_norm=args.clip_norm, dropout=args.dropout)
+        weight_decay=args.weight_decay, clip_norm=args.clip_norm, dropout=args.dropout,
+        long_texts=args.long_texts)
 
 
 def resolve_torch_python(flag: str | None, environ=os.environ) -> str:
@@ -239,6 +246,21 @@ def verdict_line(comparison: dict) -> str:
     return f"{head}; seed noise max(2 std) {comparison['noise']:.4f}: {word} seed noise"
 
 
+def mismatches(settings: Settings, sides: dict[str, dict]) -> list[str]:
+    """Where the two sides did not run what the settings say: steps or dev examples differ."""
+    notes = []
+    dev_counts = {n for side in sides.values() for n in side["eval_examples"].values()}
+    if len(dev_counts) > 1:
+        notes.append(f"the sides evaluated different numbers of dev examples: "
+                     f"{sorted(int(n) for n in dev_counts if n is not None)}")
+    for name, side in sides.items():
+        steps = set(side["steps"].values())
+        if steps != {settings.train_steps()}:
+            notes.append(f"{name} trained {sorted(steps, key=str)} steps, not "
+                         f"{settings.train_steps()}")
+    return notes
+
+
 def report_lines(results: dict) -> list[str]:
     """The printed report of a results record (see `main`)."""
     s = results["settings"]
@@ -251,6 +273,7 @@ def report_lines(results: dict) -> list[str]:
     lines += [side_line(label, results[side])
               for side, label in zip(SIDES, ("bert-train", "pytorch"), strict=True)]
     lines.append(verdict_line(results["comparison"]))
+    lines += [f"  WARNING: {note}; the settings were not equal" for note in results["mismatches"]]
     return lines
 
 
@@ -297,17 +320,25 @@ def bert_train_command(settings: Settings, model_dir: str, python: str = sys.exe
                f"--learning_rate={settings.learning_rate}",
                f"--num_epochs={settings.num_epochs}",
                f"--max_train_examples={settings.train_examples}",
+               f"--long_texts={settings.long_texts}",
                f"--seeds={','.join(map(str, settings.seeds))}"]
     if settings.dev_examples is not None:
         command.append(f"--max_eval_examples={settings.dev_examples}")
     return command + [f"--gin_param={name} = {value!r}" for name, value in gin.items()]
 
 
-def read_bert_train_results(model_dir: str) -> dict[int, float]:
-    """{seed: dev accuracy} from a multi-seed run's MODEL_DIR/eval_results.json."""
+def read_bert_train_results(model_dir: str) -> dict:
+    """A multi-seed run's MODEL_DIR/eval_results.json, per seed.
+
+    Returns:
+      {"per_seed": {seed: dev accuracy}, "steps": {seed: final step},
+       "eval_examples": {seed: dev examples evaluated}}.
+    """
     with open(os.path.join(model_dir, "eval_results.json"), encoding="utf-8") as f:
-        record = json.load(f)
-    return {int(run["seed"]): float(run["metrics"][METRIC]) for run in record["runs"]}
+        runs = json.load(f)["runs"]
+    return {"per_seed": {int(r["seed"]): float(r["metrics"][METRIC]) for r in runs},
+            "steps": {int(r["seed"]): r.get("step") for r in runs},
+            "eval_examples": {int(r["seed"]): r["metrics"].get("num_examples") for r in runs}}
 
 
 def run_bert_train(settings: Settings, model_dir: str) -> dict:
@@ -320,7 +351,7 @@ def run_bert_train(settings: Settings, model_dir: str) -> dict:
     wall = time.perf_counter() - start
     if code:
         raise RuntimeError(f"bert-train finetune exited with {code} (its output is above)")
-    return {"per_seed": read_bert_train_results(model_dir), "wall_s": wall}
+    return {**read_bert_train_results(model_dir), "wall_s": wall}
 
 
 # -- PyTorch (runs in the torch interpreter: imports torch_finetune, never bert_trainer) ----
@@ -381,7 +412,8 @@ def torch_seed_run(params: dict, seed: int) -> dict:
             predicted = model(**batch).logits.argmax(-1)
             correct += int((predicted == batch["labels"]).sum())
             total += int(batch["labels"].numel())
-    return {"accuracy": correct / total, "examples": total, "final_loss": loss.item(),
+    return {"accuracy": correct / total, "examples": total, "steps": step,
+            "final_loss": loss.item(),
             "seconds": time.perf_counter() - start}
 
 
@@ -420,8 +452,10 @@ def run_pytorch(settings: Settings, torch_python: str, workdir: str) -> dict:
                            "(its output is above)")
     with open(output_file, encoding="utf-8") as f:
         runs = json.load(f)
-    return {"per_seed": {int(s): r["accuracy"] for s, r in runs.items()}, "wall_s": wall,
-            "runs": runs}
+    return {"per_seed": {int(s): r["accuracy"] for s, r in runs.items()},
+            "steps": {int(s): r["steps"] for s, r in runs.items()},
+            "eval_examples": {int(s): r["examples"] for s, r in runs.items()},
+            "wall_s": wall, "runs": runs}
 
 
 # -- main ---------------------------------------------------------------------------------
@@ -433,7 +467,8 @@ def results_record(settings: Settings, sides: dict[str, dict], torch_python: str
     return {"metric": METRIC, "std": "sample standard deviation (n - 1 denominator)",
             "settings": dataclasses.asdict(settings), "train_steps": settings.train_steps(),
             "warmup_steps": settings.warmup_steps(), "torch_python": torch_python, **sides,
-            "comparison": compare(sides["bert_train"]["summary"], sides["pytorch"]["summary"])}
+            "comparison": compare(sides["bert_train"]["summary"], sides["pytorch"]["summary"]),
+            "mismatches": mismatches(settings, sides)}
 
 
 def write_json(path: str, record: dict) -> None:

@@ -364,7 +364,8 @@ def torch_seed_run(params: dict, seed: int) -> dict:
       seed: seeds torch (head initialization, dropout) and the DataLoader's shuffle.
 
     Returns:
-      {"accuracy", "seconds" (train and evaluate), "final_loss"}.
+      {"accuracy", "examples" (dev), "steps" (trained), "final_loss", "seconds" (load, train
+      and evaluate)}.
     """
     from bench import torch_finetune  # noqa: PLC0415
 
@@ -405,16 +406,21 @@ def torch_seed_run(params: dict, seed: int) -> dict:
             schedule.step()
             optimizer.zero_grad(set_to_none=True)
             step += 1
+    correct, total = _torch_correct(torch, model, loader(params["dev_jsonl"], shuffle=False))
+    return {"accuracy": correct / total, "examples": total, "steps": step,
+            "final_loss": loss.item(), "seconds": time.perf_counter() - start}
+
+
+def _torch_correct(torch, model, batches) -> tuple[int, int]:
+    """(correct predictions, examples) of `model` in eval mode (no dropout) over `batches`."""
     model.eval()
     correct = total = 0
     with torch.no_grad():
-        for batch in loader(params["dev_jsonl"], shuffle=False):
-            predicted = model(**batch).logits.argmax(-1)
+        for batch in batches:
+            predicted = model(**batch).logits.argmax(-1)  # (batch,)
             correct += int((predicted == batch["labels"]).sum())
             total += int(batch["labels"].numel())
-    return {"accuracy": correct / total, "examples": total, "steps": step,
-            "final_loss": loss.item(),
-            "seconds": time.perf_counter() - start}
+    return correct, total
 
 
 def torch_worker(params_file: str, output_file: str) -> int:
@@ -444,7 +450,8 @@ def run_pytorch(settings: Settings, torch_python: str, workdir: str) -> dict:
     with open(params_file, "w", encoding="utf-8") as f:
         json.dump(params, f)
     start = time.perf_counter()
-    code = subprocess.run([torch_python, __file__, "--_torch_worker", params_file,
+    code = subprocess.run([torch_python, str(pathlib.Path(__file__).resolve()), "--_torch_worker",
+                           params_file,
                            output_file]).returncode
     wall = time.perf_counter() - start
     if code:

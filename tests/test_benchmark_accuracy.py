@@ -37,7 +37,7 @@ def test_summarize_gives_sample_std_min_max():
 @pytest.mark.parametrize("bert_train,pytorch,difference,noise,within", [
     ([0.83, 0.84, 0.85], [0.82, 0.83, 0.84], 0.01, 0.02, True),
     ([0.83, 0.84, 0.85], [0.80, 0.80, 0.80], 0.04, 0.02, False),  # zero spread on one side
-    ([0.84, 0.84], [0.80, 0.86], -0.01, 2 * 0.0424264, True),  # the larger std counts
+    ([0.84, 0.84], [0.80, 0.86], 0.01, 2 * 0.0424264, True),  # the larger std counts
     ([0.84], [0.80, 0.86], 0.01, None, None)])  # one seed: no noise estimate
 def test_compare_against_max_two_std(bert_train, pytorch, difference, noise, within):
     c = fa.compare(fa.summarize(bert_train), fa.summarize(pytorch))

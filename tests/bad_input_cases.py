@@ -286,7 +286,7 @@ OUTPUT_CASES = [
      "--output={existing}/vocab.txt is inside the model directory {existing}"),
     ("convert --overwrite onto a fine-tuned model_dir",
      ["convert", "--input={pretrained}", "--output={existing}", "--overwrite"],
-     "--output={existing} holds bert_train.json, best/, checkpoint"),
+     "--output={existing} holds batch_plan.json, bert_train.json, best/"),
     ("convert into a model_dir",
      ["convert", "--input={pretrained}", "--output={pretraining_run}/hf", "--to=hf"],
      "--output={pretraining_run}/hf is inside the model directory {pretraining_run}"),

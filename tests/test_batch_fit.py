@@ -284,6 +284,7 @@ def test_out_of_memory_becomes_a_fitted_run_that_resumes_from_its_cache(tmp_path
     straight.train_and_evaluate()
 
     caplog.set_level("INFO")
+    caplog.set_level("INFO", logger="absl")  # another test may have lowered absl's verbosity
     first = make(tmp_path / "fitted", task, train_steps=10, fit_batch=True)
     assert "batch 16 = 4 steps x 4 per replica x 1 replica" in caplog.messages
     assert not (tmp_path / "fitted").exists()  # nothing written before the run starts
@@ -340,6 +341,7 @@ def test_finetune_fits_by_default_and_a_resume_keeps_the_micro_batch(tiny_pretra
     from finetune_testing import shared_file  # noqa: PLC0415
 
     caplog.set_level("INFO")
+    caplog.set_level("INFO", logger="absl")
     model_dir = tmp_path / "sst2"
     common = ["--task=sst2", f"--train_file={shared_file('sst2/train.tsv')}",
               f"--eval_file={shared_file('sst2/dev.tsv')}", "--max_train_examples=64",

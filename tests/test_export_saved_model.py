@@ -27,7 +27,7 @@ from export_testing import (
     write_vocab,
 )
 
-from bert_trainer import features, model_dir, predict
+from bert_trainer import features, kernels, model_dir, predict
 from bert_trainer.data import squad_data
 from bert_trainer.data.classification_data import text_features
 from bert_trainer.data.squad_postprocess import postprocess_squad
@@ -139,7 +139,10 @@ def test_ids_signatures_equal_the_keras_model(exported, family):
         assert got.shape == expected.shape and np.abs(got - expected).max() <= TOL, name
     if family == "pretraining":
         return
-    expected = outputs_numpy(model({k: np.array(v, np.int32) for k, v in ids.items()}))
+    # A SavedModel runs TensorFlow's ops, so the reference does too: where the fused kernels
+    # run, a tagger computes the real tokens only and its logits at the padding differ.
+    with kernels.disabled():
+        expected = outputs_numpy(model({k: np.array(v, np.int32) for k, v in ids.items()}))
     for name, value in expected.items():
         got = np.array(results[f"{family}/serving_ids"][name])
         assert got.shape == value.shape and np.abs(got - value).max() <= TOL, name

@@ -225,7 +225,9 @@ def model_probe(task, model, strategy, *, seq_length: int | None, jit_compile: b
         batch = synthetic_batch(spec, size, seq_length)
         try:
             if on_cpu:
-                return memory.measure_peak_rss(lambda: run(batch)) - base
+                # Memory freed since `base` (caches, the allocator trimming) can put the
+                # peak below it: nothing above the start is then 0 bytes.
+                return max(0, memory.measure_peak_rss(lambda: run(batch)) - base)
             tf.config.experimental.reset_memory_stats(device)
             strategy.experimental_local_results(run(batch))[0].numpy()
             return int(tf.config.experimental.get_memory_info(device)["peak"])

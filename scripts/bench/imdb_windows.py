@@ -68,7 +68,9 @@ def run_setting(name: str, flags: list[str], args, train_file: str, eval_file: s
                f"--init_checkpoint={args.init_checkpoint}", f"--model_dir={model_dir}",
                f"--batch_size={args.batch_size}", f"--train_steps={args.train_steps}",
                f"--learning_rate={args.learning_rate}",
-               f"--gin_param=FinetuneConfig.eval_batch_size = {args.batch_size}", *flags]
+               f"--gin_param=FinetuneConfig.eval_batch_size = {args.batch_size}",
+               # The sample's file holds reviews broken over two lines (50 of 2,000).
+               "--skip_bad_rows", *flags]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
     start = time.perf_counter()

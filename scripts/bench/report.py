@@ -188,11 +188,7 @@ def markdown(results: dict) -> str:
     out += _kernel_lines(train)
     compare = [e for e in train if e["group"] == "compare"]
     if compare:
-        e0 = compare[0]
-        out += [f"### Pretraining step: {e0['size']} (L{e0['num_layers']}/H{e0['hidden_size']}), "
-                f"batch {e0['batch_size']} x seq {e0['seq_length']}, "
-                f"{e0['max_predictions']} MLM predictions + NSP, AdamW, float32 unless marked",
-                ""]
+        out += [_pretraining_heading(compare[0], "AdamW, float32 unless marked"), ""]
         out += _training_table(compare, "implementation", label) + [""]
     targets = [t for t in results.get("targets") or [] if t.get("section", "main") == "main"]
     if targets:
@@ -233,11 +229,7 @@ def finetune_markdown(results: dict) -> str:
     out = [_measured_line(results, settings), ""]
     rows = [e for e in results.get("training", []) if e["group"] == "base"]
     if rows:
-        e0 = rows[0]
-        out += [f"### Pretraining step: {e0['size']} (L{e0['num_layers']}/H{e0['hidden_size']}), "
-                f"batch {e0['batch_size']} x seq {e0['seq_length']}, "
-                f"{e0['max_predictions']} MLM predictions + NSP, the compare section's method",
-                ""]
+        out += [_pretraining_heading(rows[0], "the compare section's method"), ""]
         out += _training_table(rows, "implementation", label) + [""]
     out += _finetune_lines(results.get("finetune") or [])
     targets = [t for t in results.get("targets") or [] if t.get("section") in FINETUNE_SECTIONS]
@@ -320,3 +312,10 @@ def update_readme(path: str, table: str, begin: str = BEGIN, end: str = END) -> 
         text = (text.rstrip() + "\n\n" if text else "") + block + "\n"
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
+
+
+def _pretraining_heading(entry: dict, how: str) -> str:
+    """The heading over a table of pretraining steps of one size, batch and sequence."""
+    return (f"### Pretraining step: {entry['size']} (L{entry['num_layers']}/"
+            f"H{entry['hidden_size']}), batch {entry['batch_size']} x seq {entry['seq_length']}, "
+            f"{entry['max_predictions']} MLM predictions + NSP, {how}")

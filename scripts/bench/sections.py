@@ -75,12 +75,7 @@ def compare(plan, peak: dict, floors: list | None = None) -> list[dict]:
     in; their entries are appended to `floors` and each bert-train row gets `matmul_share`,
     its floor's time over its step time.
     """
-    steps = [dataclasses.replace(plan.main, jit_compile=jit, mixed_precision=precision)
-             for _, jit, precision in plan.variants]
-    say(f"compare: building {len(steps)} variants of {plan.main.size.name} "
-        f"b{plan.main.batch_size} s{plan.main.seq_length}")
-    workers = [_step_worker(plan, impl, step)
-               for (impl, *_), step in zip(plan.variants, steps, strict=True)]
+    steps, workers = _variant_workers(plan, "compare", plan.main, plan.variants, say)
     workers.append(Worker("matmul", {"n": plan.matmul_n}, plan.log_path))
     matmuls = max(1, plan.matmul_repeats // 2)
     dtypes = ["float32"] + sorted({p for *_, p in plan.variants if p})
@@ -167,12 +162,7 @@ def base_compare(plan) -> list[dict]:
     The compare section's method on `plan.base` (BERT-base, batch 8 x 128 in a full run) with
     `plan.base_variants`, without the matmul and floor workers.
     """
-    steps = [dataclasses.replace(plan.base, jit_compile=jit, mixed_precision=precision)
-             for _, jit, precision in plan.base_variants]
-    say(f"base: building {len(steps)} variants of {plan.base.size.name} "
-        f"b{plan.base.batch_size} s{plan.base.seq_length}")
-    workers = [_step_worker(plan, impl, step)
-               for (impl, *_), step in zip(plan.base_variants, steps, strict=True)]
+    steps, workers = _variant_workers(plan, "base", plan.base, plan.base_variants, say)
     schedule = plan.base_schedule
     try:
         outcomes = measure.alternate(workers, warmup=schedule["warmup"],
@@ -357,3 +347,13 @@ def targets(results: dict) -> list[dict]:
     finetune = finetune_section.targets(results.get("finetune") or [], target)
     return rows + ([dict(t, section="base") for t in _base_targets(train)]
                    + [dict(t, section="finetune") for t in finetune])
+
+
+def _variant_workers(plan, section: str, step, variants, say):
+    """(steps, workers): `step` in each variant's (jit, precision), one step worker each."""
+    steps = [dataclasses.replace(step, jit_compile=jit, mixed_precision=precision)
+             for _, jit, precision in variants]
+    say(f"{section}: building {len(steps)} variants of {step.size.name} "
+        f"b{step.batch_size} s{step.seq_length}")
+    workers = [_step_worker(plan, impl, s) for (impl, *_), s in zip(variants, steps, strict=True)]
+    return steps, workers

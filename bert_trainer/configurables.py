@@ -7,18 +7,13 @@ is configured, `bert_trainer.encoders.build_encoder()` is not. Later issues add 
 trainer and optimizer builders here.
 """
 
-import pathlib
-
 import gin
 
+from bert_trainer import config_files
 from bert_trainer.encoders import builder
 from bert_trainer.errors import UserError
 from bert_trainer.tasks import finetuning, pretraining, question_answering
 from bert_trainer.training import optimization, trainer
-
-# .gin files `include` each other by paths relative to the repository root
-# ('configs/encoders/base.gin'); the root is a search path so they load from any cwd.
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 # The gin-configured builders. Call these (not the plain functions) to get the bindings.
 build_encoder = gin.external_configurable(builder.build_encoder, module="bert_trainer.encoders")
@@ -49,7 +44,7 @@ def add_config_search_path():
     """Lets `include 'configs/...'` in .gin files resolve from any working directory."""
     global _search_path_added
     if not _search_path_added:
-        gin.add_config_file_search_path(str(REPO_ROOT))
+        gin.add_config_file_search_path(str(config_files.INCLUDE_ROOT))
         _search_path_added = True
 
 
@@ -57,7 +52,8 @@ def encoder_from_gin(path, bindings=()):
     """Parses a .gin file (plus optional binding strings) and builds its encoder.
 
     Args:
-      path: a .gin file binding `build_encoder.*`, e.g. "configs/encoders/tiny.gin".
+      path: a .gin file binding `build_encoder.*`: a path, or a shipped config's name such as
+        "configs/encoders/tiny.gin" (found from any working directory, see `config_files.find`).
       bindings: extra gin bindings applied after the file, e.g. ["build_encoder.num_layers = 1"].
 
     Returns:
@@ -68,10 +64,10 @@ def encoder_from_gin(path, bindings=()):
     Raises:
       UserError: the file does not exist.
     """
-    path = pathlib.Path(path)
-    if not path.is_file():
+    found = config_files.find(str(path))
+    if found is None:
         raise UserError(f"encoder_from_gin: {path} does not exist; pass a .gin file such as "
-                        f"{REPO_ROOT / 'configs/encoders/tiny.gin'}")
+                        f"{config_files.CONFIGS_DIR / 'encoders/tiny.gin'}")
     add_config_search_path()
-    gin.parse_config_files_and_bindings([str(path)], list(bindings))
+    gin.parse_config_files_and_bindings([str(found)], list(bindings))
     return build_encoder()

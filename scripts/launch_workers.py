@@ -2,7 +2,7 @@
 """Launches N local workers of a multi-worker run, each with its own TF_CONFIG.
 
   scripts/launch_workers.py --num_workers=2 -- \\
-      bert-train pretrain --strategy=multi_worker_mirrored --gin_file=configs/tiny.gin \\
+      bert-train pretrain --strategy=multi_worker_mirrored --gin_file=configs/smoke.gin \\
       --model_dir=runs/mw --train_data='data/train-*.tfrecord' --vocab_file=vocab.txt
 
 Every worker runs the same command; worker 0 is the chief (it writes `model_dir`). The

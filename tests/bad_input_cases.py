@@ -38,9 +38,9 @@ BAD_FILES = {
     "ragged.conll": CONLL_GOOD + "EU\nrejects VBZ B-VP O\n\n",
     "short_row.conll": CONLL_GOOD + "EU NNP\nrejects VBZ B-VP O\n\n",
     "unknown_tag.conll": CONLL_GOOD + "EU NNP B-NP B-XYZ\n\n",
-    "typo.gin": "include 'configs/tiny.gin'\nTrainerConfig.train_stepz = 10\n",
-    "syntax.gin": "include 'configs/tiny.gin'\nTrainerConfig.train_steps = = 3\n",
-    "unknown.gin": "include 'configs/tiny.gin'\nNoSuchConfig.value = 3\n",
+    "typo.gin": "include 'configs/smoke.gin'\nTrainerConfig.train_stepz = 10\n",
+    "syntax.gin": "include 'configs/smoke.gin'\nTrainerConfig.train_steps = = 3\n",
+    "unknown.gin": "include 'configs/smoke.gin'\nNoSuchConfig.value = 3\n",
     "a_file": "not a directory\n",
     "lines.txt": "one line of text\n",
     "bad.jsonl": '{"text": "fine"}\nnot json\n',
@@ -53,7 +53,7 @@ SST2 = [*FT, "--task=sst2", "--train_steps=2", "--eval_file={good.tsv}"]
 SQUAD = [*FT, "--task=squad", "--train_steps=2", "--eval_file={good_squad.json}",
          "--gin_param=SquadConfig.max_query_length = 8", "--gin_param=SquadConfig.doc_stride = 8"]
 CONLL = [*FT, "--task=conll2003", "--train_steps=2", "--eval_file={good.conll}"]
-PRETRAIN = ["pretrain", "--gin_file=configs/tiny.gin", "--model_dir={existing}",
+PRETRAIN = ["pretrain", "--gin_file=configs/smoke.gin", "--model_dir={existing}",
             "--gin_param=build_encoder.vocab_size = 3000", "--train_data={lines.txt}",
             "--vocab_file={vocab}"]
 
@@ -95,7 +95,7 @@ CLI_CASES = [
      "--model_dir={a_file}: {a_file} is a file; give a directory"),
     ("pretrain model_dir under a file", [*PRETRAIN, "--model_dir={a_file}/run"],
      "--model_dir={a_file}/run: {a_file} is a file; give a directory"),
-    ("pretrain no model_dir", ["pretrain", "--gin_file=configs/tiny.gin"],
+    ("pretrain no model_dir", ["pretrain", "--gin_file=configs/smoke.gin"],
      "--model_dir is required"),
     ("finetune unknown task", [*FT, "--task=sst3"], "unknown task 'sst3'; choose one of: "),
     ("finetune missing train_file", [*SST2, "--train_file={missing}"],

@@ -32,7 +32,7 @@ def test_importing_one_command_does_not_constrain_another(capsys):
 def test_a_bad_fused_kernels_setting_is_one_line_before_any_work(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("BERT_TRAIN_FUSED_KERNELS", "yes")
     model_dir = tmp_path / "run"
-    assert cli.main(["bert-train", "pretrain", "--gin_file=configs/tiny.gin",
+    assert cli.main(["bert-train", "pretrain", "--gin_file=configs/smoke.gin",
                      f"--model_dir={model_dir}"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["bert-train: BERT_TRAIN_FUSED_KERNELS='yes': expected one of auto, on, off"]

@@ -6,11 +6,11 @@ import tensorflow as tf
 from layer_testing import assert_layer_contract
 from numerics import assert_close
 
-from bert_trainer import configurables, features
+from bert_trainer import config_files, configurables, features
 from bert_trainer.encoders import AlbertEncoder, BertEncoder, build_encoder
 from bert_trainer.errors import UserError
 
-CONFIGS = configurables.REPO_ROOT / "configs" / "encoders"
+CONFIGS = config_files.CONFIGS_DIR / "encoders"
 TINY = dict(vocab_size=40, hidden_size=16, num_layers=2, num_attention_heads=2, inner_dim=32,
             max_sequence_length=12, type_vocab_size=2)
 NO_DROPOUT = dict(output_dropout=0.0, attention_dropout=0.0)

@@ -1,4 +1,4 @@
-"""`bert-train pretrain`: a real tiny run from configs/tiny.gin, the operative config, and the
+"""`bert-train pretrain`: a real tiny run from configs/smoke.gin, the operative config, and the
 one-line errors of the shared command helpers (gin file:line, model_dir checks).
 
 One end-to-end run goes through a subprocess (the real command line); the error cases call
@@ -26,10 +26,10 @@ STEPS = 20
 
 @pytest.fixture(scope="module")
 def tiny_run(pretraining_data, tmp_path_factory):
-    """`bert-train pretrain --gin_file=configs/tiny.gin` for 20 steps, run from another cwd."""
+    """`bert-train pretrain --gin_file=configs/smoke.gin` for 20 steps, run from another cwd."""
     model_dir = tmp_path_factory.mktemp("cli") / "run"
     argv = [sys.executable, "-m", "bert_trainer.cli", "pretrain",
-            "--gin_file=configs/tiny.gin", f"--model_dir={model_dir}",
+            "--gin_file=configs/smoke.gin", f"--model_dir={model_dir}",
             f"--gin_param=build_encoder.vocab_size = {pretraining_data['vocab_size']}",
             f"--gin_param=TrainerConfig.train_steps = {STEPS}",
             f"--train_data={pretraining_data['train']}", f"--eval_data={pretraining_data['eval']}",
@@ -104,7 +104,7 @@ def test_a_model_dir_of_another_architecture_is_refused_untouched(tiny_run, pret
                                                                   capfd):
     before = {p.name: p.stat().st_mtime_ns for p in tiny_run["dir"].iterdir()}
     code, _, err = run_pretrain(
-        capfd, "--gin_file=configs/tiny.gin", f"--model_dir={tiny_run['dir']}",
+        capfd, "--gin_file=configs/smoke.gin", f"--model_dir={tiny_run['dir']}",
         f"--gin_param=build_encoder.vocab_size = {pretraining_data['vocab_size']}",
         "--gin_param=build_encoder.hidden_size = 32", "--gin_param=build_encoder.inner_dim = 64",
         f"--train_data={pretraining_data['train']}",
@@ -119,25 +119,26 @@ def test_unknown_flag(capfd):
 
 
 def test_missing_model_dir_and_a_model_dir_that_is_a_file(capfd, tmp_path):
-    code, _, err = run_pretrain(capfd, "--gin_file=configs/tiny.gin")
+    code, _, err = run_pretrain(capfd, "--gin_file=configs/smoke.gin")
     assert_one_line_error(code, err, "--model_dir is required")
     a_file = tmp_path / "not_a_dir"
     a_file.write_text("x")
-    code, _, err = run_pretrain(capfd, "--gin_file=configs/tiny.gin", f"--model_dir={a_file}")
+    code, _, err = run_pretrain(capfd, "--gin_file=configs/smoke.gin", f"--model_dir={a_file}")
     assert_one_line_error(code, err, f"--model_dir={a_file}: {a_file} is a file")
-    code, _, err = run_pretrain(capfd, "--gin_file=configs/tiny.gin",
+    code, _, err = run_pretrain(capfd, "--gin_file=configs/smoke.gin",
                                 f"--model_dir={a_file}/below")
     assert_one_line_error(code, err, "is a file; give a directory")
 
 
 def test_missing_gin_file_lists_the_shipped_configs(capfd, tmp_path):
     code, _, err = run_pretrain(capfd, "--gin_file=nope.gin", f"--model_dir={tmp_path}")
-    assert_one_line_error(code, err, "--gin_file=nope.gin does not exist", "configs/tiny.gin")
+    assert_one_line_error(code, err, "--gin_file=nope.gin does not exist", "configs/smoke.gin")
 
 
 def test_gin_typo_names_the_file_and_line(capfd, tmp_path):
     config = tmp_path / "typo.gin"
-    config.write_text("# my run\ninclude 'configs/tiny.gin'\n\nPretrainingConfig.seq_lenght = 32\n")
+    config.write_text("# my run\ninclude 'configs/smoke.gin'\n\n"
+                      "PretrainingConfig.seq_lenght = 32\n")
     code, _, err = run_pretrain(capfd, f"--gin_file={config}", f"--model_dir={tmp_path / 'run'}")
     assert_one_line_error(code, err, f"{config}:4: ", "'seq_lenght'")
     assert not (tmp_path / "run").exists()  # nothing built before the config was valid

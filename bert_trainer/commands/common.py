@@ -4,7 +4,7 @@ The training flags (`--gin_file`, `--gin_param`, `--strategy`, `--tpu`) are defi
 `--model_dir` is declared here (it is defined in `shared_flags`, as `predict` and `export` take
 it too); a command module shows them in its `--help` with `flags.adopt_module_key_flags(common)`
 and merges `common.SHARED_FLAGS` into its own. The helpers turn every bad input into a one-line
-`UserError`: gin errors name the file and line ("configs/tiny.gin:7: ..."), a model_dir that
+`UserError`: gin errors name the file and line ("configs/smoke.gin:7: ..."), a model_dir that
 is a file or not writable names the flag, and so does one that another run holds
 (`model_dir_lock`).
 
@@ -14,13 +14,13 @@ TensorFlow is imported inside the functions, so `bert-train pretrain --help` sta
 import contextlib
 import json
 import os
-import pathlib
 import re
 import sys
 import tokenize
 
 from absl import flags, logging
 
+from bert_trainer import config_files
 from bert_trainer.commands import shared_flags
 from bert_trainer.errors import EXIT_NONFINITE, EXIT_PREEMPTED, UserError
 
@@ -29,7 +29,8 @@ from bert_trainer.errors import EXIT_NONFINITE, EXIT_PREEMPTED, UserError
 STRATEGY_NAMES = ("default", "one_device", "mirrored", "multi_worker_mirrored", "tpu")
 
 flags.DEFINE_multi_string("gin_file", [], "A .gin config file; repeat to layer several. "
-                          "Looked up as given, then under the repository root and configs/.")
+                          "Looked up as given, then among the shipped configs (configs/base.gin "
+                          "or base.gin).")
 flags.DEFINE_multi_string("gin_param", [], "A gin binding applied after the files, e.g. "
                           "--gin_param='TrainerConfig.train_steps = 100'; repeatable.")
 SHARED_FLAGS = shared_flags.declare(
@@ -41,7 +42,6 @@ flags.DEFINE_string("tpu", None, "TPU name or grpc:// address (with --strategy=t
 
 FLAGS = flags.FLAGS
 
-_REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 _GIN_LOCATION = re.compile(r'In file "(?P<file>[^"]+)", line (?P<line>\d+)')
 _GIN_BINDING_LINE = re.compile(r"In bindings string line (?P<line>\d+)")
 _added_search_paths: set[str] = set()
@@ -116,12 +116,11 @@ def _is_chief() -> bool:
 
 
 def resolve_gin_file(path: str) -> str:
-    """Finds a --gin_file: as given, then under the repository root, then under configs/."""
-    candidates = [pathlib.Path(path), _REPO_ROOT / path, _REPO_ROOT / "configs" / path]
-    for candidate in candidates:
-        if candidate.is_file():
-            return str(candidate.resolve())
-    shipped = sorted(str(p.relative_to(_REPO_ROOT)) for p in (_REPO_ROOT / "configs").glob("*.gin"))
+    """Finds a --gin_file: as given, then among the shipped configs (`config_files.find`)."""
+    found = config_files.find(path)
+    if found is not None:
+        return str(found)
+    shipped = config_files.shipped()
     raise UserError(f"--gin_file={path} does not exist; give a .gin file, e.g. one of: "
                     f"{', '.join(shipped) or '(none shipped)'}")
 
@@ -130,7 +129,8 @@ def parse_gin(gin_files, gin_params=(), extra_bindings=()) -> None:
     """Parses gin files, then `--gin_param` bindings, then bindings made from other flags.
 
     Registers bert-train's configurables first. `include` statements resolve against the
-    repository root and each file's own directory.
+    working directory, the shipped configs (`include 'configs/base.gin'`) and each file's own
+    directory.
 
     Args:
         gin_files: paths (see `resolve_gin_file`).

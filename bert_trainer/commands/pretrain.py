@@ -45,7 +45,7 @@ def main(argv):
     common.setup_logging()
     model_dir = common.check_model_dir(FLAGS.model_dir)
     if not FLAGS.gin_file:
-        raise UserError("--gin_file is required, e.g. --gin_file=configs/tiny.gin")
+        raise UserError("--gin_file is required, e.g. --gin_file=configs/smoke.gin")
     common.parse_gin(FLAGS.gin_file, FLAGS.gin_param, _flag_bindings())
     with common.one_line_errors(), common.model_dir_lock(model_dir, "pretrain"):
         trainer = _build_trainer(model_dir)

@@ -8,6 +8,7 @@ trainer and optimizer builders here.
 """
 
 import gin
+from gin import resource_reader
 
 from bert_trainer import config_files
 from bert_trainer.encoders import builder
@@ -45,7 +46,30 @@ def add_config_search_path():
     global _search_path_added
     if not _search_path_added:
         gin.add_config_file_search_path(str(config_files.INCLUDE_ROOT))
+        _tolerate_namespace_packages()
         _search_path_added = True
+
+
+def _tolerate_namespace_packages():
+    """Keeps gin's package-path reader from failing an include that a later search path holds.
+
+    gin also looks 'configs/base.gin' up as the file base.gin of a Python package `configs`,
+    and crashes (TypeError) when `configs` is a folder without `__init__.py` on sys.path (the
+    repository root on PYTHONPATH, or the working directory under `python -m`), before it
+    tries the later search paths. Its existence check is swapped for one that answers "not
+    there" instead; gin has no public way to replace a registered reader.
+    """
+    readers = gin.config._FILE_READERS  # noqa: SLF001
+    for i, (reader, exists) in enumerate(readers):
+        if exists is resource_reader.system_path_file_exists:
+            readers[i] = (reader, _system_path_file_exists)
+
+
+def _system_path_file_exists(path: str) -> bool:
+    try:
+        return resource_reader.system_path_file_exists(path)
+    except TypeError:  # a namespace package has no origin file to look beside
+        return False
 
 
 def encoder_from_gin(path, bindings=()):

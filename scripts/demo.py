@@ -5,8 +5,8 @@
 Each stage is a real command, printed before it runs. `bert-train X ...` runs through the
 console script's own entry point, `bert_trainer.cli.main`, in a child process; consecutive
 commands share one (scripts/demo_runner.py), which pays TensorFlow's start-up once:
-  corpus    the standard library's docstrings as a pretraining corpus (data/demo_corpus.py)
-  task      the fine-tuning task (data/demo_task.py): which package (asyncio, email,
+  corpus    the standard library's docstrings as a pretraining corpus (demo/corpus.py)
+  task      the fine-tuning task (demo/task.py): which package (asyncio, email,
             importlib, unittest, xml) does a docstring sentence come from; dev = whole held-out
             modules; dev sentences are also removed from the pretraining text
   vocab     bert-train vocab                    (WordPiece, learned from the pretraining text)
@@ -36,7 +36,7 @@ import time
 import demo_summary  # scripts/ is sys.path[0] when this file runs as a script
 from demo_runner import StageError, Stages, bert_train_args
 
-from bert_trainer.data import demo_task
+from bert_trainer.demo import task as demo_task
 from bert_trainer.errors import UserError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

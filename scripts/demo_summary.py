@@ -9,8 +9,8 @@ import json
 import os
 import sys
 
-from bert_trainer import plotting
-from bert_trainer.data import demo_task
+from bert_trainer.demo import plotting
+from bert_trainer.demo import task as demo_task
 from bert_trainer.errors import UserError
 
 

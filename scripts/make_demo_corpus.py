@@ -2,14 +2,14 @@
 
   python scripts/make_demo_corpus.py --output=runs/demo/corpus.txt [--max_bytes=N]
 
-See bert_trainer/data/demo_corpus.py for what it reads and how it cleans it.
+See bert_trainer/demo/corpus.py for what it reads and how it cleans it.
 """
 
 import argparse
 import json
 import sys
 
-from bert_trainer.data.demo_corpus import build_demo_corpus
+from bert_trainer.demo.corpus import build_demo_corpus
 
 
 def main(argv=None) -> int:

@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from bert_trainer.data import demo_corpus, text_corpus
+from bert_trainer.data import text_corpus
+from bert_trainer.demo import corpus as demo_corpus
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 

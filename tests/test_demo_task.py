@@ -2,7 +2,7 @@
 
 import pytest
 
-from bert_trainer.data import demo_task
+from bert_trainer.demo import task as demo_task
 from bert_trainer.errors import UserError
 
 # Two small packages keep the build fast; the demo itself uses demo_task.PACKAGES.

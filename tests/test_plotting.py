@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bert_trainer import plotting
+from bert_trainer.demo import plotting
 from bert_trainer.errors import UserError
 
 
@@ -46,7 +46,7 @@ def test_a_resumed_run_overrides_repeated_steps_and_a_truncated_record_ends_the_
 
 def test_read_scalars_needs_no_tensorflow_import(tmp_path):
     _write(tmp_path, {1: {"loss": 1.0}})
-    code = ("import sys; from bert_trainer import plotting; "
+    code = ("import sys; from bert_trainer.demo import plotting; "
             f"assert plotting.read_scalars({str(tmp_path)!r})['loss'] == ([1], [1.0]); "
             "assert 'tensorflow' not in sys.modules, 'TensorFlow was imported'")
     assert os.system(f'"{sys.executable}" -c "{code}"') == 0

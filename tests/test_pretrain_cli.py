@@ -161,6 +161,25 @@ def test_gin_syntax_errors_name_the_file_and_line(tmp_path, text, line, fragment
     assert all(fragment in message for fragment in fragments), message
 
 
+def test_shipped_includes_resolve_beside_a_configs_folder_on_sys_path(tmp_path, monkeypatch):
+    # An empty configs/ folder in the working directory, importable as a namespace package
+    # (as under `python -m` there, or with the repository root on PYTHONPATH).
+    (tmp_path / "configs").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    gin.clear_config()
+    try:
+        common.parse_gin(["smoke.gin"])  # includes 'configs/base.gin'
+        assert gin.query_parameter("build_encoder.hidden_size") == 64  # smoke.gin
+        assert gin.query_parameter("OptimizerConfig.beta_2") == 0.999  # base.gin
+        with pytest.raises(UserError, match=r"missing.gin:1: Unable to open file: "
+                                            r"configs/missing.gin"):
+            (tmp_path / "missing.gin").write_text("include 'configs/missing.gin'\n")
+            common.parse_gin([str(tmp_path / "missing.gin")])
+    finally:
+        gin.clear_config()
+
+
 def test_gin_param_errors_and_unset_required_values():
     with pytest.raises(UserError, match=r"^--gin_param 'TrainerConfig.train_stepz = 3'.*"
                                         r"doesn't have a parameter named 'train_stepz'"):

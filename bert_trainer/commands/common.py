@@ -221,14 +221,7 @@ def gin_errors(source: str):
         text = str(e)
         found = _GIN_LOCATION.search(text)  # the innermost (first) location: the failing line
         if found:
-            message = first_line(text)
-            if isinstance(e, TypeError) and "NoneType" in message:
-                # gin's package-path lookup of a missing include crashes when the include's
-                # first directory is importable as a namespace package (e.g. configs/ in cwd).
-                included = re.search(r"include\s+['\"]([^'\"]+)", text[found.end():])
-                message = (f"Unable to open file: '{included.group(1)}' is in no search path"
-                           if included else message)
-            raise UserError(f"{found['file']}:{found['line']}: {message}") from None
+            raise UserError(f"{found['file']}:{found['line']}: {first_line(text)}") from None
         found = _GIN_BINDING_LINE.search(text)
         where = f"{source} (line {found['line']})" if found else source
         raise UserError(f"{where}: {first_line(text)}") from None

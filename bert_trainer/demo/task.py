@@ -25,7 +25,7 @@ import os
 import random
 import zlib
 
-from bert_trainer.data import demo_corpus
+from bert_trainer.demo import corpus as demo_corpus
 from bert_trainer.errors import UserError
 
 PACKAGES = ("asyncio", "email", "importlib", "unittest", "xml")

@@ -1,0 +1,231 @@
+"""The package's import graph: no cycles, and the layer library stays below training and gin.
+
+Imports are read from the source with `ast` (nothing is imported), both the module-level ones
+and those inside functions. A function-level import counts: deferring an import (here, to keep
+TensorFlow out of `--help`) changes when it runs, not what depends on what, so it must not
+hide a cycle or an upward dependency. Failures name each edge with its file and line.
+"""
+
+import ast
+import collections
+import dataclasses
+import pathlib
+
+import pytest
+
+PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "bert_trainer"
+
+# The layer library, lowest first: each may import the ones before it, never those after.
+LIBRARY = ("layers", "heads", "encoders", "models")
+# heads and encoders are siblings: neither imports the other.
+SIBLINGS = {("heads", "encoders"), ("encoders", "heads")}
+# What the layer library never imports: training, the command line, checkpoint conversion and
+# storage, gin (and the module that registers builders with it), and everything above models.
+FORBIDDEN_FOR_LIBRARY = (
+    "bert_trainer.training", "bert_trainer.commands", "bert_trainer.interop",
+    "bert_trainer.checkpoints", "bert_trainer.model_dir", "bert_trainer.checkpoint_layout",
+    "bert_trainer.configurables", "bert_trainer.tasks", "bert_trainer.export",
+    "bert_trainer.data", "bert_trainer.cli", "bert_trainer.predict", "bert_trainer.demo")
+FORBIDDEN_THIRD_PARTY = ("gin",)
+
+# KNOWN, TO BE REMOVED AT MERGE: encoders/pretrained.py imports interop and model_dir (which
+# import encoders back). It moves into interop/ in a parallel change; when it has, this
+# allowance fails as stale and is deleted. No other exception is allowed.
+KNOWN_MISPLACED_MODULE = "bert_trainer.encoders.pretrained"
+
+
+@dataclasses.dataclass(frozen=True)
+class Edge:
+    source: str  # the importing module, e.g. "bert_trainer.layers.dropout"
+    target: str  # the imported bert_trainer module (or the third-party top-level name)
+    line: int
+    deferred: bool  # inside a function, so it runs when called rather than at import
+
+    def __str__(self):
+        where = "in a function, " if self.deferred else ""
+        return f"{self.source} -> {self.target} ({where}line {self.line})"
+
+
+def _modules() -> dict[str, pathlib.Path]:
+    """Every module of the package by dotted name ("bert_trainer.layers" for an __init__)."""
+    modules = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    return modules
+
+
+MODULES = _modules()
+
+
+def _owner(name: str) -> str | None:
+    """The module that `name` (a module, or a name defined in one) lives in."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _imports(module: str) -> list[Edge]:
+    """The imports of `module`: bert_trainer modules resolved, others by top-level name."""
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    edges = []
+
+    def add(name, node, deferred):
+        if name.split(".")[0] == "bert_trainer":
+            target = _owner(name)
+            if target is not None and target != module:
+                edges.append(Edge(module, target, node.lineno, deferred))
+        else:
+            edges.append(Edge(module, name.split(".")[0], node.lineno, deferred))
+
+    def visit(node, deferred):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Import):
+                for alias in child.names:
+                    add(alias.name, child, deferred)
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:  # relative: from the package, up level - 1
+                    anchor = package.split(".")[:len(package.split(".")) - child.level + 1]
+                    base = ".".join(anchor + ([child.module] if child.module else []))
+                for alias in child.names:  # `from pkg import submodule` imports the submodule
+                    full = f"{base}.{alias.name}"
+                    add(full if full in MODULES else base, child, deferred)
+            visit(child, deferred or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                        ast.Lambda)))
+
+    visit(ast.parse(path.read_text(encoding="utf-8"), str(path)), False)
+    return edges
+
+
+EDGES = {module: _imports(module) for module in MODULES}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one node (Tarjan, iterative)."""
+    index, low, on_stack, stack, found = {}, {}, set(), [], []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(graph.get(root, ())))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(graph.get(child, ()))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def _describe(cycles, key) -> str:
+    """Each cycle with the edges that close it, for the failure message."""
+    lines = []
+    for members in cycles:
+        inside = set(members)
+        lines.append(" <-> ".join(members))
+        lines += dict.fromkeys(  # `from m import a, b` is one edge per name: listed once
+            f"    {edge}" for module in MODULES for edge in EDGES[module]
+            if key(edge.source) in inside and key(edge.target) in inside
+            and key(edge.source) != key(edge.target))
+    return "\n".join(lines)
+
+
+def _graph(key, deferred: bool, skip=()) -> dict[str, set[str]]:
+    graph = collections.defaultdict(set)
+    for module, edges in EDGES.items():
+        for edge in edges:
+            if (edge.target in MODULES and (deferred or not edge.deferred)
+                    and module not in skip and key(module) != key(edge.target)):
+                graph[key(module)].add(key(edge.target))
+    return graph
+
+
+def _part(module: str) -> str:
+    """The part of the package a module belongs to: "bert_trainer.data", "bert_trainer.cli"."""
+    return ".".join(module.split(".")[:2])
+
+
+def test_the_graph_is_read():
+    # Guards the parser itself: a test that reads no import would pass vacuously.
+    assert len(MODULES) > 100 and "bert_trainer.layers.dropout" in MODULES
+    assert "gin" in {edge.target for edge in EDGES["bert_trainer.configurables"]}
+    deferred = [edge for edges in EDGES.values() for edge in edges if edge.deferred]
+    assert any(edge.target.startswith("bert_trainer.") for edge in deferred)
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_cycle_between_modules_at_import_time():
+    cycles = _cycles(_graph(lambda m: m, deferred=False))
+    assert not cycles, "import cycles:\n" + _describe(cycles, lambda m: m)
+
+
+def test_no_import_cycle_between_modules_counting_function_level_imports():
+    assert KNOWN_MISPLACED_MODULE in MODULES, (
+        f"{KNOWN_MISPLACED_MODULE} is gone: delete KNOWN_MISPLACED_MODULE and its uses here")
+    cycles = _cycles(_graph(lambda m: m, deferred=True, skip={KNOWN_MISPLACED_MODULE}))
+    assert not cycles, "import cycles:\n" + _describe(cycles, lambda m: m)
+
+
+def test_no_import_cycle_between_parts_of_the_package_at_import_time():
+    # One level up: data, layers, training, model_dir, ... (a subpackage or a root module).
+    cycles = _cycles(_graph(_part, deferred=False))
+    assert not cycles, "import cycles between parts:\n" + _describe(cycles, _part)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "two function-level imports point up and close cycles: model_dir -> tasks.multi_seed "
+    "(refusing a multi-seed parent; tasks import model_dir) and data.windows -> model_dir "
+    "(check_resume; tasks import data); when both go (strict: an XPASS fails), delete this "
+    "mark"))
+def test_no_import_cycle_between_parts_of_the_package_counting_function_level_imports():
+    graph = _graph(_part, deferred=True, skip={KNOWN_MISPLACED_MODULE})
+    cycles = _cycles(graph)
+    assert not cycles, "import cycles between parts:\n" + _describe(cycles, _part)
+
+
+@pytest.mark.parametrize("library", LIBRARY)
+def test_the_layer_library_imports_nothing_above_it(library):
+    above = tuple(f"bert_trainer.{name}" for name in LIBRARY[LIBRARY.index(library) + 1:]
+                  if (library, name) not in SIBLINGS)
+    siblings = tuple(f"bert_trainer.{b}" for a, b in SIBLINGS if a == library)
+    forbidden = FORBIDDEN_FOR_LIBRARY + above + siblings
+    bad = [edge for module, edges in EDGES.items()
+           if _part(module) == f"bert_trainer.{library}" and module != KNOWN_MISPLACED_MODULE
+           for edge in edges
+           if edge.target in FORBIDDEN_THIRD_PARTY
+           or any(edge.target == f or edge.target.startswith(f + ".") for f in forbidden)]
+    assert not bad, f"bert_trainer.{library} imports what it must not:\n" + "\n".join(
+        f"    {edge}" for edge in bad)
+
+
+def test_the_known_misplaced_module_is_what_breaks_the_rules():
+    # The allowance covers exactly one file, for exactly these reasons; nothing else hides.
+    assert KNOWN_MISPLACED_MODULE in MODULES, (
+        f"{KNOWN_MISPLACED_MODULE} is gone: delete KNOWN_MISPLACED_MODULE and its uses here")
+    targets = {_part(edge.target) for edge in EDGES[KNOWN_MISPLACED_MODULE]}
+    assert {"bert_trainer.interop", "bert_trainer.model_dir"} <= targets

@@ -3,8 +3,8 @@
 The library itself never imports gin: this module wraps the builders as gin configurables
 (`build_encoder.hidden_size = 128` in a .gin file; `@build_encoder()` as a reference).
 The wrappers defined here are what picks the bindings up: `configurables.build_encoder()`
-is configured, `bert_trainer.encoders.build_encoder()` is not. Later issues add the task,
-trainer and optimizer builders here.
+is configured, `bert_trainer.encoders.build_encoder()` is not. The task, trainer and
+optimizer configs are registered here too.
 """
 
 import gin

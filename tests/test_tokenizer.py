@@ -227,7 +227,7 @@ def test_compatibility_characters_match_reference(minilm_tokenizer):
                   if [cls] + i + [sep] != r["ids"]]
     assert mismatched == []
     assert with_offsets == ids
-    # The examples, by token.
+    # The reported examples, by token.
     tokens = minilm_tokenizer.convert_ids_to_tokens(
         minilm_tokenizer.tokenize(["it´s ½"])[0]).numpy().tolist()
     assert tokens == [b"it", "##´s".encode(), "½".encode()]

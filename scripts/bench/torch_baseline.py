@@ -1,8 +1,8 @@
 """PyTorch + transformers baseline of the "mini" pretraining step, measured on this machine.
 
-Issue 7 quotes PyTorch figures (18 seq/s eager, 19 compiled) taken elsewhere; this script
-measures the same step here so bert-train can be compared under the same conditions. It is
-standalone and needs torch + transformers, which bert-train itself never imports:
+The PyTorch figures quoted for this step (18 seq/s eager, 19 compiled) were taken elsewhere;
+this script measures the same step here so bert-train can be compared under the same
+conditions. It is standalone and needs torch + transformers, which bert-train itself never imports:
 
     /work/hfenv/bin/python scripts/bench/torch_baseline.py --variants=eager,compiled
 

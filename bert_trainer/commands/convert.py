@@ -21,12 +21,12 @@ import os
 import keras
 from absl import flags
 
-from bert_trainer import model_dir, outputs
+from bert_trainer import outputs
+from bert_trainer.checkpoints import model_dir
 from bert_trainer.commands import require_flags, shared_flags
 from bert_trainer.commands.shared_flags import Usage
-from bert_trainer.encoders import pretrained
 from bert_trainer.errors import UserError
-from bert_trainer.interop import formats, hf, parity, read_checkpoint
+from bert_trainer.interop import formats, hf, parity, pretrained, read_checkpoint
 from bert_trainer.models import BertPretrainer
 
 SHARED_FLAGS = shared_flags.declare(

@@ -340,8 +340,8 @@ def _build_trainer(task, model_dir: str):
     import gin  # noqa: PLC0415
 
     from bert_trainer import configurables  # noqa: PLC0415
+    from bert_trainer.checkpoints import resume  # noqa: PLC0415
     from bert_trainer.interop import formats  # noqa: PLC0415
-    from bert_trainer.training import checkpointing  # noqa: PLC0415
     from bert_trainer.training.trainer import Trainer  # noqa: PLC0415
 
     init = FLAGS.init_checkpoint
@@ -349,7 +349,7 @@ def _build_trainer(task, model_dir: str):
         formats.detect_format(init) != formats.BERT_TRAIN
     if init and not direct_init:
         gin.bind_parameter("TrainerConfig.init_checkpoint", init)
-    fresh = checkpointing.latest_checkpoint(model_dir) is None
+    fresh = resume.latest_checkpoint(model_dir) is None
     trainer = Trainer(task, model_dir,
                       config=common.build_configured(configurables.TrainerConfig,
                                                      "TrainerConfig"),

@@ -2,7 +2,7 @@
 
 `read_checkpoint(path)` detects the format of a Hugging Face or Google TF1 directory and returns
 a validated `BertCheckpoint` in the reference (Google) layout; `hf.write_hf` writes one back.
-Mapping that layout onto Keras layers lives in `bert_trainer.encoders.pretrained`.
+Mapping that layout onto Keras layers lives in `bert_trainer.interop.pretrained`.
 """
 
 from bert_trainer.errors import UserError
@@ -32,4 +32,4 @@ def read_checkpoint(path: str, *, allow_pickle: bool = False) -> BertCheckpoint:
     if kind == formats.TF1:
         return tf1.read_tf1(path)
     raise UserError(f"{path} is a bert-train model directory, not a Hugging Face or Google "
-                    "checkpoint; load it with bert_trainer.encoders.from_pretrained")
+                    "checkpoint; load it with bert_trainer.interop.from_pretrained")

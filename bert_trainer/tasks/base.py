@@ -26,8 +26,8 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from bert_trainer import checkpoint_layout
 from bert_trainer import features as F
+from bert_trainer.checkpoints import layout as checkpoint_layout
 from bert_trainer.errors import UserError
 
 

@@ -24,13 +24,12 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from absl import logging
 
-from bert_trainer import model_dir as model_dir_lib
+from bert_trainer.checkpoints import model_dir as model_dir_lib
 from bert_trainer.data import sources
 from bert_trainer.data.task_data import TaskData
 from bert_trainer.data.tokenizer import Tokenizer
-from bert_trainer.encoders import pretrained
 from bert_trainer.errors import UserError, require_positive_ints
-from bert_trainer.interop import formats
+from bert_trainer.interop import formats, pretrained
 from bert_trainer.tasks.base import Task
 
 EVAL_RESULTS_FILE = "eval_results.json"

@@ -16,7 +16,7 @@ from keras import ops
 
 from bert_trainer import features as F
 from bert_trainer import losses as losses_lib
-from bert_trainer import model_dir as model_dir_lib
+from bert_trainer.checkpoints import model_dir as model_dir_lib
 from bert_trainer.data import pretraining_pipeline
 from bert_trainer.data.masking import MaskingVocab
 from bert_trainer.data.tokenizer import Tokenizer, load_vocab

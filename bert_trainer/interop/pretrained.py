@@ -14,7 +14,7 @@ import dataclasses
 import keras
 import numpy as np
 
-from bert_trainer import model_dir
+from bert_trainer.checkpoints import model_dir
 from bert_trainer.encoders.bert_encoder import BertEncoder
 from bert_trainer.errors import UserError
 from bert_trainer.interop import formats, read_checkpoint

@@ -12,7 +12,7 @@ model_dir/checkpoint, ckpt-N.index, ckpt-N.data-*
                             tf.train.Checkpoint(model=M, ...): M names every weight by its
                             stable name, `encoder/<Keras path>` for the encoder and the
                             Keras path for a head (`masked_lm/bias`); see
-                            `bert_trainer.checkpoint_layout`. The trainer also stores
+                            `bert_trainer.checkpoints.layout`. The trainer also stores
                             `optimizer` and `step` at the root.
 model_dir/.bert_train.lock  while a run trains there: {"host", "pid", "command", "started"}
                             (`training.run_lock`: one run per model_dir)
@@ -40,7 +40,7 @@ import shutil
 import keras
 import tensorflow as tf
 
-from bert_trainer import checkpoint_layout as layout
+from bert_trainer.checkpoints import layout
 from bert_trainer.errors import UserError
 
 MODEL_INFO_FILE = "bert_train.json"
@@ -211,7 +211,7 @@ def restore_pretrained(path: str, *, encoder: keras.Model, masked_lm=None,
                        next_sentence=None) -> dict[str, list[str]]:
     """Loads encoder (and optional heads) weights from a bert-train checkpoint.
 
-    Reads both checkpoint layouts (see `bert_trainer.checkpoint_layout`): stable names, and
+    Reads both checkpoint layouts (see `bert_trainer.checkpoints.layout`): stable names, and
     the object-graph layout of format 1 (matched through the live encoder's op list).
 
     Args:

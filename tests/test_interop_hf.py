@@ -14,7 +14,7 @@ from bert_trainer.commands.convert import convert
 from bert_trainer.encoders import BertEncoder
 from bert_trainer.errors import UserError
 from bert_trainer.interop import formats, hf, parity, read_checkpoint
-from bert_trainer.interop.pretrained import from_pretrained, load_pretrained_weights
+from bert_trainer.interop.resolve import from_pretrained, load_pretrained_weights
 from bert_trainer.models import BertPretrainer
 
 GOLDEN = "fixtures/minilm/golden.npz"

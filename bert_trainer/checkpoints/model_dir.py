@@ -6,7 +6,8 @@ model_dir/bert_train.json   {"format": "bert_train", "version": 2,
                                          "registered_name": "bert_trainer>BertEncoder",
                                          "config": {...encoder.get_config()}},
                              "vocab_file": "vocab.txt" | null, "lower_case": true,
-                             "task": {...} | null}
+                             "task": {...} | null,
+                             "run_settings": {"train_steps": N, ...} (finetune)}
 model_dir/vocab.txt         copied in, so the directory is self-contained
 model_dir/checkpoint, ckpt-N.index, ckpt-N.data-*
                             tf.train.Checkpoint(model=M, ...): M names every weight by its
@@ -64,7 +65,8 @@ class ModelInfo:
 
 
 def write_model_info(model_dir: str, encoder: keras.Model, *, vocab_file: str | None = None,
-                     lower_case: bool = True, task: dict | None = None) -> str:
+                     lower_case: bool = True, task: dict | None = None,
+                     run_settings: dict | None = None) -> str:
     """Writes model_dir/bert_train.json and copies the vocabulary to model_dir/vocab.txt.
 
     Args:
@@ -73,6 +75,7 @@ def write_model_info(model_dir: str, encoder: keras.Model, *, vocab_file: str | 
       vocab_file: the WordPiece vocabulary, or None.
       lower_case: whether the vocabulary expects lower-cased text.
       task: optional JSON-ready task description (name, family, label_names, ...).
+      run_settings: optional settings the run derived (train_steps, warmup_steps, ...).
 
     Returns:
       The path of bert_train.json.
@@ -93,6 +96,8 @@ def write_model_info(model_dir: str, encoder: keras.Model, *, vocab_file: str | 
                     "config": encoder.get_config()},
         "vocab_file": stored_vocab, "lower_case": bool(lower_case), "task": task,
     }
+    if run_settings is not None:
+        info["run_settings"] = run_settings
     path = os.path.join(model_dir, MODEL_INFO_FILE)
     # Write then rename: a reader never sees half a file.
     _replace_file(path, lambda temp: pathlib.Path(temp).write_text(

@@ -78,12 +78,17 @@ class Trainer:
         config: the loop settings.
         optimizer: the optimizer settings.
         strategy: a `tf.distribute` strategy (default: the current/default one).
+        derived_bindings: settings the command derived and passed in `config`/`optimizer`
+            rather than through gin (e.g. "TrainerConfig.train_steps = 120" from epochs),
+            as gin binding lines: operative_config.gin ends with them, so it repeats the run.
     """
 
     def __init__(self, task: Task, model_dir: str, *, config: TrainerConfig,
                  optimizer: optimization.OptimizerConfig | None = None,
-                 strategy: tf.distribute.Strategy | None = None):
+                 strategy: tf.distribute.Strategy | None = None,
+                 derived_bindings: tuple[str, ...] = ()):
         self.task = task
+        self.derived_bindings = tuple(derived_bindings)
         self.model_dir = model_dir
         self.config = config
         self.optimizer_config = optimizer or optimization.OptimizerConfig()
@@ -172,8 +177,8 @@ class Trainer:
             logging.info("Resuming at step %d from %s%s", int(self.global_step.numpy()), latest,
                          " (init_checkpoint ignored)" if self.config.init_checkpoint else "")
         elif self.config.init_checkpoint:
-            path = resume.checkpoint_prefix(self.config.init_checkpoint)
-            self.task.initialize(self.model, path)
+            # The task resolves the path (any format) or reuses the checkpoint it was built from.
+            self.task.initialize(self.model, self.config.init_checkpoint)
 
     # ------------------------------------------------------------------------------ input
 
@@ -329,7 +334,8 @@ class Trainer:
                 batch_fit.write_cached(self.model_dir, self._plan_key, plan)
         # Everything gin configures (task, model, optimizer, input) has been built by now.
         with self._storage("the operative config", self.model_dir):
-            summaries.write_operative_config(self.model_dir, self._train_writer, step)
+            summaries.write_operative_config(self.model_dir, self._train_writer, step,
+                                             derived=self.derived_bindings)
 
     def _storage(self, writing: str, path: str):
         """`storage.guard` naming the checkpoint a rerun resumes from."""

@@ -424,7 +424,8 @@ def test_init_checkpoint_prefix_warm_starts_from_that_checkpoint(paths, tiny_pre
     import numpy as np  # noqa: PLC0415
     import tensorflow as tf  # noqa: PLC0415
 
-    from bert_trainer import cli, model_dir  # noqa: PLC0415
+    from bert_trainer import cli  # noqa: PLC0415
+    from bert_trainer.checkpoints import model_dir  # noqa: PLC0415
     from bert_trainer.checkpoints.layout import model_trackable  # noqa: PLC0415
     from bert_trainer.models import BertPretrainer  # noqa: PLC0415
     from bert_trainer.tasks import finetuning  # noqa: PLC0415

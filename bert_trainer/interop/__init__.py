@@ -27,7 +27,7 @@ def read_checkpoint(path: str, *, allow_pickle: bool = False) -> BertCheckpoint:
 
     Raises:
       UserError: unknown layout, missing files, or config/weights/vocab that do not fit; a
-        bert-train model directory (restore it with `bert_trainer.model_dir` instead).
+        bert-train model directory (read it with `resolve_checkpoint` instead).
     """
     kind = detect_format(path, allow_pickle=allow_pickle)
     if kind == formats.HF:

@@ -198,8 +198,8 @@ def tiny_pretrained(tmp_path_factory):
     import numpy as np  # noqa: PLC0415
     import tensorflow as tf  # noqa: PLC0415
 
-    from bert_trainer import model_dir  # noqa: PLC0415
-    from bert_trainer.checkpoint_layout import model_trackable  # noqa: PLC0415
+    from bert_trainer.checkpoints import model_dir  # noqa: PLC0415
+    from bert_trainer.checkpoints.layout import model_trackable  # noqa: PLC0415
     from bert_trainer.encoders import BertEncoder  # noqa: PLC0415
     from bert_trainer.models import BertPretrainer  # noqa: PLC0415
 

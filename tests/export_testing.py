@@ -9,7 +9,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from bert_trainer import features, model_dir
+from bert_trainer import features
+from bert_trainer.checkpoints import model_dir
 from bert_trainer.encoders import BertEncoder
 from bert_trainer.models import BertClassifier, BertSpanLabeler, BertTokenClassifier
 

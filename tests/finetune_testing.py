@@ -7,8 +7,8 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from bert_trainer.encoders import BertEncoder, pretrained
-from bert_trainer.interop import formats, hf
+from bert_trainer.encoders import BertEncoder
+from bert_trainer.interop import formats, hf, pretrained
 from bert_trainer.tasks import finetuning, registry
 from bert_trainer.training import OptimizerConfig, Trainer, TrainerConfig
 

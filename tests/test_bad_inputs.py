@@ -236,14 +236,15 @@ def test_read_only_model_dir(paths, digests, capsys, monkeypatch):
 
 
 def test_library_raises_clear_errors(paths):
-    from bert_trainer.training import TrainerConfig, checkpointing, strategies  # noqa: PLC0415
+    from bert_trainer.checkpoints import resume  # noqa: PLC0415
+    from bert_trainer.training import TrainerConfig, strategies  # noqa: PLC0415
 
     with pytest.raises(UserError, match=r"^train_steps=0 must be a positive integer$"):
         TrainerConfig(train_steps=0)
     with pytest.raises(UserError, match=r"^steps_per_loop=-1 must be a positive integer$"):
         TrainerConfig(train_steps=5, steps_per_loop=-1)
     with pytest.raises(UserError, match="none is usable"):
-        checkpointing.latest_checkpoint(paths["broken_run"])
+        resume.latest_checkpoint(paths["broken_run"])
     with pytest.raises(UserError, match="--strategy='horovod' is unknown"):
         strategies.get_strategy("horovod")
 
@@ -423,8 +424,9 @@ def test_init_checkpoint_prefix_warm_starts_from_that_checkpoint(paths, tiny_pre
     import numpy as np  # noqa: PLC0415
     import tensorflow as tf  # noqa: PLC0415
 
-    from bert_trainer import cli, model_dir  # noqa: PLC0415
-    from bert_trainer.checkpoint_layout import model_trackable  # noqa: PLC0415
+    from bert_trainer import cli  # noqa: PLC0415
+    from bert_trainer.checkpoints import model_dir  # noqa: PLC0415
+    from bert_trainer.checkpoints.layout import model_trackable  # noqa: PLC0415
     from bert_trainer.models import BertPretrainer  # noqa: PLC0415
     from bert_trainer.tasks import finetuning  # noqa: PLC0415
 

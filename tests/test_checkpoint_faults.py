@@ -229,12 +229,12 @@ def test_run_command_maps_a_storage_fault_no_write_site_caught(capsys):
 
 
 def test_disk_full_while_keeping_the_best_checkpoint_keeps_the_previous_best():
-    from bert_trainer.training import checkpointing  # noqa: PLC0415
+    from bert_trainer.checkpoints import best  # noqa: PLC0415
 
     with small_disk(4096) as disk:
         best_dir = os.path.join(disk, "run", "best")
         root = tf.train.Checkpoint(v=tf.Variable(tf.zeros([250_000])))  # 1 MB
-        keeper = checkpointing.BestCheckpointKeeper(root, best_dir, "accuracy")
+        keeper = best.BestCheckpointKeeper(root, best_dir, "accuracy")
         assert keeper.update({"accuracy": 0.5}, step=2)
         before = tree_digest(best_dir)
         filler = fill_disk(disk, leave_bytes=300_000)
@@ -253,7 +253,7 @@ def test_disk_full_while_keeping_the_best_checkpoint_keeps_the_previous_best():
 
 
 def test_disk_full_while_writing_the_model_info_keeps_the_old_one(tmp_path):
-    from bert_trainer import model_dir  # noqa: PLC0415
+    from bert_trainer.checkpoints import model_dir  # noqa: PLC0415
     from bert_trainer.encoders import BertEncoder  # noqa: PLC0415
 
     encoder = BertEncoder(vocab_size=50, hidden_size=16, num_layers=1, num_attention_heads=2,

@@ -9,7 +9,9 @@ import tensorflow as tf
 from numerics import assert_close
 from toy_task import ToyConfig, ToyTask
 
-from bert_trainer import checkpoint_layout, features, model_dir
+from bert_trainer import features
+from bert_trainer.checkpoints import layout as checkpoint_layout
+from bert_trainer.checkpoints import model_dir
 from bert_trainer.encoders import AlbertEncoder, BertEncoder
 from bert_trainer.errors import UserError
 from bert_trainer.models import (

@@ -10,8 +10,9 @@ import tensorflow as tf
 from robust_testing import tree_digest
 from toy_task import ToyConfig, ToyTask
 
+from bert_trainer.checkpoints import best as best_checkpoint
+from bert_trainer.checkpoints import resume
 from bert_trainer.errors import UserError
-from bert_trainer.training import checkpointing
 from bert_trainer.training.optimization import OptimizerConfig
 from bert_trainer.training.trainer import Trainer, TrainerConfig
 
@@ -43,30 +44,30 @@ def test_checkpoint_with_missing_and_extra_variables_is_refused(tmp_path):
                           keras.layers.Dense(2, name="two")])
     path = tf.train.Checkpoint(model=b).write(str(tmp_path / "b"))
     with pytest.raises(UserError, match=r"has 2 variable\(s\) this model lacks"):
-        checkpointing.check_compatible(tf.train.Checkpoint(model=a), path, "runs/x")
+        resume.check_compatible(tf.train.Checkpoint(model=a), path, "runs/x")
     path = tf.train.Checkpoint(model=a).write(str(tmp_path / "a"))
     with pytest.raises(UserError, match=r"has no value for .*kernel \[2, 2\]"):
-        checkpointing.check_compatible(tf.train.Checkpoint(model=b), path, "runs/x")
+        resume.check_compatible(tf.train.Checkpoint(model=b), path, "runs/x")
 
 
 def test_expected_variables_match_the_saved_keys(tmp_path):
     trainer = make(tmp_path)
     trainer.train_and_evaluate()
     saved = dict(tf.train.list_variables(tf.train.latest_checkpoint(str(tmp_path))))
-    expected = checkpointing.expected_variables(trainer.checkpoint)
+    expected = resume.expected_variables(trainer.checkpoint)
     assert set(expected) == set(saved) - {"_CHECKPOINTABLE_OBJECT_GRAPH"}
     assert all(tuple(saved[k]) == shape for k, (_, shape) in expected.items())
 
 
 def test_resolve_checkpoint(tmp_path):
     path = tf.train.Checkpoint(v=tf.Variable(1.0)).save(str(tmp_path / "ckpt"))
-    assert checkpointing.resolve_checkpoint(path) == path
-    assert checkpointing.resolve_checkpoint(str(tmp_path)) == path
+    assert resume.checkpoint_prefix(path) == path
+    assert resume.checkpoint_prefix(str(tmp_path)) == path
     (tmp_path / "empty").mkdir()
     with pytest.raises(UserError, match="--init_checkpoint=.*empty is a directory without a "):
-        checkpointing.resolve_checkpoint(str(tmp_path / "empty"))
+        resume.checkpoint_prefix(str(tmp_path / "empty"))
     with pytest.raises(UserError, match=r"ckpt-9\.index is missing"):
-        checkpointing.resolve_checkpoint(str(tmp_path / "ckpt-9"))
+        resume.checkpoint_prefix(str(tmp_path / "ckpt-9"))
 
 
 def test_dangling_checkpoint_state_is_not_silently_restarted(tmp_path):
@@ -80,7 +81,7 @@ def test_dangling_checkpoint_state_is_not_silently_restarted(tmp_path):
 
 def test_best_keeper_max_and_min(tmp_path):
     checkpoint = tf.train.Checkpoint(v=tf.Variable(0.0))
-    best = checkpointing.BestCheckpointKeeper(checkpoint, str(tmp_path / "best"), "f1", "max")
+    best = best_checkpoint.BestCheckpointKeeper(checkpoint, str(tmp_path / "best"), "f1", "max")
     assert best.update({"f1": 0.5, "loss": 1.0}, step=10)
     assert not best.update({"f1": 0.4}, step=20)
     assert not best.update({"f1": float("nan")}, step=30)
@@ -92,14 +93,14 @@ def test_best_keeper_max_and_min(tmp_path):
     assert tf.train.latest_checkpoint(str(tmp_path / "best")).endswith("ckpt-40")
     assert not (tmp_path / "best" / "ckpt-10.index").exists()  # only the best is kept
     # A restarted run knows the best so far.
-    again = checkpointing.BestCheckpointKeeper(checkpoint, str(tmp_path / "best"), "f1", "max")
+    again = best_checkpoint.BestCheckpointKeeper(checkpoint, str(tmp_path / "best"), "f1", "max")
     assert again.best == 0.7 and not again.update({"f1": 0.6}, step=50)
-    lowest = checkpointing.BestCheckpointKeeper(checkpoint, str(tmp_path / "low"), "loss", "min")
+    lowest = best_checkpoint.BestCheckpointKeeper(checkpoint, str(tmp_path / "low"), "loss", "min")
     assert lowest.update({"loss": 2.0}, 1) and lowest.update({"loss": 1.5}, 2)
     assert not lowest.update({"loss": 1.6}, 3)
     with pytest.raises(UserError, match="best_metric='acc' is not an eval metric; choose one "
                                         "of: f1, loss"):
-        checkpointing.BestCheckpointKeeper(checkpoint, str(tmp_path / "x"), "acc").update(
+        best_checkpoint.BestCheckpointKeeper(checkpoint, str(tmp_path / "x"), "acc").update(
             {"loss": 1.0, "f1": 0.1}, step=1)
 
 

@@ -27,7 +27,8 @@ from export_testing import (
     write_vocab,
 )
 
-from bert_trainer import features, kernels, model_dir, predict
+from bert_trainer import features, kernels, predict
+from bert_trainer.checkpoints import model_dir
 from bert_trainer.data import squad_data
 from bert_trainer.data.classification_data import text_features
 from bert_trainer.data.squad_postprocess import postprocess_squad

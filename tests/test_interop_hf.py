@@ -9,12 +9,12 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from bert_trainer import features
+from bert_trainer.checkpoints.model_dir import restore_pretrained
 from bert_trainer.commands.convert import convert
 from bert_trainer.encoders import BertEncoder
-from bert_trainer.encoders.pretrained import from_pretrained, load_pretrained_weights
 from bert_trainer.errors import UserError
 from bert_trainer.interop import formats, hf, parity, read_checkpoint
-from bert_trainer.model_dir import restore_pretrained
+from bert_trainer.interop.resolve import from_pretrained, load_pretrained_weights
 from bert_trainer.models import BertPretrainer
 
 GOLDEN = "fixtures/minilm/golden.npz"

@@ -10,9 +10,8 @@ from safetensors.numpy import load_file
 
 from bert_trainer import features
 from bert_trainer.commands.convert import convert
-from bert_trainer.encoders.pretrained import from_pretrained
 from bert_trainer.errors import UserError
-from bert_trainer.interop import formats, parity, read_checkpoint, tf1
+from bert_trainer.interop import formats, from_pretrained, parity, read_checkpoint, tf1
 
 GOLDEN = "fixtures/minilm/golden.npz"
 

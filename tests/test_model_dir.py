@@ -8,7 +8,9 @@ import pytest
 import tensorflow as tf
 from numerics import assert_close
 
-from bert_trainer import checkpoint_layout, features, model_dir
+from bert_trainer import features
+from bert_trainer.checkpoints import layout as checkpoint_layout
+from bert_trainer.checkpoints import model_dir
 from bert_trainer.encoders import BertEncoder
 from bert_trainer.errors import UserError
 from bert_trainer.models import BertPretrainer

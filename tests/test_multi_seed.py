@@ -17,7 +17,7 @@ from finetune_testing import shared_file
 from robust_testing import tree_digest
 from test_finetune_cli import error_line, run_cli
 
-from bert_trainer import model_dir as model_dir_lib
+from bert_trainer.checkpoints import model_dir as model_dir_lib
 from bert_trainer.errors import UserError
 from bert_trainer.tasks import multi_seed
 

@@ -11,7 +11,8 @@ from numerics import assert_close
 from summary_testing import read_scalars
 
 from bert_trainer import features as F
-from bert_trainer import kernels, model_dir
+from bert_trainer import kernels
+from bert_trainer.checkpoints import model_dir
 from bert_trainer.encoders import build_encoder
 from bert_trainer.errors import UserError
 from bert_trainer.models import MLM_LOGITS, MLM_ROW_LOGITS, MLM_ROWS, NEXT_SENTENCE_LOGITS

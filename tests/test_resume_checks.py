@@ -4,7 +4,7 @@ encoder architecture, vocabulary and casing (`model_dir.check_resume`)."""
 import pytest
 from robust_testing import tree_digest
 
-from bert_trainer import model_dir
+from bert_trainer.checkpoints import model_dir
 from bert_trainer.encoders import BertEncoder
 from bert_trainer.errors import UserError
 

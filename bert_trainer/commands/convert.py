@@ -21,12 +21,19 @@ import os
 import keras
 from absl import flags
 
-from bert_trainer import model_dir, outputs
+from bert_trainer import outputs
+from bert_trainer.checkpoints import model_dir
 from bert_trainer.commands import require_flags, shared_flags
 from bert_trainer.commands.shared_flags import Usage
-from bert_trainer.encoders import pretrained
 from bert_trainer.errors import UserError
-from bert_trainer.interop import formats, hf, parity, read_checkpoint
+from bert_trainer.interop import (
+    formats,
+    from_pretrained,
+    hf,
+    parity,
+    pretrained,
+    resolve_checkpoint,
+)
 from bert_trainer.models import BertPretrainer
 
 SHARED_FLAGS = shared_flags.declare(
@@ -99,7 +106,7 @@ def convert(input_path: str, output_dir: str, *, to: str = formats.BERT_TRAIN,
             written = write_bert_train(staging, source)
         if verify:
             # Re-read what was written, so the report checks the files, not an in-memory model.
-            converted = pretrained.from_pretrained(staging).encoder
+            converted = from_pretrained(staging).encoder
             report = parity.verify(source, converted, source=input_path)
             parity.write_report(os.path.join(staging, REPORT_FILE), report)
     files = [os.path.join(output_dir, os.path.relpath(f, staging)) for f in written]
@@ -111,21 +118,21 @@ def convert(input_path: str, output_dir: str, *, to: str = formats.BERT_TRAIN,
 
 def read_source(path: str, *, allow_pickle: bool = False) -> formats.BertCheckpoint:
     """Any supported checkpoint directory as a `BertCheckpoint` in the reference layout."""
-    if formats.detect_format(path, allow_pickle=allow_pickle) != formats.BERT_TRAIN:
-        return read_checkpoint(path, allow_pickle=allow_pickle)
-    info = model_dir.read_model_info(path)
-    encoder = model_dir.build_encoder(info)
+    checkpoint = resolve_checkpoint(path, allow_pickle=allow_pickle)
+    if checkpoint.reference is not None:  # Hugging Face / Google: already in that layout.
+        return checkpoint.reference
+    encoder = checkpoint.build_encoder()
     config = pretrained.bert_config(encoder)
     masked_lm, next_sentence = build_heads(encoder, config)
-    loaded = set(model_dir.restore_pretrained(path, encoder=encoder, masked_lm=masked_lm,
-                                              next_sentence=next_sentence)["loaded"])
+    loaded = set(checkpoint.load(encoder=encoder, masked_lm=masked_lm,
+                                 next_sentence=next_sentence)["loaded"])
     # A head counts as present when its own variables (not the shared table) were restored.
     weights = pretrained.reference_weights(
         encoder, masked_lm=masked_lm if masked_lm.bias.path in loaded else None,
         next_sentence=next_sentence if next_sentence.dense.kernel.path in loaded else None)
     return formats.BertCheckpoint(
-        config=config, weights=weights, vocab_file=info.vocab_file, lower_case=info.lower_case,
-        weights_file=model_dir.latest_checkpoint(path),
+        config=config, weights=weights, vocab_file=checkpoint.vocab_file,
+        lower_case=checkpoint.lower_case, weights_file=model_dir.latest_checkpoint(path),
         config_file=os.path.join(path, formats.MODEL_INFO_FILE))
 
 

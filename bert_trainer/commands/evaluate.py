@@ -43,7 +43,7 @@ PREDICTIONS_FILE = "eval_predictions.json"
 
 def main(argv):
     del argv
-    from bert_trainer import model_dir as model_dir_lib  # noqa: PLC0415 (imports TensorFlow)
+    from bert_trainer.checkpoints import model_dir as model_dir_lib  # noqa: PLC0415 (imports TensorFlow)
     from bert_trainer.errors import UserError  # noqa: PLC0415
 
     common.setup_logging()
@@ -106,21 +106,21 @@ def _checkpoint(model_dir: str, which: str) -> str:
     """The checkpoint prefix of --checkpoint ("latest", "best" or a prefix)."""
     import tensorflow as tf  # noqa: PLC0415
 
+    from bert_trainer.checkpoints import best, resume  # noqa: PLC0415
     from bert_trainer.errors import UserError  # noqa: PLC0415
-    from bert_trainer.training import checkpointing  # noqa: PLC0415
 
     if which == "latest":
-        prefix = checkpointing.latest_checkpoint(model_dir)
+        prefix = resume.latest_checkpoint(model_dir)
         if prefix is None:
             raise UserError(f"--model_dir={model_dir} holds no checkpoint; train it first")
         return prefix
     if which == "best":
-        prefix = tf.train.latest_checkpoint(os.path.join(model_dir, checkpointing.BEST_DIR))
+        prefix = tf.train.latest_checkpoint(os.path.join(model_dir, best.BEST_DIR))
         if prefix is None:
-            raise UserError(f"{model_dir} has no best checkpoint ({checkpointing.BEST_DIR}/ is "
+            raise UserError(f"{model_dir} has no best checkpoint ({best.BEST_DIR}/ is "
                             "empty: the run kept none); use --checkpoint=latest")
         return prefix
-    return checkpointing.resolve_checkpoint(which, "--checkpoint")
+    return resume.checkpoint_prefix(which, "--checkpoint")
 
 
 def evaluate(task, model_dir: str, prefix: str, strategy=None, *,
@@ -141,12 +141,12 @@ def evaluate(task, model_dir: str, prefix: str, strategy=None, *,
     Returns:
       ({metric: value}, the checkpoint's step).
     """
-    from bert_trainer import checkpoint_layout  # noqa: PLC0415
+    from bert_trainer.checkpoints import layout as checkpoint_layout  # noqa: PLC0415
+    from bert_trainer.checkpoints import resume  # noqa: PLC0415
     from bert_trainer.errors import UserError  # noqa: PLC0415
-    from bert_trainer.training import checkpointing  # noqa: PLC0415
     from bert_trainer.training.trainer import Trainer, TrainerConfig  # noqa: PLC0415
 
-    for path in dict.fromkeys((checkpointing.latest_checkpoint(model_dir), prefix)):
+    for path in dict.fromkeys((resume.latest_checkpoint(model_dir), prefix)):
         graph, _ = checkpoint_layout.read_object_graph(path)
         if checkpoint_layout.layout(graph) == checkpoint_layout.OBJECT_GRAPH:
             # The Trainer restores whole runs (optimizer included), which needs stable names.
@@ -161,8 +161,8 @@ def evaluate(task, model_dir: str, prefix: str, strategy=None, *,
         # other one is read over it.
         trainer = Trainer(task, run_dir, config=TrainerConfig(train_steps=1),
                           strategy=strategy or common.get_strategy())
-        if run_dir != model_dir or prefix != checkpointing.latest_checkpoint(model_dir):
-            checkpointing.restore(trainer.checkpoint, prefix, model_dir)
+        if run_dir != model_dir or prefix != resume.latest_checkpoint(model_dir):
+            resume.restore(trainer.checkpoint, prefix, model_dir)
         results, step = trainer.evaluate(), int(trainer.global_step.numpy())
     return results, step
 
@@ -176,7 +176,7 @@ def _report(task, model_dir: str, results: dict, step: int, prefix: str,
     """
     from bert_trainer.errors import storage_fault  # noqa: PLC0415
     from bert_trainer.tasks import finetuning  # noqa: PLC0415
-    from bert_trainer.training import checkpointing  # noqa: PLC0415
+    from bert_trainer.training import storage  # noqa: PLC0415
 
     print(f"bert-train evaluate: task {task.name}, checkpoint {prefix} (step {step})")
     width = max(map(len, results), default=0)
@@ -195,7 +195,7 @@ def _report(task, model_dir: str, results: dict, step: int, prefix: str,
                                              checkpoint=prefix)
         if predictions:
             path = os.path.join(model_dir, PREDICTIONS_FILE)
-            checkpointing.write_text_atomically(
+            storage.write_text_atomically(
                 path, json.dumps(predictions, indent=1, ensure_ascii=False))
     except Exception as e:  # noqa: BLE001 (only storage faults are translated)
         fault = storage_fault(e, writing="evaluation results", path=path)

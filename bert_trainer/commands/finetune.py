@@ -162,10 +162,8 @@ def _run_one(model_dir: str, label: str = "") -> int:
     """
     task = _build_task()
     _check_inputs(task)
-    _bind_run_length(task)
-    trainer, direct_init = _build_trainer(task, model_dir)
-    if direct_init:
-        task.initialize(trainer.model, FLAGS.init_checkpoint)
+    settings = _derive_settings(task)
+    trainer = _build_trainer(task, model_dir, settings)
     _print_warm_start(task, label)
     return _train_and_report(trainer, label)
 
@@ -176,7 +174,6 @@ def _run_seeds(model_dir: str, seeds: list[int], gin_files: list[str]) -> int:
     Each seed's run starts from the gin config parsed anew plus its seed bindings, in a fresh
     Keras session: nothing one seed binds or builds reaches the next.
     """
-    import gin  # noqa: PLC0415
 
     from bert_trainer.tasks import multi_seed  # noqa: PLC0415
 
@@ -187,8 +184,7 @@ def _run_seeds(model_dir: str, seeds: list[int], gin_files: list[str]) -> int:
         # What each seed's run checks before writing, checked once before anything is written.
         task = _build_task()
         _check_inputs(task)
-        _bind_run_length(task)
-        final_step = gin.query_parameter("TrainerConfig.train_steps")
+        final_step = _derive_settings(task).train_steps
         multi_seed.write_manifest(model_dir, config, seeds, previous)
         records = {}
         for seed in seeds:
@@ -329,52 +325,40 @@ def _check_inputs(task) -> None:
     task.raw_examples(task.eval_split)
 
 
-def _build_trainer(task, model_dir: str):
-    """The Trainer, with the run length, warmup and best metric derived from the task.
-
-    Returns:
-      (trainer, direct_init): direct_init is True when --init_checkpoint is a Hugging Face /
-      Google directory that this command (not the trainer, which reads TF checkpoints) must
-      load into the fresh model.
-    """
+def _derive_settings(task):
+    """The run length, warmup, best metric and warm start the flags and gin left to the task."""
     import gin  # noqa: PLC0415
+
+    from bert_trainer.tasks import run_settings  # noqa: PLC0415
+
+    bound = common.gin_is_bound("TrainerConfig.train_steps")
+    settings = run_settings.derive_settings(
+        task, train_steps=gin.query_parameter("TrainerConfig.train_steps") if bound else None,
+        best_metric_bound=common.gin_is_bound("TrainerConfig.best_metric"),
+        init_checkpoint=FLAGS.init_checkpoint)
+    task.run_settings = settings
+    return settings
+
+
+def _build_trainer(task, model_dir: str, settings):
+    """The Trainer, with the derived settings passed to its configs (gin is left as parsed).
+
+    Every format of --init_checkpoint warm-starts the same way: on a fresh run the trainer
+    calls `task.initialize`, which loads the checkpoint the task's encoder spec resolved.
+    """
+    import functools  # noqa: PLC0415
 
     from bert_trainer import configurables  # noqa: PLC0415
-    from bert_trainer.interop import formats  # noqa: PLC0415
-    from bert_trainer.training import checkpointing  # noqa: PLC0415
     from bert_trainer.training.trainer import Trainer  # noqa: PLC0415
 
-    init = FLAGS.init_checkpoint
-    direct_init = bool(init) and os.path.isdir(init) and \
-        formats.detect_format(init) != formats.BERT_TRAIN
-    if init and not direct_init:
-        gin.bind_parameter("TrainerConfig.init_checkpoint", init)
-    fresh = checkpointing.latest_checkpoint(model_dir) is None
-    trainer = Trainer(task, model_dir,
-                      config=common.build_configured(configurables.TrainerConfig,
-                                                     "TrainerConfig"),
-                      optimizer=common.build_configured(configurables.OptimizerConfig,
-                                                        "OptimizerConfig"),
-                      strategy=common.get_strategy())
-    return trainer, direct_init and fresh
+    def configured(configurable, what: str):
+        return common.build_configured(
+            functools.partial(configurable, **settings.arguments(what)), what)
 
-
-def _bind_run_length(task) -> None:
-    """Binds the run length, warmup and best metric that the flags left to the task."""
-    import gin  # noqa: PLC0415
-
-    if not common.gin_is_bound("TrainerConfig.train_steps"):
-        examples = task.num_train_rows()
-        steps = task.config.train_steps(examples)
-        logging.info("%d training rows x %g epochs / batch %d = %d steps", examples,
-                     task.config.num_epochs, task.config.train_batch_size, steps)
-        gin.bind_parameter("TrainerConfig.train_steps", steps)
-    warmup = task.config.warmup_steps(gin.query_parameter("TrainerConfig.train_steps"))
-    if warmup is not None:
-        gin.bind_parameter("OptimizerConfig.warmup_steps", warmup)
-    if not common.gin_is_bound("TrainerConfig.best_metric"):
-        gin.bind_parameter("TrainerConfig.best_metric", task.best_metric)
-        gin.bind_parameter("TrainerConfig.best_metric_mode", task.best_metric_mode)
+    return Trainer(task, model_dir,
+                   config=configured(configurables.TrainerConfig, "TrainerConfig"),
+                   optimizer=configured(configurables.OptimizerConfig, "OptimizerConfig"),
+                   strategy=common.get_strategy(), derived_bindings=settings.gin_bindings())
 
 
 def _print_warm_start(task, label: str = "") -> None:

@@ -210,7 +210,7 @@ def check_resume(model_dir: str, task: dict) -> None:
     Raises:
       UserError: naming the option, the stored value, the new one and the way out.
     """
-    from bert_trainer import model_dir as model_dir_lib  # noqa: PLC0415
+    from bert_trainer.checkpoints import model_dir as model_dir_lib  # noqa: PLC0415
 
     checkpoints = os.path.join(glob.escape(model_dir), f"{model_dir_lib.CHECKPOINT_NAME}-*.index")
     if not (os.path.isfile(os.path.join(model_dir, model_dir_lib.MODEL_INFO_FILE))

@@ -18,15 +18,16 @@ import os
 import tensorflow as tf
 from absl import logging
 
-from bert_trainer import checkpoint_layout, kernels, outputs
-from bert_trainer import model_dir as model_dir_lib
+from bert_trainer import kernels, outputs
+from bert_trainer.checkpoints import layout as checkpoint_layout
+from bert_trainer.checkpoints import model_dir as model_dir_lib
+from bert_trainer.checkpoints.best import BEST_DIR
 from bert_trainer.data import windows
 from bert_trainer.errors import UserError
 from bert_trainer.export.serving import ClassifierServing, EncoderServing, ServingModule
 from bert_trainer.export.squad_serving import SquadServing
 from bert_trainer.export.tagging_serving import TaggerServing
 from bert_trainer.models import BertClassifier, BertSpanLabeler, BertTokenClassifier
-from bert_trainer.training.checkpointing import BEST_DIR
 
 ENCODER_FAMILIES = (None, "pretraining")
 TASK_FAMILIES = ("classification", "regression", "squad", "tagging")

@@ -1,15 +1,18 @@
 """Published BERT checkpoints in and out: Hugging Face, Google TF1, and the bert-train layout.
 
-`read_checkpoint(path)` detects the format of a Hugging Face or Google TF1 directory and returns
-a validated `BertCheckpoint` in the reference (Google) layout; `hf.write_hf` writes one back.
-Mapping that layout onto Keras layers lives in `bert_trainer.encoders.pretrained`.
+`resolve_checkpoint(path)` (`resolve.py`) detects the format of any checkpoint once and gives
+its encoder config, vocabulary and a loader; `from_pretrained(path)` builds and loads an encoder
+with it. `read_checkpoint(path)` reads a Hugging Face or Google TF1 directory into a validated
+`BertCheckpoint` in the reference (Google) layout; `hf.write_hf` writes one back. Mapping that
+layout onto Keras layers lives in `pretrained.py`.
 """
 
 from bert_trainer.errors import UserError
 from bert_trainer.interop import formats, hf, tf1
 from bert_trainer.interop.formats import BertCheckpoint, BertConfig, detect_format
 
-__all__ = ["BertCheckpoint", "BertConfig", "detect_format", "read_checkpoint"]
+__all__ = ["BertCheckpoint", "BertConfig", "ResolvedCheckpoint", "detect_format",
+           "from_pretrained", "read_checkpoint", "resolve_checkpoint"]
 
 
 def read_checkpoint(path: str, *, allow_pickle: bool = False) -> BertCheckpoint:
@@ -24,7 +27,7 @@ def read_checkpoint(path: str, *, allow_pickle: bool = False) -> BertCheckpoint:
 
     Raises:
       UserError: unknown layout, missing files, or config/weights/vocab that do not fit; a
-        bert-train model directory (restore it with `bert_trainer.model_dir` instead).
+        bert-train model directory (read it with `resolve_checkpoint` instead).
     """
     kind = detect_format(path, allow_pickle=allow_pickle)
     if kind == formats.HF:
@@ -32,4 +35,12 @@ def read_checkpoint(path: str, *, allow_pickle: bool = False) -> BertCheckpoint:
     if kind == formats.TF1:
         return tf1.read_tf1(path)
     raise UserError(f"{path} is a bert-train model directory, not a Hugging Face or Google "
-                    "checkpoint; load it with bert_trainer.encoders.from_pretrained")
+                    "checkpoint; load it with bert_trainer.interop.from_pretrained")
+
+
+# Imported last: resolve.py reads the modules above through this package.
+from bert_trainer.interop.resolve import (  # noqa: E402
+    ResolvedCheckpoint,
+    from_pretrained,
+    resolve_checkpoint,
+)

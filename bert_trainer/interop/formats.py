@@ -14,8 +14,8 @@ import os
 
 import numpy as np
 
+from bert_trainer.checkpoints.model_dir import MODEL_INFO_FILE
 from bert_trainer.errors import UserError
-from bert_trainer.model_dir import MODEL_INFO_FILE
 
 BERT_TRAIN, HF, TF1 = "bert_train", "hf", "tf1"
 FORMATS = (BERT_TRAIN, HF, TF1)

@@ -26,9 +26,9 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from bert_trainer import checkpoint_layout
 from bert_trainer import features as F
 from bert_trainer.errors import UserError
+from bert_trainer.interop import resolve
 
 
 class Task(abc.ABC):
@@ -139,7 +139,7 @@ class Task(abc.ABC):
         del gathered
         return {}
 
-    def initialize(self, model: keras.Model, init_checkpoint: str) -> None:
+    def initialize(self, model: keras.Model, init_checkpoint) -> None:
         """Warm starts `model` from a pretrained checkpoint (fresh runs only).
 
         The default restores the whole model and requires every model variable to be found;
@@ -148,15 +148,17 @@ class Task(abc.ABC):
 
         Args:
             model: the model from `build_model`.
-            init_checkpoint: a checkpoint prefix (the trainer resolves directories).
+            init_checkpoint: an `interop.resolve.ResolvedCheckpoint`, or a path to resolve (a
+                checkpoint prefix or a directory).
         """
+        checkpoint = resolve.as_resolved(init_checkpoint)
         try:
-            checkpoint_layout.restore_model(model, init_checkpoint)
+            checkpoint.restore_model(model)
         except UserError as e:
-            raise UserError(f"--init_checkpoint={init_checkpoint} does not fit task "
+            raise UserError(f"--init_checkpoint={checkpoint.path} does not fit task "
                             f"{self.name!r}'s model ({e})") from None
         logging.info("Initialized all %d model variables from %s", len(model.variables),
-                     init_checkpoint)
+                     checkpoint.path)
 
     def check_resume(self, model_dir: str) -> None:
         """Raises a UserError when `model_dir` was trained as something this task is not.

@@ -5,12 +5,14 @@ three families (`classification.py`, `question_answering.py`, `tagging.py`) subc
 `FinetuningTask` and add the head, the losses and the metrics; this module owns the parts
 that do not depend on the head:
 
-- `EncoderSpec`: how to build the encoder (its config, read from the `--init_checkpoint`'s
-  model info or built from gin) and which vocabulary tokenizes for it. The spec is checked
+- `EncoderSpec`: how to build the encoder (its config, read from the resolved
+  `--init_checkpoint`, see `interop.resolve`, or built from gin) and which vocabulary
+  tokenizes for it. The spec is checked
   against the vocabulary and the sequence length up front, before anything is trained.
 - `DataConfig` / `FinetuneConfig`: where examples come from and the few hyperparameters every
   family shares (gin configures `FinetuneConfig`).
-- `initialize`: warm-starts the encoder only (the head stays initialized) and logs both.
+- `initialize`: warm-starts the encoder only, through the resolved checkpoint's loader (the
+  head stays initialized), and logs both.
 - `write_model_info`: `bert_train.json` + vocab, with the task description an export needs.
 """
 
@@ -24,13 +26,13 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from absl import logging
 
-from bert_trainer import model_dir as model_dir_lib
+from bert_trainer.checkpoints import model_dir as model_dir_lib
 from bert_trainer.data import sources
 from bert_trainer.data.task_data import TaskData
 from bert_trainer.data.tokenizer import Tokenizer
-from bert_trainer.encoders import pretrained
 from bert_trainer.errors import UserError, require_positive_ints
-from bert_trainer.interop import formats
+from bert_trainer.interop import resolve
+from bert_trainer.interop.resolve import ResolvedCheckpoint
 from bert_trainer.tasks.base import Task
 
 EVAL_RESULTS_FILE = "eval_results.json"
@@ -50,6 +52,7 @@ class EncoderSpec:
       vocab_file: the WordPiece vocabulary.
       lower_case: whether the vocabulary expects lower-cased, accent-stripped text.
       source: where the config came from, named in error messages.
+      checkpoint: the pretrained checkpoint the config was read from (None: built from gin).
     """
 
     registered_name: str
@@ -57,6 +60,8 @@ class EncoderSpec:
     vocab_file: str
     lower_case: bool
     source: str
+    checkpoint: ResolvedCheckpoint | None = dataclasses.field(default=None, compare=False,
+                                                              repr=False)
 
     @property
     def vocab_size(self) -> int:
@@ -84,47 +89,32 @@ def _spec(encoder_class: str, registered_name: str | None, config: dict, vocab_f
                        os.path.abspath(vocab_file), bool(lower_case), source)
 
 
-def spec_from_checkpoint(path: str, *, vocab_file: str | None = None,
-                         lower_case: bool | None = None,
+def spec_from_checkpoint(checkpoint: str | ResolvedCheckpoint, *,
+                         vocab_file: str | None = None, lower_case: bool | None = None,
                          flag: str = "--init_checkpoint") -> EncoderSpec:
-    """The encoder of a pretrained checkpoint directory (bert-train, Hugging Face or Google TF1).
+    """The encoder of a pretrained checkpoint (bert-train, Hugging Face or Google TF1).
 
     Args:
-      path: the `--init_checkpoint` directory (the format is detected), or a checkpoint prefix
-        in a bert-train model directory.
+      checkpoint: a `ResolvedCheckpoint`, or the path to resolve: a model directory (the
+        format is detected) or a checkpoint prefix in a bert-train model directory.
       vocab_file: overrides the checkpoint's vocabulary.
       lower_case: overrides the checkpoint's casing.
       flag: the flag named in error messages.
 
     Returns:
-      The `EncoderSpec`.
+      The `EncoderSpec`; its `checkpoint` is the resolved checkpoint, which `initialize`
+      warm-starts from without reading it again.
 
     Raises:
       UserError: no such directory, an unknown layout, or no vocabulary.
     """
-    prefix = None
-    if os.path.isfile(path + ".index"):  # A checkpoint prefix: its directory holds the info.
-        prefix, path = path, os.path.dirname(path) or "."
-    elif not os.path.exists(path):
-        raise UserError(f"{flag}={path} does not exist; pass a bert-train model directory (or "
-                        "a Hugging Face / Google BERT directory)")
-    elif not os.path.isdir(path):
-        raise UserError(f"{flag}={path} is a file; pass its model directory")
-    kind = formats.detect_format(path)
-    if prefix and kind != formats.BERT_TRAIN:  # Google's: read whole, as a directory.
-        raise UserError(f"{flag}={prefix}: a Google BERT checkpoint is read from its "
-                        f"directory; pass {flag}={path}")
-    if kind == formats.BERT_TRAIN:
-        info = model_dir_lib.read_model_info(path)
-        return _spec(info.encoder_class, info.registered_name, info.encoder_config,
-                     vocab_file or info.vocab_file,
-                     info.lower_case if lower_case is None else lower_case, f"{flag}={path}")
-    # Hugging Face / Google: read (and validate) it once to learn the architecture.
-    loaded = pretrained.from_pretrained(path)
-    encoder = loaded.encoder
-    return _spec(type(encoder).__name__, keras.saving.get_registered_name(type(encoder)),
-                 encoder.get_config(), vocab_file or loaded.vocab_file,
-                 loaded.lower_case if lower_case is None else lower_case, f"{flag}={path}")
+    if isinstance(checkpoint, str):
+        checkpoint = resolve.resolve_checkpoint(checkpoint, flag=flag)
+    spec = _spec(checkpoint.encoder_class, checkpoint.registered_name,
+                 checkpoint.encoder_config, vocab_file or checkpoint.vocab_file,
+                 checkpoint.lower_case if lower_case is None else lower_case,
+                 f"{flag}={checkpoint.directory}")
+    return dataclasses.replace(spec, checkpoint=checkpoint)
 
 
 def spec_from_encoder(encoder: keras.Model, *, vocab_file: str | None,
@@ -243,6 +233,8 @@ class FinetuningTask(Task):
       tokenizer: the `Tokenizer` of `encoder.vocab_file`.
       model: the model `build_model` built last (None before).
       warm_start_report: {"loaded", "initialized"} variable paths of the last `initialize`.
+      run_settings: the `run_settings.RunSettings` the command derived (None: none), written
+        to bert_train.json.
     """
 
     family: str = ""
@@ -275,6 +267,7 @@ class FinetuningTask(Task):
                             "trained with")
         self.model = None
         self.warm_start_report = None
+        self.run_settings = None
 
     @classmethod
     def families(cls) -> tuple[str, ...]:
@@ -291,27 +284,34 @@ class FinetuningTask(Task):
         """The task model around a freshly built `encoder` (it must expose `.encoder`)."""
         raise NotImplementedError
 
-    def initialize(self, model: keras.Model, init_checkpoint: str) -> None:
+    def initialize(self, model: keras.Model,
+                   init_checkpoint: str | ResolvedCheckpoint) -> None:
         """Loads the encoder's weights from a pretrained checkpoint; the head stays initialized.
 
         Args:
           model: the model from `build_model`.
-          init_checkpoint: a checkpoint prefix or a bert-train / Hugging Face / Google
-            directory.
+          init_checkpoint: a `ResolvedCheckpoint`, or a path: the checkpoint the encoder spec
+            was read from is not read again; any other is resolved (any format, or a prefix).
         """
-        if os.path.isdir(init_checkpoint):
-            report = pretrained.load_pretrained_weights(init_checkpoint, encoder=model.encoder)
-        else:
-            report = model_dir_lib.restore_pretrained(init_checkpoint, encoder=model.encoder)
+        checkpoint = self._resolved(init_checkpoint)
+        report = checkpoint.load(encoder=model.encoder)
         encoder_ids = {id(v) for v in model.encoder.weights}
         head = [v.path for v in model.weights if id(v) not in encoder_ids]
         missing = (f"{len(report['initialized'])} encoder variables the checkpoint lacks "
                    f"{report['initialized']} and " if report["initialized"] else "")
         logging.info("Warm start from %s: loaded %d encoder variables; left initialized: "
-                     "%sthe %d head variables %s", init_checkpoint, len(report["loaded"]),
+                     "%sthe %d head variables %s", checkpoint.path, len(report["loaded"]),
                      missing, len(head), head)
         self.warm_start_report = {"loaded": report["loaded"],
                                   "initialized": report["initialized"] + head}
+
+    def _resolved(self, init_checkpoint) -> ResolvedCheckpoint:
+        if isinstance(init_checkpoint, ResolvedCheckpoint):
+            return init_checkpoint
+        spec_checkpoint = self.encoder_spec.checkpoint
+        if spec_checkpoint is not None and spec_checkpoint.path == init_checkpoint:
+            return spec_checkpoint
+        return resolve.as_resolved(init_checkpoint)
 
     # -- data ------------------------------------------------------------------------------
 
@@ -406,9 +406,11 @@ class FinetuningTask(Task):
     def write_model_info(self, model_dir: str) -> None:
         if self.model is None:
             raise RuntimeError("write_model_info: build_model was not called")
+        settings = self.run_settings.to_json() if self.run_settings is not None else None
         model_dir_lib.write_model_info(
             model_dir, self.model.encoder, vocab_file=self.encoder_spec.vocab_file,
-            lower_case=self.encoder_spec.lower_case, task=self.task_info())
+            lower_case=self.encoder_spec.lower_case, task=self.task_info(),
+            run_settings=settings)
 
 
 def write_eval_results(model_dir: str, task: FinetuningTask, metrics: dict[str, float], *,

@@ -16,11 +16,12 @@ from keras import ops
 
 from bert_trainer import features as F
 from bert_trainer import losses as losses_lib
-from bert_trainer import model_dir as model_dir_lib
+from bert_trainer.checkpoints import model_dir as model_dir_lib
 from bert_trainer.data import pretraining_pipeline
 from bert_trainer.data.masking import MaskingVocab
 from bert_trainer.data.tokenizer import Tokenizer, load_vocab
 from bert_trainer.errors import UserError
+from bert_trainer.interop import resolve
 from bert_trainer.models import (
     MLM_LOGITS,
     MLM_ROW_LOGITS,
@@ -243,13 +244,18 @@ class PretrainingTask(Task):
 
     # ----------------------------------------------------------------- warm start, export
 
-    def initialize(self, model: BertPretrainer, init_checkpoint: str) -> None:
-        """Warm starts the encoder and whichever pretraining heads the checkpoint holds."""
-        report = model_dir_lib.restore_pretrained(
-            init_checkpoint, encoder=model.encoder, masked_lm=model.masked_lm,
-            next_sentence=model.next_sentence)
+    def initialize(self, model: BertPretrainer, init_checkpoint) -> None:
+        """Warm starts the encoder and whichever pretraining heads the checkpoint holds.
+
+        Args:
+          model: the model from `build_model`.
+          init_checkpoint: an `interop.resolve.ResolvedCheckpoint` or a path to resolve.
+        """
+        checkpoint = resolve.as_resolved(init_checkpoint)
+        report = checkpoint.load(encoder=model.encoder, masked_lm=model.masked_lm,
+                                 next_sentence=model.next_sentence)
         logging.info("Warm start from %s: loaded %d variables, left %d initialized%s",
-                     init_checkpoint, len(report["loaded"]), len(report["initialized"]),
+                     checkpoint.path, len(report["loaded"]), len(report["initialized"]),
                      f" ({', '.join(report['initialized'])})" if report["initialized"] else "")
 
     def _task_info(self) -> dict:

@@ -4,7 +4,6 @@
     config.py        TrainerConfig, RunResult, NonFiniteError
     train_step.py    TrainStep: the compiled step (accumulation, all-reduce, NaN guard, clipping)
     optimization.py  OptimizerConfig, AdamW/LAMB/SGD, warmup + polynomial decay, precision
-    checkpointing.py resume, integrity checks and fallback, architecture checks, best checkpoint
     preemption.py    clean stops on SIGTERM/SIGINT (one worker, or PreemptionCheckpointHandler)
     summaries.py     TensorBoard, operative gin config, progress line
     throughput.py    model FLOPs per example, matmul peak, examples/tokens/s, MFU, padding
@@ -13,6 +12,8 @@
     determinism.py   seeds and deterministic ops
     run_lock.py      one run per model_dir: the lock file naming its holder, stale ones taken over
     storage.py       writes that fail cleanly on a full disk or a refused write (no partial files)
+
+Resuming, checkpoint integrity and the best checkpoint live in `bert_trainer.checkpoints`.
 """
 
 from bert_trainer.errors import Preempted

@@ -53,7 +53,8 @@ class TrainerConfig:
         mixed_precision: None (float32), "bfloat16" or "float16" (with loss scaling).
         seed: seeds weights, dropout and data order.
         deterministic_ops: make every op deterministic (process-wide; slower on GPU).
-        init_checkpoint: warm-start checkpoint (prefix or directory), used on fresh runs only.
+        init_checkpoint: warm-start checkpoint, used on fresh runs only: a bert-train, Hugging
+            Face or Google directory, or a TF checkpoint prefix (`Task.initialize` loads it).
         nonfinite_policy: on a NaN/Inf loss or gradient norm, "stop" (raise NonFiniteError)
             or "rollback" (restore the last good checkpoint and skip the step's batches).
         max_rollbacks: how many rollbacks a run may make (the checkpointed count of skipped

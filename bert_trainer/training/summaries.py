@@ -60,7 +60,7 @@ class SummaryWriter:
 
 
 def write_operative_config(model_dir: str, writer: SummaryWriter | None = None,
-                           step: int = 0) -> str:
+                           step: int = 0, derived=()) -> str:
     """Writes gin's operative config to `model_dir/operative_config.gin` and to TensorBoard.
 
     The operative config lists every gin parameter that the run actually used (defaults
@@ -71,11 +71,16 @@ def write_operative_config(model_dir: str, writer: SummaryWriter | None = None,
         model_dir: the run directory.
         writer: where the text summary goes (None: file only).
         step: the step the text summary is recorded at.
+        derived: binding lines of settings the command derived and passed as arguments
+            (gin does not list those); appended under a header comment.
 
     Returns:
         The config text (empty when nothing was configured with gin).
     """
     config = gin.operative_config_str()
+    if derived:
+        header = "# Derived by the command (passed as arguments, not bound in gin):"
+        config = "\n".join([config.rstrip("\n"), "", header, *derived]).lstrip("\n") + "\n"
     tf.io.gfile.makedirs(model_dir)
     storage.write_text_atomically(os.path.join(model_dir, OPERATIVE_CONFIG_FILE), config)
     if writer is not None:

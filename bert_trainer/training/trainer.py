@@ -20,7 +20,7 @@ compute).
 Robustness:
 * Stop signals (SIGTERM, SIGINT; `preemption.py`): the loop ends after the current step, a
   checkpoint is written at that step, TensorBoard is flushed and `Preempted` is raised.
-* Checkpoint integrity (`checkpointing.restore_latest`): a missing, truncated or corrupted
+* Checkpoint integrity (`checkpoints.resume.restore_latest`): a missing, truncated or corrupted
   latest checkpoint is reported in one log line and the previous one is restored instead.
 * NaN/Inf (`nonfinite_policy`): "stop" raises `NonFiniteError`; "rollback" restores the last
   good checkpoint and drops the refused step's input (`rollback.py` has the protocol).
@@ -43,11 +43,11 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from bert_trainer.checkpoints import best, resume
 from bert_trainer.errors import UserError
 from bert_trainer.tasks.base import Task
 from bert_trainer.training import (
     batch_fit,
-    checkpointing,
     determinism,
     optimization,
     preemption,
@@ -78,18 +78,23 @@ class Trainer:
         config: the loop settings.
         optimizer: the optimizer settings.
         strategy: a `tf.distribute` strategy (default: the current/default one).
+        derived_bindings: settings the command derived and passed in `config`/`optimizer`
+            rather than through gin (e.g. "TrainerConfig.train_steps = 120" from epochs),
+            as gin binding lines: operative_config.gin ends with them, so it repeats the run.
     """
 
     def __init__(self, task: Task, model_dir: str, *, config: TrainerConfig,
                  optimizer: optimization.OptimizerConfig | None = None,
-                 strategy: tf.distribute.Strategy | None = None):
+                 strategy: tf.distribute.Strategy | None = None,
+                 derived_bindings: tuple[str, ...] = ()):
         self.task = task
+        self.derived_bindings = tuple(derived_bindings)
         self.model_dir = model_dir
         self.config = config
         self.optimizer_config = optimizer or optimization.OptimizerConfig()
         self.strategy = strategy or tf.distribute.get_strategy()
         self.is_chief = strategies.is_chief(self.strategy)
-        checkpointing.check_model_dir(model_dir)
+        resume.check_model_dir(model_dir)
         self._write_dir = strategies.write_dir(model_dir, self.strategy)
         determinism.set_seed(config.seed)
         if config.deterministic_ops:
@@ -136,7 +141,7 @@ class Trainer:
         # that a resumed run draws the same dropout masks as an uninterrupted one.
         seed_states = [v for v in self.model.non_trainable_variables
                        if v.path.endswith("seed_generator_state")]
-        self.checkpoint = tf.train.Checkpoint(model=checkpointing.model_trackable(self.model),
+        self.checkpoint = tf.train.Checkpoint(model=resume.model_trackable(self.model),
                                               optimizer=self.optimizer,
                                               step=self.global_step, seed_states=seed_states,
                                               skipped_steps=self.skipped_steps)
@@ -147,10 +152,10 @@ class Trainer:
         self._peak_flops: float | None = None  # all replicas, measured at the first run
         self._best = None
         if cfg.best_metric:
-            self._best = checkpointing.BestCheckpointKeeper(
-                self.checkpoint, os.path.join(self._write_dir, checkpointing.BEST_DIR),
+            self._best = best.BestCheckpointKeeper(
+                self.checkpoint, os.path.join(self._write_dir, best.BEST_DIR),
                 cfg.best_metric, cfg.best_metric_mode,
-                previous_dir=os.path.join(self.model_dir, checkpointing.BEST_DIR))
+                previous_dir=os.path.join(self.model_dir, best.BEST_DIR))
 
     def _plan_batch(self) -> batch_fit.BatchPlan | None:
         """The batch plan when batch fitting is on (None: the task's batch is the input's)."""
@@ -166,14 +171,14 @@ class Trainer:
         return plan
 
     def _restore_or_initialize(self) -> None:
-        latest = checkpointing.restore_latest(self.checkpoint, self.model_dir)
+        latest = resume.restore_latest(self.checkpoint, self.model_dir)
         if latest:
             self._saved = (int(self.global_step.numpy()), latest)
             logging.info("Resuming at step %d from %s%s", int(self.global_step.numpy()), latest,
                          " (init_checkpoint ignored)" if self.config.init_checkpoint else "")
         elif self.config.init_checkpoint:
-            path = checkpointing.resolve_checkpoint(self.config.init_checkpoint)
-            self.task.initialize(self.model, path)
+            # The task resolves the path (any format) or reuses the checkpoint it was built from.
+            self.task.initialize(self.model, self.config.init_checkpoint)
 
     # ------------------------------------------------------------------------------ input
 
@@ -329,7 +334,8 @@ class Trainer:
                 batch_fit.write_cached(self.model_dir, self._plan_key, plan)
         # Everything gin configures (task, model, optimizer, input) has been built by now.
         with self._storage("the operative config", self.model_dir):
-            summaries.write_operative_config(self.model_dir, self._train_writer, step)
+            summaries.write_operative_config(self.model_dir, self._train_writer, step,
+                                             derived=self.derived_bindings)
 
     def _storage(self, writing: str, path: str):
         """`storage.guard` naming the checkpoint a rerun resumes from."""
@@ -387,7 +393,7 @@ class Trainer:
             NonFiniteError: `error` again, when the policy is "stop" or rollbacks are used up.
         """
         def restore():
-            path = checkpointing.restore_latest(self.checkpoint, self.model_dir)
+            path = resume.restore_latest(self.checkpoint, self.model_dir)
             return path, int(self.global_step.numpy())
 
         self._saved = self._rollbacks.plan(error, restore)

@@ -1,4 +1,4 @@
-"""Published BERT weights for `BertEncoder`: `from_pretrained(path)` and the weight mapping.
+"""The mapping between `BertEncoder` weights and the reference (Google BERT) names.
 
 The mapping pairs each reference name of `bert_trainer.interop.formats` (google-research/bert
 names) with a Keras variable. Keras' MultiHeadAttention keeps per-head kernels,
@@ -7,91 +7,32 @@ the reference `[hidden, hidden]` kernels reshaped (heads are contiguous column b
 so loading is a reshape; only Google's NSP `output_weights` `[2, hidden]` is transposed.
 Heads are passed in by the caller (this module imports none) and read by attribute:
 MaskedLM `dense`, `layer_norm`, `bias`; the NSP ClassificationHead `dense`.
+Reading a checkpoint of any format into an encoder is `resolve.py` (`from_pretrained`).
 """
-
-import dataclasses
 
 import keras
 import numpy as np
 
-from bert_trainer import model_dir
 from bert_trainer.encoders.bert_encoder import BertEncoder
 from bert_trainer.errors import UserError
-from bert_trainer.interop import formats, read_checkpoint
-
-# Arguments that change no weight shape, so they may differ from the checkpoint's.
-OVERRIDABLE = ("output_dropout", "attention_dropout", "output_range", "dtype", "name")
+from bert_trainer.interop import formats
 
 
-@dataclasses.dataclass
-class PretrainedEncoder:
-    """What `from_pretrained` returns.
-
-    Attributes:
-      encoder: the `BertEncoder`, weights loaded.
-      vocab_file: absolute path of its WordPiece vocabulary, or None if the source had none.
-      lower_case: whether that vocabulary expects lower-cased, accent-stripped text.
-      format: the detected source format, one of `formats.FORMATS`.
-      checkpoint: the source weights in the reference layout (Hugging Face / Google sources;
-        None for a bert-train directory), e.g. for `interop.parity`.
-      initialized: encoder variables the source lacked (e.g. a pooler-less HF checkpoint).
-    """
-
-    encoder: BertEncoder
-    vocab_file: str | None
-    lower_case: bool
-    format: str
-    checkpoint: formats.BertCheckpoint | None = None
-    initialized: list[str] = dataclasses.field(default_factory=list)
-
-
-def from_pretrained(path: str, *, allow_pickle: bool = False, **overrides) -> PretrainedEncoder:
-    """Builds a `BertEncoder` from a checkpoint directory and loads its weights.
-
-    Args:
-      path: a bert-train model directory, a Hugging Face BERT directory (config.json +
-        model.safetensors [+ vocab.txt]) or a Google TF1 directory (bert_config.json +
-        bert_model.ckpt.* + vocab.txt); the format is detected.
-      allow_pickle: accept a Hugging Face pytorch_model.bin (needs torch).
-      **overrides: BertEncoder arguments that change no weight shape (see OVERRIDABLE),
-        e.g. `output_dropout=0.0` or `dtype="mixed_bfloat16"`.
-
-    Returns:
-      A `PretrainedEncoder`.
-
-    Raises:
-      UserError: unknown layout, missing files, mismatched config / weights / vocabulary.
-    """
-    unknown = sorted(set(overrides) - set(OVERRIDABLE))
-    if unknown:
-        raise UserError(f"from_pretrained: {unknown} would change the architecture read from "
-                        f"{path}; only {list(OVERRIDABLE)} may be overridden")
-    kind = formats.detect_format(path, allow_pickle=allow_pickle)
-    if kind == formats.BERT_TRAIN:
-        info = model_dir.read_model_info(path)
-        config = {**info.encoder_config, **overrides}
-        encoder = model_dir.build_encoder(dataclasses.replace(info, encoder_config=config))
-        result = model_dir.restore_pretrained(path, encoder=encoder)
-        return PretrainedEncoder(encoder, info.vocab_file, info.lower_case, kind,
-                                 initialized=result["initialized"])
-    ckpt = read_checkpoint(path, allow_pickle=allow_pickle)
-    encoder = encoder_from_config(ckpt.config, **overrides)
-    loaded = load_reference_weights(encoder, ckpt.weights)
-    initialized = [v.path for v in encoder.weights if v.path not in loaded]
-    return PretrainedEncoder(encoder, ckpt.vocab_file, ckpt.lower_case, kind, ckpt, initialized)
-
-
-def encoder_from_config(config: formats.BertConfig, **overrides) -> BertEncoder:
-    """A freshly initialized `BertEncoder` with the architecture of `config`."""
-    return BertEncoder(
+def encoder_arguments(config: formats.BertConfig) -> dict:
+    """The `BertEncoder` arguments (JSON-ready, as `get_config()` gives them) of `config`."""
+    initializer = keras.initializers.TruncatedNormal(stddev=config.initializer_range)
+    return dict(
         vocab_size=config.vocab_size, hidden_size=config.hidden_size,
         num_layers=config.num_layers, num_attention_heads=config.num_attention_heads,
         max_sequence_length=config.max_sequence_length, type_vocab_size=config.type_vocab_size,
         inner_dim=config.inner_dim, inner_activation=config.inner_activation,
-        output_dropout=overrides.pop("output_dropout", config.output_dropout),
-        attention_dropout=overrides.pop("attention_dropout", config.attention_dropout),
-        initializer=keras.initializers.TruncatedNormal(stddev=config.initializer_range),
-        norm_epsilon=config.norm_epsilon, **overrides)
+        output_dropout=config.output_dropout, attention_dropout=config.attention_dropout,
+        initializer=keras.initializers.serialize(initializer), norm_epsilon=config.norm_epsilon)
+
+
+def encoder_from_config(config: formats.BertConfig, **overrides) -> BertEncoder:
+    """A freshly initialized `BertEncoder` with the architecture of `config`."""
+    return BertEncoder(**{**encoder_arguments(config), **overrides})
 
 
 def bert_config(encoder: BertEncoder) -> formats.BertConfig:
@@ -181,33 +122,3 @@ def reference_weights(encoder: BertEncoder, *, masked_lm=None,
         array = array.reshape(shape)
         weights[name] = np.ascontiguousarray(array.T if transpose else array)
     return weights
-
-
-def load_pretrained_weights(path: str, *, encoder: BertEncoder, masked_lm=None,
-                            next_sentence=None, allow_pickle: bool = False) -> dict:
-    """Warm-starts a built encoder (and heads) from a checkpoint directory of any format.
-
-    For fine-tuning (`--init_checkpoint`): a bert-train directory is restored with
-    `model_dir.restore_pretrained`; a Hugging Face / Google directory must describe the
-    same architecture as `encoder` (UserError naming the first differing size).
-
-    Returns:
-      {"loaded": variable paths restored, "initialized": variable paths left as they were}.
-    """
-    if formats.detect_format(path, allow_pickle=allow_pickle) == formats.BERT_TRAIN:
-        return model_dir.restore_pretrained(path, encoder=encoder, masked_lm=masked_lm,
-                                            next_sentence=next_sentence)
-    ckpt = read_checkpoint(path, allow_pickle=allow_pickle)
-    ours = bert_config(encoder)
-    for field in ("vocab_size", "hidden_size", "num_layers", "num_attention_heads", "inner_dim",
-                  "max_sequence_length", "type_vocab_size", "inner_activation"):
-        if getattr(ours, field) != getattr(ckpt.config, field):
-            raise UserError(f"{ckpt.config_file} has {field}={getattr(ckpt.config, field)} but "
-                            f"the encoder has {field}={getattr(ours, field)}; build the encoder "
-                            "with from_pretrained or match its config")
-    loaded = set(load_reference_weights(encoder, ckpt.weights, masked_lm=masked_lm,
-                                        next_sentence=next_sentence))
-    parts = [p for p in (encoder, masked_lm, next_sentence) if p is not None]
-    paths = list(dict.fromkeys(v.path for p in parts for v in p.weights))
-    return {"loaded": [p for p in paths if p in loaded],
-            "initialized": [p for p in paths if p not in loaded]}

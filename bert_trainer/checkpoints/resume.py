@@ -1,17 +1,15 @@
-"""Checkpoints a user can trust: resume, architecture checks, and the best checkpoint kept apart.
+"""Resuming a run: which checkpoint of a model_dir to restore, and refusing a wrong one.
 
 Layout of a `model_dir`:
     checkpoint              text proto naming the latest `ckpt-<step>` (TensorFlow's)
     ckpt-<step>.index/.data-*   the last `max_checkpoints` checkpoints (model, optimizer, step)
-    best/ckpt-<step>.*      the checkpoint with the best eval metric so far
-    best/best_metric.json   {"metric", "mode", "value", "step", "checkpoint", "metrics"}
+    best/                   the best checkpoint by an eval metric (`best.py`)
 
 A checkpoint is never half-published. `tf.train.CheckpointManager.save` first writes the
 tensor files (TensorFlow's V2 saver writes shards to a temporary prefix and merges them into
 `ckpt-N.index` last), and only then, from a write callback, rewrites the `checkpoint` file with
 `file_io.atomic_write_string_to_file` (write a temp file, rename). A crash mid-save therefore
-leaves `checkpoint` naming the previous, complete checkpoint. `best_metric.json` is written the
-same way (temp file, rename) after its checkpoint.
+leaves `checkpoint` naming the previous, complete checkpoint.
 
 Integrity: a restart takes the newest checkpoint the `checkpoint` file lists that passes
 `checkpoint_problem` (its .index parses, its .data shards exist and are long enough) and that
@@ -20,13 +18,12 @@ reported in one log line, and so is the one used instead (`restore_latest`).
 
 Names: the root holds `model=model_trackable(model)`, which saves every model weight under a
 stable name derived from its Keras path (`model/encoder/transformer_layer_0/...`, see
-`bert_trainer.checkpoint_layout`), so a change to the encoder's code that reorders its
-internal operations neither breaks nor silently misassigns a restore. Checkpoints in the
-older object-graph layout cannot be resumed (their run must finish with the bert-train that
-started it) but still warm-start a new run (`--init_checkpoint`).
+`layout.py`), so a change to the encoder's code that reorders its internal operations neither
+breaks nor silently misassigns a restore. Checkpoints in the older object-graph layout cannot
+be resumed (their run must finish with the bert-train that started it) but still warm-start a
+new run (`--init_checkpoint`).
 """
 
-import json
 import math
 import os
 
@@ -34,15 +31,12 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from bert_trainer import checkpoint_layout
-from bert_trainer.checkpoint_layout import model_trackable  # noqa: F401 (the trainer's root)
+from bert_trainer.checkpoints import layout
+from bert_trainer.checkpoints.layout import model_trackable  # noqa: F401 (the trainer's root)
 from bert_trainer.errors import UserError
-from bert_trainer.training import storage
 
 _OBJECT_GRAPH = "_CHECKPOINTABLE_OBJECT_GRAPH"
 _IGNORED_KEYS = (_OBJECT_GRAPH, "save_counter/.ATTRIBUTES/VARIABLE_VALUE")
-BEST_DIR = "best"
-BEST_METRIC_FILE = "best_metric.json"
 
 
 def check_model_dir(model_dir: str) -> None:
@@ -68,7 +62,7 @@ def check_model_dir(model_dir: str) -> None:
                         "directory")
 
 
-def resolve_checkpoint(path: str, what: str = "--init_checkpoint") -> str:
+def checkpoint_prefix(path: str, what: str = "--init_checkpoint") -> str:
     """Turns a checkpoint prefix or a directory into a checkpoint prefix.
 
     Args:
@@ -272,17 +266,17 @@ def check_compatible(checkpoint: tf.train.Checkpoint, path: str, model_dir: str)
         path: the checkpoint prefix to compare with.
         model_dir: named in the message.
     """
-    checkpoint_layout.refuse_resume_across_layouts(checkpoint, path, model_dir)
+    layout.refuse_resume_across_layouts(checkpoint, path, model_dir)
     stored = {k: tuple(s) for k, s in tf.train.list_variables(path) if k not in _IGNORED_KEYS}
     expected = {k: v for k, v in expected_variables(checkpoint).items() if k not in _IGNORED_KEYS}
     fix = "use a new --model_dir, or the config that wrote it"
     # Name a model weight rather than a dropout seed state or an optimizer slot.
     model = getattr(checkpoint, "model", None)
-    if isinstance(model, checkpoint_layout.NamedVariables):
+    if isinstance(model, layout.NamedVariables):
         model = model.keras_model
     weights, others = set(), set()
     if isinstance(model, keras.Model):
-        names = {id(v): n for n, v in checkpoint_layout.variable_names(model).items()}
+        names = {id(v): n for n, v in layout.variable_names(model).items()}
         weights = {names.get(id(v), v.path) for v in model.trainable_variables}
         others = {names.get(id(v), v.path) for v in model.variables} - weights
     ordered = sorted(expected.items(), key=lambda item: (item[1][0] not in weights,
@@ -309,93 +303,3 @@ def restore(checkpoint: tf.train.Checkpoint, path: str, model_dir: str) -> None:
     check_compatible(checkpoint, path, model_dir)
     checkpoint.restore(path).assert_existing_objects_matched()
     logging.info("Restored %s", path)
-
-
-class BestCheckpointKeeper:
-    """Keeps the checkpoint with the best eval metric in `<model_dir>/best/`.
-
-    Args:
-        checkpoint: the run's checkpoint object.
-        directory: where this worker writes (`model_dir/best` for the chief).
-        metric: the eval metric name, e.g. "accuracy".
-        mode: "max" or "min".
-        previous_dir: where the best so far is read from on a restart (default: `directory`).
-    """
-
-    def __init__(self, checkpoint, directory: str, metric: str, mode: str = "max",
-                 previous_dir: str | None = None):
-        if mode not in ("max", "min"):
-            raise UserError(f"best_metric_mode={mode!r} must be 'max' or 'min'")
-        self.metric = metric
-        self.mode = mode
-        self.directory = directory
-        self.best = self._read_previous(previous_dir or directory)
-        self._manager = tf.train.CheckpointManager(checkpoint, directory, max_to_keep=1,
-                                                   checkpoint_name="ckpt")
-
-    def _read_previous(self, directory: str) -> float | None:
-        path = os.path.join(directory, BEST_METRIC_FILE)
-        if not tf.io.gfile.exists(path):
-            return None
-        with tf.io.gfile.GFile(path) as f:
-            try:
-                record = json.load(f)
-            except json.JSONDecodeError as e:
-                raise UserError(f"{path} is not valid JSON ({e}); delete it to reset") from None
-        if record.get("metric") != self.metric or record.get("mode") != self.mode:
-            logging.warning("%s tracks %s (%s); now tracking %s (%s): the next eval replaces it",
-                            path, record.get("metric"), record.get("mode"), self.metric, self.mode)
-            return None
-        return float(record["value"])
-
-    def is_better(self, value: float) -> bool:
-        """True when `value` beats the best so far (NaN never does)."""
-        if math.isnan(value):
-            return False
-        if self.best is None:
-            return True
-        return value > self.best if self.mode == "max" else value < self.best
-
-    def update(self, metrics: dict[str, float], step: int, resume_from: str | None = None
-               ) -> bool:
-        """Saves a checkpoint to `directory` when `metrics[metric]` improves.
-
-        `best_metric.json` is written to a temporary file first and renamed into place after
-        the checkpoint: a full disk leaves the previous best (checkpoint and record) as it was.
-
-        Args:
-            metrics: eval metrics of the current weights.
-            step: the global step they were computed at.
-            resume_from: the run's last good checkpoint, named when a write fails.
-
-        Returns:
-            True when a new best checkpoint was written.
-
-        Raises:
-            UserError: `metric` is not an eval metric, or the disk is full / the write refused.
-        """
-        if self.metric not in metrics:
-            raise UserError(f"best_metric={self.metric!r} is not an eval metric; choose one "
-                            f"of: {', '.join(sorted(metrics))}")
-        value = float(metrics[self.metric])
-        if not self.is_better(value):
-            return False
-        record = {"metric": self.metric, "mode": self.mode, "value": value, "step": int(step),
-                  "checkpoint": f"ckpt-{step}",
-                  "metrics": {k: float(v) for k, v in metrics.items()}}
-        path = os.path.join(self.directory, BEST_METRIC_FILE)
-        with storage.guard(f"the best checkpoint's record {BEST_METRIC_FILE}", path,
-                           hint=storage.resume_hint(resume_from), partial=(f"{path}.tmp",)):
-            tf.io.gfile.makedirs(self.directory)
-            with tf.io.gfile.GFile(f"{path}.tmp", "w") as f:
-                f.write(json.dumps(record, indent=2, sort_keys=True) + "\n")
-        try:
-            saved = storage.save_checkpoint(self._manager, step, what="best checkpoint",
-                                            resume_from=resume_from)
-        except BaseException:
-            tf.io.gfile.remove(f"{path}.tmp")
-            raise
-        tf.io.gfile.rename(f"{path}.tmp", path, overwrite=True)
-        logging.info("New best %s=%.6g at step %d: %s", self.metric, value, step, saved)
-        self.best = value
-        return True

@@ -6,13 +6,14 @@ model_dir/bert_train.json   {"format": "bert_train", "version": 2,
                                          "registered_name": "bert_trainer>BertEncoder",
                                          "config": {...encoder.get_config()}},
                              "vocab_file": "vocab.txt" | null, "lower_case": true,
-                             "task": {...} | null}
+                             "task": {...} | null,
+                             "run_settings": {"train_steps": N, ...} (finetune)}
 model_dir/vocab.txt         copied in, so the directory is self-contained
 model_dir/checkpoint, ckpt-N.index, ckpt-N.data-*
                             tf.train.Checkpoint(model=M, ...): M names every weight by its
                             stable name, `encoder/<Keras path>` for the encoder and the
                             Keras path for a head (`masked_lm/bias`); see
-                            `bert_trainer.checkpoint_layout`. The trainer also stores
+                            `bert_trainer.checkpoints.layout`. The trainer also stores
                             `optimizer` and `step` at the root.
 model_dir/.bert_train.lock  while a run trains there: {"host", "pid", "command", "started"}
                             (`training.run_lock`: one run per model_dir)
@@ -40,7 +41,7 @@ import shutil
 import keras
 import tensorflow as tf
 
-from bert_trainer import checkpoint_layout as layout
+from bert_trainer.checkpoints import layout
 from bert_trainer.errors import UserError
 
 MODEL_INFO_FILE = "bert_train.json"
@@ -64,7 +65,8 @@ class ModelInfo:
 
 
 def write_model_info(model_dir: str, encoder: keras.Model, *, vocab_file: str | None = None,
-                     lower_case: bool = True, task: dict | None = None) -> str:
+                     lower_case: bool = True, task: dict | None = None,
+                     run_settings: dict | None = None) -> str:
     """Writes model_dir/bert_train.json and copies the vocabulary to model_dir/vocab.txt.
 
     Args:
@@ -73,6 +75,7 @@ def write_model_info(model_dir: str, encoder: keras.Model, *, vocab_file: str | 
       vocab_file: the WordPiece vocabulary, or None.
       lower_case: whether the vocabulary expects lower-cased text.
       task: optional JSON-ready task description (name, family, label_names, ...).
+      run_settings: optional settings the run derived (train_steps, warmup_steps, ...).
 
     Returns:
       The path of bert_train.json.
@@ -93,6 +96,8 @@ def write_model_info(model_dir: str, encoder: keras.Model, *, vocab_file: str | 
                     "config": encoder.get_config()},
         "vocab_file": stored_vocab, "lower_case": bool(lower_case), "task": task,
     }
+    if run_settings is not None:
+        info["run_settings"] = run_settings
     path = os.path.join(model_dir, MODEL_INFO_FILE)
     # Write then rename: a reader never sees half a file.
     _replace_file(path, lambda temp: pathlib.Path(temp).write_text(
@@ -211,7 +216,7 @@ def restore_pretrained(path: str, *, encoder: keras.Model, masked_lm=None,
                        next_sentence=None) -> dict[str, list[str]]:
     """Loads encoder (and optional heads) weights from a bert-train checkpoint.
 
-    Reads both checkpoint layouts (see `bert_trainer.checkpoint_layout`): stable names, and
+    Reads both checkpoint layouts (see `bert_trainer.checkpoints.layout`): stable names, and
     the object-graph layout of format 1 (matched through the live encoder's op list).
 
     Args:

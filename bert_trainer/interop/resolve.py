@@ -1,0 +1,264 @@
+"""A checkpoint resolved once: its format, the encoder it fits, its vocabulary and its loader.
+
+`resolve_checkpoint(path)` is the one place that tells the checkpoint formats apart:
+
+    bert_train     a bert-train model directory (bert_train.json), or a checkpoint prefix in one
+    hf             a Hugging Face BERT directory (config.json + model.safetensors)
+    tf1            a Google BERT directory (bert_config.json + bert_model.ckpt.*)
+    tf_checkpoint  any other TensorFlow checkpoint (a prefix, or a directory with a
+                   `checkpoint` file): no encoder config, no vocabulary; its variables are
+                   matched by name (`bert_trainer.checkpoints.layout`)
+
+A command resolves its `--init_checkpoint` once and passes the result along: the encoder spec
+reads its config and vocabulary, and the warm start calls its `load` (or `restore_model`).
+A Hugging Face or Google checkpoint is read and validated once, here; `load` assigns the
+arrays it holds. A bert-train checkpoint is read by `load` itself (TensorFlow restores it).
+"""
+
+import dataclasses
+import os
+
+import keras
+import tensorflow as tf
+
+from bert_trainer.checkpoints import layout, resume
+from bert_trainer.checkpoints import model_dir as model_dir_lib
+from bert_trainer.errors import UserError
+from bert_trainer.interop import formats, hf, pretrained, tf1
+
+TF_CHECKPOINT = "tf_checkpoint"
+
+# Arguments that change no weight shape, so they may differ from the checkpoint's.
+OVERRIDABLE = ("output_dropout", "attention_dropout", "output_range", "dtype", "name")
+# The sizes a warm start's encoder must share with a Hugging Face / Google checkpoint.
+_ARCHITECTURE = ("vocab_size", "hidden_size", "num_layers", "num_attention_heads", "inner_dim",
+                 "max_sequence_length", "type_vocab_size", "inner_activation")
+
+
+@dataclasses.dataclass(frozen=True)
+class ResolvedCheckpoint:
+    """What `resolve_checkpoint` found at a path.
+
+    Attributes:
+      path: the path as given (named in messages).
+      format: one of `formats.FORMATS` or TF_CHECKPOINT.
+      directory: the directory that holds it.
+      prefix: the TensorFlow checkpoint prefix when one was given (None: the latest one of
+        `directory`, looked up when loading).
+      registered_name: the encoder's Keras registered name (None for TF_CHECKPOINT).
+      encoder_config: the encoder's `get_config()`-style arguments (None for TF_CHECKPOINT).
+      vocab_file: absolute path of its WordPiece vocabulary, or None.
+      lower_case: whether that vocabulary expects lower-cased text.
+      reference: the Hugging Face / Google weights in the reference layout, read once.
+      info: the bert_train.json of a bert-train checkpoint.
+    """
+
+    path: str
+    format: str
+    directory: str
+    prefix: str | None = None
+    registered_name: str | None = None
+    encoder_config: dict | None = None
+    vocab_file: str | None = None
+    lower_case: bool = True
+    reference: formats.BertCheckpoint | None = dataclasses.field(default=None, repr=False)
+    info: model_dir_lib.ModelInfo | None = dataclasses.field(default=None, repr=False)
+
+    @property
+    def encoder_class(self) -> str | None:
+        return self.registered_name.rpartition(">")[2] if self.registered_name else None
+
+    def build_encoder(self, **overrides) -> keras.Model:
+        """A freshly initialized encoder of this checkpoint's architecture (no weights loaded).
+
+        Args:
+          **overrides: constructor arguments that change no weight shape (OVERRIDABLE).
+        """
+        unknown = sorted(set(overrides) - set(OVERRIDABLE))
+        if unknown:
+            raise UserError(f"from_pretrained: {unknown} would change the architecture read from "
+                            f"{self.path}; only {list(OVERRIDABLE)} may be overridden")
+        if self.reference is not None:
+            return pretrained.encoder_from_config(self.reference.config, **overrides)
+        if self.info is None:
+            raise UserError(f"{self.path} holds no encoder config (no {formats.MODEL_INFO_FILE});"
+                            " pass a bert-train model directory")
+        config = {**self.info.encoder_config, **overrides}
+        return model_dir_lib.build_encoder(dataclasses.replace(self.info, encoder_config=config))
+
+    def load(self, *, encoder: keras.Model, masked_lm=None, next_sentence=None) -> dict:
+        """Warm-starts a built encoder (and heads) from this checkpoint.
+
+        Returns:
+          {"loaded": variable paths restored, "initialized": variable paths left as they were}.
+
+        Raises:
+          UserError: the checkpoint does not fit (another architecture, no encoder weights).
+        """
+        if self.reference is None:
+            return model_dir_lib.restore_pretrained(
+                self.prefix or self.directory, encoder=encoder, masked_lm=masked_lm,
+                next_sentence=next_sentence)
+        ckpt, ours = self.reference, pretrained.bert_config(encoder)
+        for field in _ARCHITECTURE:
+            if getattr(ours, field) != getattr(ckpt.config, field):
+                raise UserError(f"{ckpt.config_file} has {field}={getattr(ckpt.config, field)} "
+                                f"but the encoder has {field}={getattr(ours, field)}; build the "
+                                "encoder with from_pretrained or match its config")
+        loaded = set(pretrained.load_reference_weights(
+            encoder, ckpt.weights, masked_lm=masked_lm, next_sentence=next_sentence))
+        parts = [p for p in (encoder, masked_lm, next_sentence) if p is not None]
+        paths = list(dict.fromkeys(v.path for p in parts for v in p.weights))
+        return {"loaded": [p for p in paths if p in loaded],
+                "initialized": [p for p in paths if p not in loaded]}
+
+    def restore_model(self, model: keras.Model) -> None:
+        """Restores every weight of a whole model (a warm start of the same task's model).
+
+        Raises:
+          UserError: a Hugging Face / Google checkpoint (it holds an encoder only), or a weight
+            the checkpoint lacks or whose shape differs.
+        """
+        if self.reference is not None:
+            raise UserError(f"{self.path} is a {self.format} checkpoint of an encoder, not of "
+                            "this model; warm-start a fine-tuning or pretraining task from it")
+        prefix = self.prefix or model_dir_lib.latest_checkpoint(self.directory)
+        layout.restore_model(model, prefix)
+
+
+def resolve_checkpoint(path: str, *, flag: str | None = None, allow_pickle: bool = False,
+                       any_tf_checkpoint: bool = False) -> ResolvedCheckpoint:
+    """Detects the format of `path` and reads what it says about the encoder, once.
+
+    Args:
+      path: a bert-train model directory or a checkpoint prefix in one, a Hugging Face or a
+        Google BERT directory (or, with `any_tf_checkpoint`, any TensorFlow checkpoint).
+      flag: the flag named in error messages, e.g. "--init_checkpoint" (None: the path alone).
+      allow_pickle: accept a Hugging Face pytorch_model.bin (needs torch).
+      any_tf_checkpoint: also accept a TensorFlow checkpoint without model info (the
+        trainer's warm start of a whole model); its errors then speak of prefixes.
+
+    Returns:
+      A `ResolvedCheckpoint`.
+
+    Raises:
+      UserError: nothing at `path`, an unknown layout, or files that do not fit each other.
+    """
+    if tf.io.gfile.exists(path + ".index"):  # A prefix: its directory says what it is.
+        directory = os.path.dirname(path) or "."
+        if os.path.isfile(os.path.join(directory, formats.MODEL_INFO_FILE)):
+            return _bert_train(path, directory, prefix=path)
+        if os.path.isfile(os.path.join(directory, formats.TF1_CONFIG)):
+            flag = flag or "--init_checkpoint"
+            raise UserError(f"{flag}={path}: a Google BERT checkpoint is read from its "
+                            f"directory; pass {flag}={directory}")
+        if any_tf_checkpoint:
+            return ResolvedCheckpoint(path, TF_CHECKPOINT, directory, prefix=path)
+        formats.detect_format(directory)  # Raises: an unknown layout, named.
+    if any_tf_checkpoint and not _known_layout(path):
+        prefix = resume.checkpoint_prefix(path, flag or "--init_checkpoint")
+        return ResolvedCheckpoint(path, TF_CHECKPOINT, os.path.dirname(prefix), prefix=prefix)
+    if flag is not None and not os.path.exists(path):
+        raise UserError(f"{flag}={path} does not exist; pass a bert-train model directory (or "
+                        "a Hugging Face / Google BERT directory)")
+    if flag is not None and not os.path.isdir(path):
+        raise UserError(f"{flag}={path} is a file; pass its model directory")
+    kind = formats.detect_format(path, allow_pickle=allow_pickle)
+    if kind == formats.BERT_TRAIN:
+        return _bert_train(path, path)
+    ckpt = hf.read_hf(path, allow_pickle=allow_pickle) if kind == formats.HF else tf1.read_tf1(path)
+    return ResolvedCheckpoint(
+        path, kind, path, registered_name=keras.saving.get_registered_name(
+            pretrained.BertEncoder), encoder_config=pretrained.encoder_arguments(ckpt.config),
+        vocab_file=ckpt.vocab_file, lower_case=ckpt.lower_case, reference=ckpt)
+
+
+def as_resolved(checkpoint: "str | ResolvedCheckpoint") -> ResolvedCheckpoint:
+    """`checkpoint` itself, or the path resolved as a warm start's (any TF checkpoint too)."""
+    if isinstance(checkpoint, ResolvedCheckpoint):
+        return checkpoint
+    return resolve_checkpoint(checkpoint, flag="--init_checkpoint", any_tf_checkpoint=True)
+
+
+def _bert_train(path: str, directory: str, prefix: str | None = None) -> ResolvedCheckpoint:
+    info = model_dir_lib.read_model_info(directory)
+    return ResolvedCheckpoint(
+        path, formats.BERT_TRAIN, directory, prefix=prefix,
+        registered_name=info.registered_name or f"bert_trainer>{info.encoder_class}",
+        encoder_config=dict(info.encoder_config), vocab_file=info.vocab_file,
+        lower_case=info.lower_case, info=info)
+
+
+def _known_layout(path: str) -> bool:
+    """Whether `path` is a directory of one of the named formats (not a bare TF checkpoint)."""
+    if not os.path.isdir(path):
+        return False
+    files = set(os.listdir(path))
+    return bool(files & {formats.MODEL_INFO_FILE, formats.HF_CONFIG, formats.TF1_CONFIG})
+
+
+# ------------------------------------------------------------------ an encoder in one call
+
+
+@dataclasses.dataclass
+class PretrainedEncoder:
+    """What `from_pretrained` returns.
+
+    Attributes:
+      encoder: the `BertEncoder`, weights loaded.
+      vocab_file: absolute path of its WordPiece vocabulary, or None if the source had none.
+      lower_case: whether that vocabulary expects lower-cased, accent-stripped text.
+      format: the detected source format, one of `formats.FORMATS`.
+      checkpoint: the source weights in the reference layout (Hugging Face / Google sources;
+        None for a bert-train directory), e.g. for `interop.parity`.
+      initialized: encoder variables the source lacked (e.g. a pooler-less HF checkpoint).
+    """
+
+    encoder: keras.Model
+    vocab_file: str | None
+    lower_case: bool
+    format: str
+    checkpoint: formats.BertCheckpoint | None = None
+    initialized: list[str] = dataclasses.field(default_factory=list)
+
+
+def from_pretrained(path: str, *, allow_pickle: bool = False, **overrides) -> PretrainedEncoder:
+    """Builds the encoder of a checkpoint directory and loads its weights.
+
+    Args:
+      path: a bert-train model directory, a Hugging Face BERT directory (config.json +
+        model.safetensors [+ vocab.txt]) or a Google TF1 directory (bert_config.json +
+        bert_model.ckpt.* + vocab.txt); the format is detected.
+      allow_pickle: accept a Hugging Face pytorch_model.bin (needs torch).
+      **overrides: encoder arguments that change no weight shape (see OVERRIDABLE),
+        e.g. `output_dropout=0.0` or `dtype="mixed_bfloat16"`.
+
+    Returns:
+      A `PretrainedEncoder`.
+
+    Raises:
+      UserError: unknown layout, missing files, mismatched config / weights / vocabulary.
+    """
+    unknown = sorted(set(overrides) - set(OVERRIDABLE))
+    if unknown:
+        raise UserError(f"from_pretrained: {unknown} would change the architecture read from "
+                        f"{path}; only {list(OVERRIDABLE)} may be overridden")
+    checkpoint = resolve_checkpoint(path, allow_pickle=allow_pickle)
+    encoder = checkpoint.build_encoder(**overrides)
+    report = checkpoint.load(encoder=encoder)
+    return PretrainedEncoder(encoder, checkpoint.vocab_file, checkpoint.lower_case,
+                             checkpoint.format, checkpoint.reference, report["initialized"])
+
+
+def load_pretrained_weights(path: str, *, encoder: keras.Model, masked_lm=None,
+                            next_sentence=None, allow_pickle: bool = False) -> dict:
+    """`resolve_checkpoint(path).load(...)`: warm-starts a built encoder (and heads).
+
+    A Hugging Face / Google directory must describe the same architecture as `encoder`
+    (UserError naming the first differing size).
+
+    Returns:
+      {"loaded": variable paths restored, "initialized": variable paths left as they were}.
+    """
+    return resolve_checkpoint(path, allow_pickle=allow_pickle).load(
+        encoder=encoder, masked_lm=masked_lm, next_sentence=next_sentence)

@@ -89,6 +89,9 @@ class EncoderModel(keras.Model):
           seq_length: tokens per sequence, padding included (a number or a scalar tensor).
           computed_tokens: tokens per sequence the layers compute when the model packs the
             real ones; None: all of them.
+
+        Returns:
+          FLOPs per sequence (a number, or a scalar tensor for tensor arguments).
         """
         return training_flops_per_example(
             seq_length=seq_length, computed_tokens=computed_tokens, **self._flop_sizes())

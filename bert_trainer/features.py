@@ -1,4 +1,4 @@
-"""Feature and output names shared by the data pipeline, the models and the exports.
+"""Feature and output names shared by the data pipeline, the models, the tasks and the exports.
 
 They are the names of the keras-nlp Transformer Encoder RFC. Defined once here so that
 a dataset and a model can never disagree on a key.
@@ -28,6 +28,16 @@ SEQUENCE_OUTPUT = "sequence_output"
 POOLED_OUTPUT = "pooled_output"
 ENCODER_OUTPUTS = "encoder_outputs"
 
+# Task model outputs, read by the tasks' losses and metrics and by the exports.
+MLM_LOGITS = "mlm_logits"                        # [batch, num_predictions, vocab] float32
+# BertPretrainer in training, when asked to compute only the weighted predictions.
+MLM_ROW_LOGITS = "mlm_row_logits"                # [rows, vocab] float32
+MLM_ROWS = "mlm_rows"                            # [rows] int32: batch index * P + k
+NEXT_SENTENCE_LOGITS = "next_sentence_logits"    # [batch, num_next_sentence_labels] float32
+LOGITS = "logits"                                # classifier [batch, C]; tagger [batch, seq, C]
+START_LOGITS = "start_logits"                    # [batch, seq] float32
+END_LOGITS = "end_logits"                        # [batch, seq] float32
+
 # google-research/bert TFRecord names (static-masked pretraining data), mapped to ours.
 GOOGLE_BERT_NAMES = {
     "input_ids": INPUT_WORD_IDS,
@@ -43,15 +53,3 @@ GOOGLE_BERT_NAMES = {
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
 
-
-# Training computes the masked LM only at weighted predictions (BertPretrainer), padded with
-# unweighted ones to a multiple of this many rows so that few distinct shapes occur.
-PREDICTION_ROW_MULTIPLE = 16
-
-
-def computed_prediction_rows(num_weighted: int, total: int) -> int:
-    """Rows the masked LM computes in training for a batch with `num_weighted` weighted
-    predictions out of `total` (batch x P): `num_weighted` rounded up to a multiple of
-    `PREDICTION_ROW_MULTIPLE`, at most `total`."""
-    multiple = PREDICTION_ROW_MULTIPLE
-    return min(total, -(-num_weighted // multiple) * multiple)

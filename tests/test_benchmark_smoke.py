@@ -23,6 +23,7 @@ from bench import floor, report, sections, tokenizer_bench  # noqa: E402
 from bench import spec as spec_lib  # noqa: E402
 
 from bert_trainer import features, kernels  # noqa: E402
+from bert_trainer.models import bert_pretrainer  # noqa: E402
 
 MINI = spec_lib.StepSpec(spec_lib.SIZES["mini"])
 
@@ -52,8 +53,8 @@ def test_bert_trains_mlm_rows_are_the_weighted_predictions_rounded_up():
     assert all(500 < w < 640 for w in weighted)
     rows = [-(-w // 16) * 16 for w in weighted]
     assert spec_lib.computed_mlm_rows(MINI) == pytest.approx(np.mean(rows))
-    assert features.computed_prediction_rows(641, 640) == 640
-    assert features.computed_prediction_rows(0, 640) == 0
+    assert bert_pretrainer.computed_prediction_rows(641, 640) == 640
+    assert bert_pretrainer.computed_prediction_rows(0, 640) == 0
     fewer = spec_lib.forward_flops(MINI) - spec_lib.forward_flops(MINI, mlm_rows=600)
     assert fewer == 2 * 40 * 256 * (256 + 30522)
 

@@ -14,7 +14,7 @@ from finetune_testing import (
 
 from bert_trainer import features as F
 from bert_trainer.errors import UserError
-from bert_trainer.models import LOGITS
+from bert_trainer.features import LOGITS
 from bert_trainer.tasks import finetuning, registry
 from bert_trainer.tasks.classification import PREDICTIONS
 from bert_trainer.training import optimization

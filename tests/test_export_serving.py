@@ -20,8 +20,8 @@ from bert_trainer.export import serving, squad_serving, tagging_serving
 from bert_trainer.export.serving import ClassifierServing, byte_to_char
 from bert_trainer.export.squad_serving import SquadServing
 from bert_trainer.export.tagging_serving import TaggerServing
+from bert_trainer.features import END_LOGITS, LOGITS, START_LOGITS
 from bert_trainer.metrics.tagging import get_entities
-from bert_trainer.models.output_names import END_LOGITS, LOGITS, START_LOGITS
 
 LONG_CONTEXT = ("The cat sat on the mat. " * 4 + "John Smith lives in Paris, France. "
                 + "The dog sat on the mat. " * 4)

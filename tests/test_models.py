@@ -1,5 +1,6 @@
 """The task models: outputs, tying, serialization, checkpoints, mixed precision."""
 
+import dataclasses
 import json
 
 import keras
@@ -10,18 +11,15 @@ from numerics import ATOL, assert_close
 
 from bert_trainer import features
 from bert_trainer.encoders import AlbertEncoder, BertEncoder
+from bert_trainer.features import END_LOGITS, LOGITS, MLM_LOGITS, NEXT_SENTENCE_LOGITS, START_LOGITS
 from bert_trainer.heads.span_labeling import PADDING_LOGIT
 from bert_trainer.models import (
-    END_LOGITS,
-    LOGITS,
-    MLM_LOGITS,
-    NEXT_SENTENCE_LOGITS,
-    START_LOGITS,
     BertClassifier,
     BertPretrainer,
     BertSpanLabeler,
     BertTokenClassifier,
 )
+from bert_trainer.models.bert_pretrainer import Execution
 
 TINY = dict(vocab_size=40, hidden_size=16, num_layers=1, num_attention_heads=2, inner_dim=32,
             max_sequence_length=12, type_vocab_size=2)
@@ -96,7 +94,8 @@ def test_pretrainer_ties_the_mlm_projection_to_the_word_embeddings():
 def test_sparse_last_layer_gives_the_dense_logits_and_gradients():
     encoder = BertEncoder(**dict(TINY, num_layers=2), output_dropout=0.0, attention_dropout=0.0)
     sparse = BertPretrainer(encoder)
-    dense = BertPretrainer(encoder, sparse_last_layer=False)
+    dense = BertPretrainer(encoder)
+    dense.execution = Execution(sparse_last_layer=False)
     dense.set_weights(sparse.get_weights())
     assert sparse.sparse_last_layer_active and not dense.sparse_last_layer_active
     labels = np.array([[5, 6, 7], [8, 9, 9]], "int32")
@@ -114,12 +113,31 @@ def test_sparse_last_layer_gives_the_dense_logits_and_gradients():
     assert len(grads_s) == len(grads_d) == len(sparse.trainable_weights)
     for a, b in zip(grads_s, grads_d, strict=True):
         np.testing.assert_allclose(tf.convert_to_tensor(a), tf.convert_to_tensor(b), atol=1e-5)
-    config = sparse.get_config()
-    assert config["sparse_last_layer"] is True
-    assert BertPretrainer.from_config(dense.get_config()).sparse_last_layer is False
     # An encoder that computes only its first positions cannot serve masked positions.
     ranged = BertPretrainer(BertEncoder(**TINY, output_range=1))
     assert not ranged.sparse_last_layer_active
+
+
+def test_pretrainer_execution_is_neither_a_constructor_argument_nor_config():
+    """How the pretrainer computes is set after construction and never serialized; a config
+    written when the switches were constructor arguments still loads, with them applied."""
+    model = BertPretrainer(BertEncoder(**TINY))
+    assert model.execution == Execution()  # the documented `mlm_logits` in training too
+    assert not model.execution.skip_unweighted_predictions
+    config = model.get_config()
+    assert not {f.name for f in dataclasses.fields(Execution)} & set(config)
+    with pytest.raises(ValueError, match="pack_tokens"):
+        BertPretrainer(BertEncoder(**TINY), pack_tokens=False)
+    legacy = dict(config, sparse_last_layer=False, skip_unweighted_predictions=True,
+                  pack_tokens=False, mlm_projection_in_compute_dtype=True)
+    revived = BertPretrainer.from_config(json.loads(json.dumps(legacy)))
+    assert revived.execution == Execution(sparse_last_layer=False, pack_tokens=False,
+                                          skip_unweighted_predictions=True,
+                                          mlm_projection_in_compute_dtype=True)
+    assert revived.masked_lm.projection_in_compute_dtype and not revived.sparse_last_layer_active
+    assert BertPretrainer.from_config(config).execution == Execution()
+    with pytest.raises(TypeError, match="Execution"):
+        model.execution = {"pack_tokens": False}
 
 
 def test_pretraining_steps_reduce_the_loss():

@@ -1,5 +1,6 @@
 """The pretraining task: losses by hand, a real tiny run, exact resume, warm start, precision."""
 
+import dataclasses
 import logging
 
 import keras
@@ -15,7 +16,7 @@ from bert_trainer import kernels
 from bert_trainer.checkpoints import model_dir
 from bert_trainer.encoders import build_encoder
 from bert_trainer.errors import UserError
-from bert_trainer.models import MLM_LOGITS, MLM_ROW_LOGITS, MLM_ROWS, NEXT_SENTENCE_LOGITS
+from bert_trainer.features import MLM_LOGITS, MLM_ROW_LOGITS, MLM_ROWS, NEXT_SENTENCE_LOGITS
 from bert_trainer.tasks.pretraining import PretrainingConfig, PretrainingTask
 from bert_trainer.training import optimization
 from bert_trainer.training.optimization import OptimizerConfig
@@ -110,7 +111,7 @@ def test_training_computes_only_the_weighted_predictions_with_the_same_loss(monk
                                              max_predictions_per_seq=predictions),
                            tiny_encoder(vocab, output_dropout=0.0, attention_dropout=0.0))
     model = task.build_model()
-    model.sparse_last_layer = sparse_last_layer
+    execution = dataclasses.replace(model.execution, sparse_last_layer=sparse_last_layer)
     rng = np.random.default_rng(0)
     weights_ = np.zeros((batch, predictions), np.float32)
     weights_[:, :2] = 1.0  # 16 weighted of 40 slots ...
@@ -126,7 +127,7 @@ def test_training_computes_only_the_weighted_predictions_with_the_same_loss(monk
     features = {k: tf.constant(v) for k, v in features.items()}
 
     def run(skip):
-        model.skip_unweighted_predictions = skip
+        model.execution = dataclasses.replace(execution, skip_unweighted_predictions=skip)
         with tf.GradientTape() as tape:
             outputs = model(task.model_inputs(features), training=True)
             losses = task.build_losses(features, outputs)
@@ -153,8 +154,9 @@ def test_training_computes_only_the_weighted_predictions_with_the_same_loss(monk
     assert rows_accuracy == pytest.approx(all_accuracy)
     for a, b in zip(rows_grads, all_grads, strict=True):
         assert_close(tf.convert_to_tensor(a), tf.convert_to_tensor(b))
-    model.skip_unweighted_predictions = True
-    assert MLM_LOGITS in model(task.model_inputs(features), training=False)
+    model.execution = execution  # the task's: skips them in training ...
+    assert model.skips_unweighted_predictions()
+    assert MLM_LOGITS in model(task.model_inputs(features), training=False)  # ... not in eval
 
 
 def test_weighted_rows_gradient_copies_no_vocabulary_sized_slice(monkeypatch):

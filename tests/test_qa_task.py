@@ -8,7 +8,7 @@ from finetune_testing import assert_encoder_equals, make_task, scalar_history, s
 from bert_trainer import features as F
 from bert_trainer.data import squad_data
 from bert_trainer.errors import UserError
-from bert_trainer.models import END_LOGITS, START_LOGITS
+from bert_trainer.features import END_LOGITS, START_LOGITS
 from bert_trainer.tasks.question_answering import SquadConfig
 
 SQUAD = "squad/dev-v1.1-sample.json"

@@ -1,5 +1,7 @@
-"""Telemetry arithmetic: the model FLOPs formula, the interval rates and the matmul peak."""
+"""Telemetry arithmetic: the model FLOPs formula (`models.flops`), the interval rates and the
+matmul peak."""
 
+import dataclasses
 import math
 import pathlib
 import sys
@@ -11,6 +13,7 @@ import tensorflow as tf
 from bert_trainer import features as F
 from bert_trainer import kernels
 from bert_trainer.encoders import build_encoder
+from bert_trainer.models import flops
 from bert_trainer.tasks.pretraining import PretrainingConfig, PretrainingTask
 from bert_trainer.training import throughput
 
@@ -40,7 +43,7 @@ def test_formula_matches_a_matmul_by_matmul_hand_count():
     layer += [(b * heads * s, d, s), (b * heads * s, s, d)]  # Q.K^T and probs.V
     heads_mm = [(b, h, h), (b, h, 2), (b * p, h, h), (b * p, h, v)]  # pooler, NSP, MLM x2
     forward = sum(2 * m * k * n for m, k, n in layer * LAYERS + heads_mm)
-    per_example = throughput.training_flops_per_example(
+    per_example = flops.training_flops_per_example(
         num_layers=LAYERS, hidden_size=h, inner_dim=f, seq_length=s, vocab_size=v,
         num_predictions=p, head_params=h * 2)
     assert per_example * b == 3 * forward
@@ -49,8 +52,8 @@ def test_formula_matches_a_matmul_by_matmul_hand_count():
 def test_factorized_embeddings_add_the_projection_per_token_and_narrow_the_mlm():
     common = dict(num_layers=1, hidden_size=16, inner_dim=32, seq_length=5, vocab_size=100,
                   num_predictions=2)
-    full = throughput.training_flops_per_example(**common)
-    factorized = throughput.training_flops_per_example(embedding_width=4, **common)
+    full = flops.training_flops_per_example(**common)
+    factorized = flops.training_flops_per_example(embedding_width=4, **common)
     # + projection e*h on 5 tokens; MLM transform h->e and output e->V instead of h->h, h->V.
     delta = 5 * 2 * 4 * 16 + 2 * (2 * 16 * 4 + 2 * 4 * 100) - 2 * (2 * 16 * 16 + 2 * 16 * 100)
     assert factorized - full == 3 * delta
@@ -59,13 +62,13 @@ def test_factorized_embeddings_add_the_projection_per_token_and_narrow_the_mlm()
 def test_the_benchmark_formula_agrees_with_the_trainers():
     step = spec_lib.StepSpec(spec_lib.SIZES["mini"])
     size = step.size
-    per_example = throughput.training_flops_per_example(
+    per_example = flops.training_flops_per_example(
         num_layers=size.num_layers, hidden_size=size.hidden_size, inner_dim=size.inner_dim,
         seq_length=step.seq_length, vocab_size=size.vocab_size,
         num_predictions=step.max_predictions, head_params=size.hidden_size * 2)
     assert per_example * step.batch_size == spec_lib.train_flops(step)
     rows = 1 + step.max_predictions
-    sparse = throughput.training_flops_per_example(
+    sparse = flops.training_flops_per_example(
         num_layers=size.num_layers, hidden_size=size.hidden_size, inner_dim=size.inner_dim,
         seq_length=step.seq_length, vocab_size=size.vocab_size,
         num_predictions=step.max_predictions, head_params=size.hidden_size * 2,
@@ -102,26 +105,18 @@ def _traced_forward_flops(model, tokens=None):
     return sum(v for n, v in counted.items() if n not in lookups)
 
 
-def test_model_flops_function_equals_the_matmuls_of_the_traced_forward_pass(monkeypatch):
+def test_model_flops_per_example_equals_the_matmuls_of_the_traced_forward_pass(monkeypatch):
     monkeypatch.setattr(kernels, "_accelerators_visible", lambda: False)  # as on a CPU host
     model = tiny_pretrainer()
-    flops_fn = throughput.model_flops_function(model)
-    model.pack_tokens = False
-    assert flops_fn(SEQ, PREDICTIONS) * BATCH == 3 * _traced_forward_flops(model)
+    packed = model.execution
+    model.execution = dataclasses.replace(packed, pack_tokens=False)
+    assert model.flops_per_example(SEQ, PREDICTIONS) * BATCH == 3 * _traced_forward_flops(model)
     # Packed: the dense layers on the tokens computed (any count), attention still padded.
-    model.pack_tokens = True
+    model.execution = packed
     assert model.packs_tokens()
     for tokens in (9, BATCH * SEQ):
-        assert flops_fn(SEQ, PREDICTIONS, None, tokens / BATCH) * BATCH == pytest.approx(
-            3 * _traced_forward_flops(model, tokens))
-
-
-def test_models_without_an_encoder_have_no_flops_function():
-    import keras  # noqa: PLC0415
-
-    inputs = keras.Input((4,))
-    assert throughput.model_flops_function(keras.Model(inputs, keras.layers.Dense(2)(inputs))) \
-        is None
+        assert model.flops_per_example(SEQ, PREDICTIONS, computed_tokens=tokens / BATCH) \
+            * BATCH == pytest.approx(3 * _traced_forward_flops(model, tokens))
 
 
 def test_rates_of_an_interval():

@@ -12,6 +12,7 @@ from summary_testing import read_scalars
 from bert_trainer import features as F
 from bert_trainer import kernels
 from bert_trainer.encoders import build_encoder
+from bert_trainer.models import bert_pretrainer
 from bert_trainer.tasks.pretraining import PretrainingConfig, PretrainingTask
 from bert_trainer.training import optimization, throughput
 from bert_trainer.training.trainer import Trainer, TrainerConfig
@@ -58,8 +59,8 @@ def test_tensorboard_gets_padding_fraction_model_flops_and_mfu(tmp_path, monkeyp
     rows = 1 + STEP.max_predictions
 
     def computed_rows(batch):
-        return F.computed_prediction_rows(np.count_nonzero(batch[F.MASKED_LM_WEIGHTS]),
-                                          STEP.batch_size * STEP.max_predictions)
+        return bert_pretrainer.computed_prediction_rows(
+            np.count_nonzero(batch[F.MASKED_LM_WEIGHTS]), STEP.batch_size * STEP.max_predictions)
 
     def computed_tokens(batch):  # the real tokens, and [CLS] and masked positions past them
         kept = batch[F.INPUT_MASK] != 0

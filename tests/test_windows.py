@@ -28,8 +28,8 @@ from bert_trainer.errors import UserError
 from bert_trainer.export import build_serving_module, export_saved_model
 from bert_trainer.export.serving import ClassifierServing
 from bert_trainer.export.tagging_serving import TaggerServing
+from bert_trainer.features import LOGITS
 from bert_trainer.metrics import tagging as tagging_metrics
-from bert_trainer.models.output_names import LOGITS
 
 SEQ = 16  # Windows of 14 pieces (one text) with the default stride 7.
 

@@ -23,7 +23,7 @@ from bert_trainer.data import windows
 from bert_trainer.data.classification_data import text_features, window_features
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import UserError
-from bert_trainer.models.output_names import LOGITS
+from bert_trainer.features import LOGITS
 
 # Signature names.
 SERVING_DEFAULT = "serving_default"  # raw text in, answers out

@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from bert_trainer.errors import UserError
 from bert_trainer.export.serving import SCORE, TaskServing, byte_to_char
-from bert_trainer.models.output_names import END_LOGITS, START_LOGITS
+from bert_trainer.features import END_LOGITS, START_LOGITS
 
 QUESTION, CONTEXT = "question", "context"
 ANSWER, START, END = "answer", "start", "end"

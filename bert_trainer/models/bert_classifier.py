@@ -3,10 +3,10 @@
 import keras
 
 from bert_trainer import features
+from bert_trainer.features import LOGITS
 from bert_trainer.heads import ClassificationHead
 from bert_trainer.layers.initializers import clone_initializer
 from bert_trainer.models.encoder_model import EncoderModel
-from bert_trainer.models.output_names import LOGITS
 
 
 @keras.saving.register_keras_serializable(package="bert_trainer")

@@ -3,10 +3,10 @@
 import keras
 
 from bert_trainer import features
+from bert_trainer.features import END_LOGITS, START_LOGITS
 from bert_trainer.heads import SpanLabeling
 from bert_trainer.layers.initializers import clone_initializer
 from bert_trainer.models.encoder_model import EncoderModel
-from bert_trainer.models.output_names import END_LOGITS, START_LOGITS
 
 
 @keras.saving.register_keras_serializable(package="bert_trainer")

@@ -1,10 +1,13 @@
 """The base of every task model: an encoder plus heads, serializable and checkpointable."""
 
+import math
+
 import keras
 from keras import ops
 
 from bert_trainer import features, kernels
 from bert_trainer.encoders.bert_encoder import default_initializer
+from bert_trainer.models.flops import ENCODER_SIZES, mean_per_sequence, training_flops_per_example
 
 
 class EncoderModel(keras.Model):
@@ -70,6 +73,55 @@ class EncoderModel(keras.Model):
                 and keras.backend.backend() == "tensorflow"
                 and not keras.config.is_flash_attention_enabled()
                 and kernels.active())
+
+    # ---------------------------------------------------- model FLOPs (throughput and MFU)
+
+    @property
+    def counts_flops(self) -> bool:
+        """Whether `training_flops` can count: the encoder's config gives the RFC sizes."""
+        return set(ENCODER_SIZES) <= set(self.encoder.get_config())
+
+    def flops_per_example(self, seq_length, *, computed_tokens=None):
+        """Training FLOPs (forward + backward) per sequence of `seq_length` tokens
+        (`models.flops.training_flops_per_example` with this model's sizes).
+
+        Args:
+          seq_length: tokens per sequence, padding included (a number or a scalar tensor).
+          computed_tokens: tokens per sequence the layers compute when the model packs the
+            real ones; None: all of them.
+
+        Returns:
+          FLOPs per sequence (a number, or a scalar tensor for tensor arguments).
+        """
+        return training_flops_per_example(
+            seq_length=seq_length, computed_tokens=computed_tokens, **self._flop_sizes())
+
+    def training_flops(self, inputs, outputs):
+        """float32 scalar: the model FLOPs a training call on the batch `inputs` (with
+        `outputs`, what it returned) executes, from the batch's dynamic shapes. Call it where
+        the model was called (the same trace): what it packs is decided there."""
+        del outputs  # the heads compute every output here
+        batch, seq_length = self._batch_shape(inputs)
+        return batch * self.flops_per_example(
+            seq_length, computed_tokens=mean_per_sequence(self.packed_tokens(inputs), batch))
+
+    def _batch_shape(self, inputs):
+        """(batch, seq_length) of `inputs` as float32 scalars."""
+        shape = ops.shape(inputs[features.INPUT_WORD_IDS])
+        return ops.cast(shape[0], "float32"), ops.cast(shape[1], "float32")
+
+    def _flop_sizes(self, per_prediction_layer=None) -> dict:
+        """The encoder's sizes and the kernel parameters of the per-sequence heads: every
+        trainable kernel outside the encoder and `per_prediction_layer`."""
+        config = self.encoder.get_config()
+        inside = {id(v) for v in self.encoder.weights}
+        if per_prediction_layer is not None:
+            inside |= {id(v) for v in per_prediction_layer.weights}
+        head_params = sum(math.prod(v.shape) for v in self.trainable_weights
+                          if len(v.shape) >= 2 and id(v) not in inside)
+        return dict(num_layers=config["num_layers"], hidden_size=config["hidden_size"],
+                    inner_dim=config["inner_dim"], embedding_width=config.get("embedding_width"),
+                    head_params=head_params)
 
     def get_config(self):
         return {

@@ -12,14 +12,17 @@ How the trainer calls a task, in order:
     write_model_info(model_dir)       chief only
     build_inputs(split, ctx, ...)     once per input pipeline (strategy.distribute_datasets_...)
     build_metrics(training)           under strategy.scope()
+    flops_counter(model)              once, for the throughput's FLOPs and MFU
     per step, on each replica, inside a tf.function:
         outputs = model(model_inputs(features), training=...)
         build_losses(features, outputs); update_metrics(metrics, features, outputs)
+        training only: counter(features, outputs)  (the `flops_counter`'s, when it has one)
         eval only: eval_step_outputs(features, outputs)  -> gathered to the host
     after an evaluation, on the host: aggregate_eval(gathered)
 """
 
 import abc
+from collections.abc import Callable
 
 import keras
 import numpy as np
@@ -116,6 +119,22 @@ class Task(abc.ABC):
         tasks whose model reads more (e.g. masked LM positions) override this.
         """
         return {name: features[name] for name in F.ENCODER_INPUTS if name in features}
+
+    def flops_counter(self, model: keras.Model) -> Callable[[dict, dict], tf.Tensor] | None:
+        """How to count the model FLOPs a training step executes (TensorBoard's model FLOP
+        rate and MFU).
+
+        Args:
+            model: the model from `build_model`.
+
+        Returns:
+            fn(features, outputs) -> float32 scalar: the FLOPs (forward + backward) of one
+            training call of `model` on one replica's batch `features`, which returned
+            `outputs`; called in the same trace, right after that call. None (the default):
+            unknown; the trainer then reports no FLOP rate and no MFU.
+        """
+        del model
+        return None
 
     def eval_step_outputs(self, features: dict, outputs: dict) -> dict[str, tf.Tensor]:
         """Tensors to gather to the host during evaluation, for `aggregate_eval`.

@@ -21,8 +21,9 @@ from keras import ops
 from bert_trainer import features as F
 from bert_trainer.data import classification_data, windows
 from bert_trainer.errors import UserError
+from bert_trainer.features import LOGITS
 from bert_trainer.metrics import classification as classification_metrics
-from bert_trainer.models import LOGITS, BertClassifier
+from bert_trainer.models import BertClassifier
 from bert_trainer.tasks.finetuning import DataConfig, EncoderSpec, FinetuneConfig, FinetuningTask
 
 PREDICTIONS = "predictions"  # eval output: class id [batch] int, or the score [batch] float

@@ -33,6 +33,7 @@ from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import UserError, require_positive_ints
 from bert_trainer.interop import resolve
 from bert_trainer.interop.resolve import ResolvedCheckpoint
+from bert_trainer.models import EncoderModel
 from bert_trainer.tasks.base import Task
 
 EVAL_RESULTS_FILE = "eval_results.json"
@@ -283,6 +284,14 @@ class FinetuningTask(Task):
     def build_head_model(self, encoder: keras.Model) -> keras.Model:
         """The task model around a freshly built `encoder` (it must expose `.encoder`)."""
         raise NotImplementedError
+
+    def flops_counter(self, model: keras.Model):
+        """Asks the model (`EncoderModel.training_flops`: the encoder's sizes, the heads'
+        kernels, the tokens it packed), whatever the family; None for another kind of model."""
+        if not (isinstance(model, EncoderModel) and model.counts_flops):
+            return None
+        return lambda features, outputs: model.training_flops(self.model_inputs(features),
+                                                              outputs)
 
     def initialize(self, model: keras.Model,
                    init_checkpoint: str | ResolvedCheckpoint) -> None:

@@ -21,14 +21,9 @@ from bert_trainer.data import pretraining_pipeline
 from bert_trainer.data.masking import MaskingVocab
 from bert_trainer.data.tokenizer import Tokenizer, load_vocab
 from bert_trainer.errors import UserError
+from bert_trainer.features import MLM_LOGITS, MLM_ROW_LOGITS, MLM_ROWS, NEXT_SENTENCE_LOGITS
 from bert_trainer.interop import resolve
-from bert_trainer.models import (
-    MLM_LOGITS,
-    MLM_ROW_LOGITS,
-    MLM_ROWS,
-    NEXT_SENTENCE_LOGITS,
-    BertPretrainer,
-)
+from bert_trainer.models import BertPretrainer, bert_pretrainer
 from bert_trainer.tasks.base import Task
 
 TASK_NAME = "pretraining"
@@ -60,11 +55,11 @@ class PretrainingConfig:
             False reads the float32 table (logits without the bf16 rounding). No effect in
             float32.
         skip_unweighted_predictions: in training on CPU (outside XLA), compute the masked LM
-            only at the predictions of nonzero weight (`BertPretrainer`'s option; exact);
+            only at the predictions of nonzero weight (`bert_pretrainer.Execution`; exact);
             False computes every one of the `max_predictions_per_seq` slots.
         pack_tokens: on CPU (outside XLA), run the encoder on the real tokens only, not the
-            padding (`BertPretrainer`'s option; the same values, the dropout masks drawn over
-            the packed rows); False computes every slot.
+            padding (`bert_pretrainer.Execution`; the same values, the dropout masks drawn
+            over the packed rows); False computes every slot.
     """
 
     train_data: str | None = None
@@ -133,16 +128,26 @@ class PretrainingTask(Task):
     # -------------------------------------------------------------------------- model
 
     def build_model(self) -> BertPretrainer:
-        """Builds the encoder and the pretraining heads (MLM logits come out float32)."""
+        """Builds the encoder and the pretraining heads (MLM logits come out float32), and
+        sets how the pretrainer computes from the config's speed switches."""
+        c = self.config
         encoder = self.encoder_fn()
         self._check_encoder(encoder)
-        num_labels = 2 if self.config.use_next_sentence_label else 0
-        self._model = BertPretrainer(
-            encoder, num_next_sentence_labels=num_labels, name="bert_pretrainer",
-            mlm_projection_in_compute_dtype=self.config.mlm_projection_in_compute_dtype,
-            skip_unweighted_predictions=self.config.skip_unweighted_predictions,
-            pack_tokens=self.config.pack_tokens)
+        num_labels = 2 if c.use_next_sentence_label else 0
+        self._model = BertPretrainer(encoder, num_next_sentence_labels=num_labels,
+                                     name="bert_pretrainer")
+        self._model.execution = bert_pretrainer.Execution(
+            skip_unweighted_predictions=c.skip_unweighted_predictions,
+            pack_tokens=c.pack_tokens,
+            mlm_projection_in_compute_dtype=c.mlm_projection_in_compute_dtype)
         return self._model
+
+    def flops_counter(self, model: BertPretrainer):
+        """Asks the pretrainer: it counts what it computed (`BertPretrainer.training_flops`)."""
+        if not model.counts_flops:
+            return None
+        return lambda features, outputs: model.training_flops(self.model_inputs(features),
+                                                              outputs)
 
     def _check_encoder(self, encoder) -> None:
         c = self.config
@@ -205,14 +210,9 @@ class PretrainingTask(Task):
     def build_losses(self, features, outputs):
         """Per-example losses, float32 [per_replica_batch] each (see the class docstring)."""
         weights = ops.cast(features[F.MASKED_LM_WEIGHTS], "float32")  # (batch, P)
-        labels, logits, row_weights, rows = _predictions(features, outputs)
-        xent = losses_lib.sparse_softmax_cross_entropy(labels, logits)  # (batch, P) or (rows,)
-        if rows is None:
-            weighted_sum = ops.sum(weights * xent, axis=-1)
-        else:  # each computed row back to its example
-            predictions = ops.shape(weights)[1]
-            weighted_sum = tf.math.unsorted_segment_sum(
-                row_weights * xent, rows // predictions, num_segments=ops.shape(weights)[0])
+        mlm = masked_lm_rows(features, outputs)
+        xent = losses_lib.sparse_softmax_cross_entropy(mlm.labels, mlm.logits)  # (rows,)
+        weighted_sum = ops.sum(mlm.to_slots(mlm.weights * xent, weights), axis=-1)  # (batch,)
         # Normalised per example, not by the whole batch's sum of weights as in
         # google-research/bert: a batch-wide denominator couples the replicas, while the
         # trainer's contract is a per-example loss averaged over the global batch. With ~15 %
@@ -236,8 +236,9 @@ class PretrainingTask(Task):
         return metrics
 
     def update_metrics(self, metrics, features, outputs):
-        labels, logits, weights, _ = _predictions(features, outputs)
-        metrics[0].update_state(losses_lib.label_is_top(labels, logits), sample_weight=weights)
+        mlm = masked_lm_rows(features, outputs)
+        metrics[0].update_state(losses_lib.label_is_top(mlm.labels, mlm.logits),
+                                sample_weight=mlm.weights)
         if self.config.use_next_sentence_label:
             metrics[1].update_state(features[F.NEXT_SENTENCE_LABELS],
                                     outputs[NEXT_SENTENCE_LOGITS])
@@ -286,17 +287,45 @@ class PretrainingTask(Task):
                                        lower_case=c.lower_case, task=self._task_info())
 
 
-def _predictions(features, outputs):
-    """(labels, logits, weights, rows) of the predictions the model computed: every slot
-    (`[batch, P]`, `[batch, P, vocab]`, `[batch, P]`, None) or, when it computed only the
-    weighted ones, those rows (`[rows]`, `[rows, vocab]`, `[rows]`, the rows' flat slots)."""
-    if MLM_ROW_LOGITS not in outputs:
-        return (features[F.MASKED_LM_IDS], outputs[MLM_LOGITS],
-                ops.cast(features[F.MASKED_LM_WEIGHTS], "float32"), None)
+@dataclasses.dataclass(frozen=True)
+class MaskedLMRows:
+    """The masked-LM predictions a pretrainer computed, as rows: the one form its loss and
+    accuracy read, whether it computed every `[batch, P]` slot (`mlm_logits`) or only the
+    weighted ones (`mlm_row_logits`, `mlm_rows`).
+
+    Attributes:
+        labels: int `[rows]` target ids.
+        logits: float32 `[rows, vocab]`.
+        weights: float32 `[rows]`.
+        slots: int32 `[rows]`, each row's flat slot (`batch index * P + k`); None when the
+            rows are every slot in order.
+    """
+
+    labels: tf.Tensor
+    logits: tf.Tensor
+    weights: tf.Tensor
+    slots: tf.Tensor | None
+
+    def to_slots(self, values, like):
+        """`values` `[rows]` laid out as `like` `[batch, P]`; slots without a row get 0 (a
+        prediction not computed is an unweighted one: it adds nothing)."""
+        if self.slots is not None:
+            values = tf.scatter_nd(self.slots[:, None], values, [tf.size(like)])
+        return tf.reshape(values, tf.shape(like))
+
+
+def masked_lm_rows(features, outputs) -> MaskedLMRows:
+    """The `MaskedLMRows` of a batch's `features` and the pretrainer's `outputs`."""
+    if MLM_ROW_LOGITS not in outputs:  # every slot: the rows are the flattened [batch, P]
+        logits = outputs[MLM_LOGITS]
+        return MaskedLMRows(tf.reshape(features[F.MASKED_LM_IDS], [-1]),
+                            tf.reshape(logits, [-1, tf.shape(logits)[-1]]),
+                            tf.reshape(tf.cast(features[F.MASKED_LM_WEIGHTS], tf.float32), [-1]),
+                            None)
     rows = outputs[MLM_ROWS]
 
     def take(feature):
         return tf.gather(tf.reshape(features[feature], [-1]), rows)
 
-    return (take(F.MASKED_LM_IDS), outputs[MLM_ROW_LOGITS],
-            tf.cast(take(F.MASKED_LM_WEIGHTS), tf.float32), rows)
+    return MaskedLMRows(take(F.MASKED_LM_IDS), outputs[MLM_ROW_LOGITS],
+                        tf.cast(take(F.MASKED_LM_WEIGHTS), tf.float32), rows)

@@ -1,30 +1,8 @@
-"""Training telemetry: model FLOPs, the hardware's peak FLOP/s, and the rates TensorBoard shows.
+"""Training telemetry: the hardware's peak FLOP/s and the rates TensorBoard shows.
 
-Model FLOPs (a multiply-add is 2 FLOPs; training = forward + backward = 3 x forward; s tokens
-per sequence, P masked predictions, L layers, h hidden, f inner, e embedding width, V vocab):
-
-    per token:     L * 2 * (4*h*h + 2*h*f)     Q, K, V, attention output; FFN in and out
-                   + 2*e*h                     embedding projection (only when e != h)
-    per sequence:  L * 2 * (2*s*s*h)           scores Q.K^T and probs.V over all heads
-                   + 2*h*h                     pooler
-                   + 2 * head kernel params    classifier heads (once per sequence)
-    per prediction: 2*h*e + 2*e*V              MLM transform and (tied) output projection,
-                                               on the P gathered positions only (on the
-                                               weighted ones where BertPretrainer skips the
-                                               others: `computed_predictions`)
-
-When the last layer computes only q of the s rows as queries (BertPretrainer's sparse last
-layer: q = 1 + P, [CLS] and the masked positions), its Q projection, attention output, FFN and
-attention scores are counted on those q rows; its K and V projections still on all s.
-
-So training costs 6 * N_matmul * tokens + 12 * L * h * s per token, the usual MFU count
-(PaLM, appendix B). Padding tokens are counted where the model computes on them; where it
-packs the real tokens (BertPretrainer's `pack_tokens`: `computed_tokens` per sequence), the
-dense layers and the last layer's K and V are counted on those, attention still on the padded
-s x s (its layout).
-Embedding lookups, softmax, LayerNorm, GELU and the optimizer update are elementwise and left out.
-Token-level heads (tagging, spans: h x labels per token) are counted once per sequence; the
-difference is < 0.1 % of the encoder.
+The model FLOPs come from the task (`Task.flops_counter`), which asks its model: the count
+is the model's business (`bert_trainer.models.flops` for the BERT models), so the trainer runs
+any task and reports FLOP rates where the task can count them.
 
 MFU = achieved model FLOP/s / peak FLOP/s. The peak is the datasheet number when the user gives
 one (`TrainerConfig.peak_flops`), else a short `tf.matmul` measured on the training device in
@@ -32,120 +10,10 @@ the run's compute precision at the start of the run.
 """
 
 import dataclasses
-import math
 import time
-from collections.abc import Callable
 
 import tensorflow as tf
 from absl import logging
-
-from bert_trainer import features as F
-
-
-def training_flops_per_example(*, num_layers, hidden_size, inner_dim, seq_length,
-                               embedding_width=None, vocab_size=0, num_predictions=0,
-                               head_params=0, last_layer_rows=None, computed_predictions=None,
-                               computed_tokens=None):
-    """Model FLOPs of one training step (forward + backward) per sequence.
-
-    Plain arithmetic: the size arguments may be Python numbers or scalar tensors (the train
-    step passes the batch's sequence length and prediction count as float tensors).
-
-    Args:
-        num_layers, hidden_size, inner_dim: the encoder's sizes (RFC names).
-        seq_length: tokens per sequence, padding included.
-        embedding_width: width of the word embeddings; None: `hidden_size` (no projection).
-        vocab_size: vocabulary of the MLM output projection (unused without predictions).
-        num_predictions: masked positions per sequence fed to the MLM head (0: no MLM).
-        head_params: kernel parameters of the other heads, applied once per sequence.
-        last_layer_rows: query rows the last layer computes (None: all `seq_length`).
-        computed_predictions: predictions per sequence the MLM head computes, when it skips
-            some of the `num_predictions` (BertPretrainer in training: the weighted ones,
-            a batch's mean); None: all of them.
-        computed_tokens: tokens per sequence the layers compute when the model packs the
-            real ones (a batch's mean); None: all `seq_length`.
-
-    Returns:
-        FLOPs per sequence (same type as the arguments).
-    """
-    h, f, s = hidden_size, inner_dim, seq_length
-    t = s if computed_tokens is None else computed_tokens
-    e = embedding_width or h
-    per_sequence = t * num_layers * 2 * (4 * h * h + 2 * h * f)
-    if e != h:
-        per_sequence += s * 2 * e * h  # the embedding projection runs before packing
-    per_sequence += num_layers * 2 * (2 * s * s * h) + 2 * h * h + 2 * head_params
-    if last_layer_rows is not None:  # the skipped rows: all but the K and V projections
-        per_sequence -= ((t - last_layer_rows) * 2 * (2 * h * h + 2 * h * f)
-                         + 2 * (2 * (s - last_layer_rows) * s * h))
-    per_prediction = 2 * h * e + 2 * e * vocab_size
-    if computed_predictions is None:
-        computed_predictions = num_predictions
-    return 3 * (per_sequence + computed_predictions * per_prediction)
-
-
-def model_flops_function(model) -> Callable | None:
-    """Binds `training_flops_per_example` to a model built around a bert-train encoder.
-
-    Reads the RFC sizes from `model.encoder.get_config()`; the MLM head is `model.masked_lm`
-    (BertPretrainer's public sublayer); every other trainable kernel outside the encoder counts
-    as a per-sequence head. A model whose `sparse_last_layer_active` is true is counted with
-    its last layer on `1 + num_predictions` query rows: the FLOPs it executes.
-
-    Args:
-        model: a task model with an `encoder` attribute.
-
-    Returns:
-        fn(seq_length, num_predictions, computed_predictions=None, computed_tokens=None) ->
-        training FLOPs per sequence, or None when the model has no encoder with those sizes
-        (telemetry then leaves the FLOP figures out).
-    """
-    encoder = getattr(model, "encoder", None)
-    config = encoder.get_config() if encoder is not None else {}
-    if not {"num_layers", "hidden_size", "inner_dim", "vocab_size"} <= set(config):
-        return None
-    masked_lm = getattr(model, "masked_lm", None)
-    inside = {id(v) for v in encoder.weights}
-    if masked_lm is not None:
-        inside |= {id(v) for v in masked_lm.weights}
-    head_params = sum(math.prod(v.shape) for v in model.trainable_weights
-                      if len(v.shape) >= 2 and id(v) not in inside)
-    sizes = dict(num_layers=config["num_layers"], hidden_size=config["hidden_size"],
-                 inner_dim=config["inner_dim"], embedding_width=config.get("embedding_width"),
-                 vocab_size=config["vocab_size"] if masked_lm is not None else 0,
-                 head_params=head_params)
-
-    sparse = bool(getattr(model, "sparse_last_layer_active", False))
-
-    def flops(seq_length, num_predictions=0, computed_predictions=None, computed_tokens=None):
-        return training_flops_per_example(
-            seq_length=seq_length, num_predictions=num_predictions,
-            computed_predictions=computed_predictions, computed_tokens=computed_tokens,
-            last_layer_rows=1 + num_predictions if sparse else None, **sizes)
-
-    return flops
-
-
-def batch_flops(flops_fn: Callable, features: dict, mlm_rows=None, packed_tokens=None):
-    """Training FLOPs of one batch (float32 scalar tensor), from its dynamic shapes.
-
-    Args:
-        flops_fn: from `model_flops_function`.
-        features: the batch.
-        mlm_rows: predictions the MLM head computed for the whole batch, when it skipped
-            some (the length of BertPretrainer's `mlm_rows` output); None: every slot.
-        packed_tokens: tokens per layer the encoder computed for the whole batch, when it
-            packed the real ones (`BertPretrainer.packed_tokens`); None: every slot.
-    """
-    ids = features[F.INPUT_WORD_IDS]
-    batch = tf.cast(tf.shape(ids)[0], tf.float32)
-    seq_length = tf.cast(tf.shape(ids)[1], tf.float32)
-    predictions = 0.0
-    if F.MASKED_LM_POSITIONS in features:
-        predictions = tf.cast(tf.shape(features[F.MASKED_LM_POSITIONS])[1], tf.float32)
-    computed = None if mlm_rows is None else tf.cast(mlm_rows, tf.float32) / batch
-    tokens = None if packed_tokens is None else tf.cast(packed_tokens, tf.float32) / batch
-    return batch * flops_fn(seq_length, predictions, computed, tokens)
 
 
 @dataclasses.dataclass(frozen=True)

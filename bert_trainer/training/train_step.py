@@ -17,7 +17,6 @@ import tensorflow as tf
 from absl import logging
 
 from bert_trainer import features as F
-from bert_trainer.models.output_names import MLM_ROWS
 from bert_trainer.tasks.base import Task
 from bert_trainer.training import optimization, throughput
 from bert_trainer.training.fused_adamw import FusedAdamW
@@ -56,7 +55,8 @@ class TrainStep:
         nonfinite_step: int64 variable, the step refused for NaN/Inf, -1 while all is well.
         loss_means: {loss name: Mean} over the steps since the last `reset_metrics`.
         metrics: the task's training metrics.
-        counts_flops: whether `counts()` reports model FLOPs (the model has a known encoder).
+        counts_flops: whether `counts()` reports model FLOPs (the task can count them:
+            `Task.flops_counter`).
     """
 
     def __init__(self, task: Task, model: keras.Model, optimizer, strategy, *,
@@ -84,8 +84,8 @@ class TrainStep:
         self._tokens = keras.metrics.Sum(name="tokens")
         self._token_slots = keras.metrics.Sum(name="token_slots")  # padding included
         self._flops = keras.metrics.Sum(name="model_flops")
-        self._flops_fn = throughput.model_flops_function(model)
-        self.counts_flops = self._flops_fn is not None
+        self._count_flops = task.flops_counter(model)
+        self.counts_flops = self._count_flops is not None
         if accumulation_steps > 1:
             self._build_accumulators()
         self._loss_scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
@@ -185,16 +185,8 @@ class TrainStep:
             mask = tf.cast(features[F.INPUT_MASK] != 0, tf.float32)
             self._tokens.update_state(tf.reduce_sum(mask))
             self._token_slots.update_state(tf.cast(tf.size(mask), tf.float32))
-        if self.counts_flops and F.INPUT_WORD_IDS in features:
-            mlm_rows = None  # the pretrainer computed only the weighted predictions
-            if isinstance(outputs, dict) and MLM_ROWS in outputs:
-                mlm_rows = tf.shape(outputs[MLM_ROWS])[0]
-            packed = None  # ... and the encoder only the real tokens (decided at trace time,
-            # in the forward pass's own XLA context)
-            if hasattr(self.model, "packed_tokens"):
-                packed = self.model.packed_tokens(self.task.model_inputs(features))
-            self._flops.update_state(
-                throughput.batch_flops(self._flops_fn, features, mlm_rows, packed))
+        if self.counts_flops:  # here, in the forward pass's trace: what the model skipped
+            self._flops.update_state(self._count_flops(features, outputs))
 
     def _accumulate(self, features) -> None:
         grads, losses = self._forward(features)

@@ -29,10 +29,10 @@ class NotAvailable(RuntimeError):
 def _imports():
     try:
         from bert_trainer.tasks import pretraining
-        from bert_trainer.training import optimization, throughput, trainer
+        from bert_trainer.training import optimization, trainer
     except ImportError as e:
         raise NotAvailable(f"bert-train's pretraining step is not wired yet ({e})") from None
-    return pretraining, optimization, throughput, trainer
+    return pretraining, optimization, trainer
 
 
 def replace_inputs(task, step: spec_lib.StepSpec):
@@ -85,7 +85,7 @@ def build(step: spec_lib.StepSpec):
       (info, run): info holds the parameter count; run(n) trains n steps and returns
       {"loss": mean training loss so far}.
     """
-    pretraining, optimization, throughput, trainer_lib = _imports()
+    pretraining, optimization, trainer_lib = _imports()
     task = replace_inputs(make_pretraining_task(pretraining, step), step)
     if task.global_batch_size(True) != step.batch_size:
         raise ValueError(f"the task's batch {task.global_batch_size(True)} is not the "
@@ -112,14 +112,14 @@ def build(step: spec_lib.StepSpec):
     # masked LM computes only the weighted predictions where shapes may vary (not under XLA):
     # the mean over the batches it cycles through.
     # Its encoder packs the real tokens there too: the batches' mean.
-    flops_fn = throughput.model_flops_function(trainer.model)
     computed = tokens = None
     if not step.jit_compile and trainer.model.skips_unweighted_predictions():
         computed = spec_lib.computed_mlm_rows(step, NUM_DATA_BATCHES) / step.batch_size
     if not step.jit_compile and trainer.model.packs_tokens():
         tokens = spec_lib.computed_tokens(step, NUM_DATA_BATCHES) / step.batch_size
-    executed = step.batch_size * flops_fn(step.seq_length, step.max_predictions, computed,
-                                          tokens)
+    executed = step.batch_size * trainer.model.flops_per_example(
+        step.seq_length, step.max_predictions, computed_predictions=computed,
+        computed_tokens=tokens)
     return {"params": int(trainer.model.count_params()),
             "executed_flops_per_step": int(round(executed))}, run
 

@@ -152,12 +152,17 @@ def computed_tokens(spec: StepSpec, num_batches: int = NUM_DATA_BATCHES) -> floa
 
 def computed_mlm_rows(spec: StepSpec, num_batches: int = NUM_DATA_BATCHES) -> float:
     """Mean rows per step bert-train's masked LM computes on `make_batches(spec, num_batches)`:
-    each batch's weighted predictions, rounded up as `features.computed_prediction_rows`."""
+    each batch's weighted predictions, rounded up as `bert_pretrainer.computed_prediction_rows`.
+    """
+    # Here, not at the top: the model module brings Keras and TensorFlow, which the
+    # harness's parent process does not otherwise load.
+    from bert_trainer.models.bert_pretrainer import computed_prediction_rows  # noqa: PLC0415
+
     batches = make_batches(spec, num_batches)
     total = spec.batch_size * spec.max_predictions
     return float(np.mean([
-        features.computed_prediction_rows(int(np.count_nonzero(b[features.MASKED_LM_WEIGHTS])),
-                                          total) for b in batches]))
+        computed_prediction_rows(int(np.count_nonzero(b[features.MASKED_LM_WEIGHTS])), total)
+        for b in batches]))
 
 
 def num_params(size: ModelSize, type_vocab_size: int = TYPE_VOCAB_SIZE,

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from bert_trainer import features as F
-from bert_trainer import kernels
+from bert_trainer import ops
 from bert_trainer.encoders import build_encoder
 from bert_trainer.tasks.pretraining import PretrainingConfig, PretrainingTask
 from bert_trainer.training import throughput
@@ -103,7 +103,7 @@ def _traced_forward_flops(model, tokens=None):
 
 
 def test_model_flops_function_equals_the_matmuls_of_the_traced_forward_pass(monkeypatch):
-    monkeypatch.setattr(kernels, "_accelerators_visible", lambda: False)  # as on a CPU host
+    monkeypatch.setattr(ops.switch, "_accelerators_visible", lambda: False)  # as on a CPU host
     model = tiny_pretrainer()
     flops_fn = throughput.model_flops_function(model)
     model.pack_tokens = False

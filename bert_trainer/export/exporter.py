@@ -18,7 +18,7 @@ import os
 import tensorflow as tf
 from absl import logging
 
-from bert_trainer import checkpoint_layout, kernels, outputs
+from bert_trainer import checkpoint_layout, ops, outputs
 from bert_trainer import model_dir as model_dir_lib
 from bert_trainer.data import windows
 from bert_trainer.errors import UserError
@@ -208,7 +208,7 @@ def save(module: ServingModule, output: str, *, overwrite: bool = False) -> str:
     size = sum(v.shape.num_elements() * v.dtype.size for v in module.variables)
     with outputs.new_directory(output, SAVED_MODEL, writing="SavedModel",
                                needed_bytes=size) as staging:
-        with kernels.disabled():  # a retrace during saving gets TensorFlow's ops too
+        with ops.fused_kernels(False):  # a retrace during saving gets TensorFlow's ops too
             tf.saved_model.save(module, staging, signatures=module.signatures())
     return output
 

@@ -57,10 +57,10 @@ def main(argv=None) -> int:
         tf.config.list_physical_devices()
 
         module = importlib.import_module(f"bert_trainer.commands.{name}")
-    from bert_trainer import kernels  # noqa: PLC0415
+    from bert_trainer import ops  # noqa: PLC0415
 
     try:
-        kernels.mode()  # a bad BERT_TRAIN_FUSED_KERNELS stops here, not inside a traced step
+        ops.default_mode()  # a bad BERT_TRAIN_FUSED_KERNELS stops here, not in a traced step
     except ValueError as e:
         print(f"bert-train: {e}", file=sys.stderr)
         return 2

@@ -1,20 +1,11 @@
 """Softmax cross-entropy over a large vocabulary, and whether the label scored highest.
 
-The masked LM's loss is a softmax over 30k+ classes at every predicted position: for the mini
-benchmark step that is a [640, 30522] logits matrix, and TensorFlow's fused
-`SparseSoftmaxCrossEntropyWithLogits` plus the accuracy metric's `argmax` took 12 % of the
-step on CPU. Here the forward pass is max, exp, sum and one gather, the backward pass reuses
-the forward's exponentials (`softmax - one_hot` as a scale and one scatter), and the hits
-take one max and one gather instead of an argmax: 2.4x faster on that matrix, the same values
-to float32 round-off. Where the fused CPU kernels run (`bert_trainer.kernels`), one kernel
-computes the loss and the hits together, and the gradient is one kernel that recomputes the
-softmax from the logits and each row's saved max and log-sum: no `[rows, classes]` tensor is
-kept from the forward pass.
+Both are ops with a fused CPU kernel (`bert_trainer.ops.cross_entropy`, where the speed
+choices are described): the kernel where it runs, else TensorFlow's ops with a gradient
+that reuses the forward pass.
 """
 
-import tensorflow as tf
-
-from bert_trainer import kernels
+from bert_trainer import ops
 
 
 def sparse_softmax_cross_entropy(labels, logits):
@@ -27,49 +18,13 @@ def sparse_softmax_cross_entropy(labels, logits):
     Returns:
       float32 `[...]`, as `tf.nn.sparse_softmax_cross_entropy_with_logits`.
     """
-    logits = tf.convert_to_tensor(logits, tf.float32)
-    flat_labels, flat_logits = _rows(labels, logits)
-    if kernels.active():
-        flat_xent = kernels.sparse_softmax_cross_entropy(flat_labels, flat_logits)[0]
-    else:
-        flat_xent = _xent(flat_logits, flat_labels)
-    return tf.reshape(flat_xent, tf.shape(logits)[:-1])
-
-
-def _rows(labels, logits):
-    """int32 labels `[rows]` and logits `[rows, classes]` from `[...]` and `[..., classes]`."""
-    flat_logits = tf.reshape(logits, [-1, tf.shape(logits)[-1]])
-    return tf.reshape(tf.cast(labels, tf.int32), [-1]), flat_logits
-
-
-@tf.custom_gradient
-def _xent(logits, labels):
-    """[rows, classes], [rows] -> [rows]."""
-    row_max = tf.reduce_max(logits, axis=-1, keepdims=True)
-    exp = tf.exp(logits - row_max)
-    total = tf.reduce_sum(exp, axis=-1, keepdims=True)
-    label_logit = tf.gather(logits, labels, batch_dims=1)
-    xent = tf.squeeze(row_max + tf.math.log(total), -1) - label_logit
-
-    def grad(upstream):
-        softmax_scaled = exp * (upstream[:, None] / total)
-        rows = tf.range(tf.shape(labels)[0])
-        one_hot_scaled = tf.stack([rows, labels], axis=1)
-        return tf.tensor_scatter_nd_sub(softmax_scaled, one_hot_scaled, upstream), None
-
-    return xent, grad
+    return ops.sparse_softmax_cross_entropy(labels, logits)
 
 
 def label_is_top(labels, logits):
     """1.0 where the label's logit is the row's highest, else 0.0 (float32 `[...]`).
 
     Accuracy without an argmax: one max and one gather. A tie with the label counts as a hit
-    (argmax would pick the lowest index). With float32 logits ties do not occur in practice;
-    bfloat16-rounded logits (the projection in the compute dtype) can tie, rarely.
+    (argmax would pick the lowest index).
     """
-    logits = tf.convert_to_tensor(logits, tf.float32)
-    if kernels.active():  # the same op as the loss's: graph optimization computes it once
-        hits = kernels.sparse_softmax_cross_entropy(*_rows(labels, logits))[1]
-        return tf.reshape(hits, tf.shape(logits)[:-1])
-    label_logit = tf.gather(logits, tf.cast(labels, tf.int32), batch_dims=len(labels.shape))
-    return tf.cast(label_logit >= tf.reduce_max(logits, axis=-1), tf.float32)
+    return ops.label_is_top(labels, logits)

@@ -55,13 +55,13 @@ def require_fused_kernels(monkeypatch) -> None:
     """Skips the test (naming why) where the kernels cannot run, else requires them
     (`BERT_TRAIN_FUSED_KERNELS=on`) and runs them on the CPU even where a GPU is visible
     (`auto` only leaves them out there)."""
-    from bert_trainer import kernels  # noqa: PLC0415
+    from bert_trainer.ops import switch  # noqa: PLC0415
 
     reason = fused_kernels_unavailable()
     if reason:
         pytest.skip(reason)
-    monkeypatch.setenv(kernels.MODE_ENV, "on")
-    monkeypatch.setattr(kernels, "_accelerators_visible", lambda: False)
+    monkeypatch.setenv(switch.MODE_ENV, "on")
+    monkeypatch.setattr(switch, "_accelerators_visible", lambda: False)
 
 
 @pytest.fixture
@@ -74,12 +74,12 @@ def kernels_required(monkeypatch):
 def kernel_mode(request, monkeypatch):
     """Runs a test with TensorFlow's own ops, then with the fused CPU kernels (required; that
     half skips, naming why, where they cannot run: `fused_kernels_unavailable`)."""
-    from bert_trainer import kernels
+    from bert_trainer.ops import switch
 
     if request.param == "on":
         require_fused_kernels(monkeypatch)
     else:
-        monkeypatch.setenv(kernels.MODE_ENV, "off")
+        monkeypatch.setenv(switch.MODE_ENV, "off")
     return request.param
 
 

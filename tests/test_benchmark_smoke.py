@@ -22,7 +22,7 @@ import compare_trees  # noqa: E402
 from bench import floor, report, sections, tokenizer_bench  # noqa: E402
 from bench import spec as spec_lib  # noqa: E402
 
-from bert_trainer import features, kernels  # noqa: E402
+from bert_trainer import features, ops  # noqa: E402
 from bert_trainer.models import bert_pretrainer  # noqa: E402
 
 MINI = spec_lib.StepSpec(spec_lib.SIZES["mini"])
@@ -252,7 +252,7 @@ def test_smoke_training_entries_are_consistent(smoke):
         # layers only the real tokens.
         ours = e["implementation"].startswith("bert_train")
         rows = 1 + step.max_predictions if ours else None
-        compacts = ours and not e["jit_compile"] and kernels.dynamic_shapes_are_free()
+        compacts = ours and not e["jit_compile"] and ops.dynamic_shapes_are_free()
         mlm_rows = spec_lib.computed_mlm_rows(step) if compacts else None
         tokens = spec_lib.computed_tokens(step) if compacts else None
         assert e["executed_flops_per_step"] == pytest.approx(

@@ -27,7 +27,7 @@ from export_testing import (
     write_vocab,
 )
 
-from bert_trainer import features, kernels, predict
+from bert_trainer import features, ops, predict
 from bert_trainer.checkpoints import model_dir
 from bert_trainer.data import squad_data
 from bert_trainer.data.classification_data import text_features
@@ -142,7 +142,7 @@ def test_ids_signatures_equal_the_keras_model(exported, family):
         return
     # A SavedModel runs TensorFlow's ops, so the reference does too: where the fused kernels
     # run, a tagger computes the real tokens only and its logits at the padding differ.
-    with kernels.disabled():
+    with ops.fused_kernels(False):
         expected = outputs_numpy(model({k: np.array(v, np.int32) for k, v in ids.items()}))
     for name, value in expected.items():
         got = np.array(results[f"{family}/serving_ids"][name])

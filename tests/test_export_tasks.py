@@ -11,7 +11,7 @@ import tensorflow as tf
 from export_testing import save_checkpoint
 from finetune_testing import make_task, shared_file, train
 
-from bert_trainer import kernels
+from bert_trainer import ops
 from bert_trainer.data.classification_data import text_features
 from bert_trainer.data.task_data import CONLL2003_LABELS
 from bert_trainer.export import build_serving_module
@@ -54,7 +54,7 @@ def test_task_models_restore_into_their_serving_modules(tiny_pretrained, tmp_pat
     else:
         assert (module.family, module.label_names) == ("tagging", CONLL2003_LABELS)
     ids = text_features(task.tokenizer, {"text": tf.constant(SENTENCES)}, 32)
-    with kernels.disabled():  # the serving module's ops (packing changes the padding's logits)
+    with ops.fused_kernels(False):  # the serving module's ops (packing changes padding logits)
         expected = model(ids, training=False)
     got = module.function("serving_ids")(**ids)
     assert set(got) == set(expected)

@@ -20,7 +20,7 @@ from export_testing import make_model_dir
 from numerics import assert_close
 from tensorflow.core.protobuf import saved_model_pb2
 
-from bert_trainer import kernels, losses
+from bert_trainer import kernels, losses, ops
 from bert_trainer.export.exporter import build_serving_module, save
 from bert_trainer.kernels import build
 from bert_trainer.layers import Dropout, LayerNormalization, TransformerEncoder, gelu
@@ -276,19 +276,19 @@ def test_tensorflow_ops_under_xla_inside_disabled_and_when_off(monkeypatch):
     out, grads = tf.function(step, jit_compile=True)(data)  # XLA compiles it: no custom op
     assert out.shape == (2, 6, 16) and all(np.all(np.isfinite(g)) for g in grads)
     assert not FUSED_OPS & _traced_op_types(step, data, jit_compile=True)
-    with kernels.disabled():
-        assert not kernels.active()
+    with ops.fused_kernels(False):
+        assert not ops.fused()
         assert not FUSED_OPS & _traced_op_types(step, data)
-    assert kernels.active()
-    assert not kernels.active(tf.float64)  # the elementwise kernels take 16- and 32-bit floats
+    assert ops.fused()
+    assert not ops.fused(tf.float64)  # the elementwise kernels take 16- and 32-bit floats
     assert LayerNormalization(dtype="float64")(tf.ones([2, 4], tf.float64)).dtype == tf.float64
     assert gelu(tf.ones([3], tf.float64)).dtype == tf.float64
-    monkeypatch.setenv(kernels.MODE_ENV, "off")
-    assert not kernels.active()
+    monkeypatch.setenv(ops.MODE_ENV, "off")
+    assert not ops.fused()
     assert not FUSED_OPS & _traced_op_types(step, data)
-    monkeypatch.setenv(kernels.MODE_ENV, "fast")
+    monkeypatch.setenv(ops.MODE_ENV, "fast")
     with pytest.raises(ValueError, match="BERT_TRAIN_FUSED_KERNELS='fast': expected one of auto"):
-        kernels.active()
+        ops.fused()
 
 
 @pytest.mark.slow  # trains end to end in this process: left out of make test-fast
@@ -308,10 +308,10 @@ def test_the_trainers_pretraining_step_runs_with_the_kernels_required(jit_compil
 
 
 def test_a_visible_accelerator_leaves_the_kernels_off(monkeypatch):
-    monkeypatch.setenv(kernels.MODE_ENV, "auto")
-    assert kernels.active()
-    monkeypatch.setattr(kernels, "_accelerators_visible", lambda: True)
-    assert not kernels.active()
+    monkeypatch.setenv(ops.MODE_ENV, "auto")
+    assert ops.fused()
+    monkeypatch.setattr(ops.switch, "_accelerators_visible", lambda: True)
+    assert not ops.fused()
     layer = Dropout(0.1, seed=1)
     assert not FUSED_OPS & _traced_op_types(lambda v: layer(v, training=True), tf.ones([2, 8]))
 
@@ -319,7 +319,7 @@ def test_a_visible_accelerator_leaves_the_kernels_off(monkeypatch):
 @pytest.mark.slow  # trains end to end in this process: left out of make test-fast
 def test_exported_saved_model_holds_only_tensorflow_ops(tmp_path):
     path, model = make_model_dir(tmp_path / "cls", "classification", pair=True, seq_length=16)
-    assert kernels.active()  # so the export below had them available, and left them out
+    assert ops.fused()  # so the export below had them available, and left them out
     output = save(build_serving_module(str(path)), str(tmp_path / "export"))
     saved = saved_model_pb2.SavedModel()
     saved.ParseFromString((pathlib.Path(output) / "saved_model.pb").read_bytes())
@@ -361,8 +361,8 @@ def _run_python(code: str, **env) -> subprocess.CompletedProcess:
 @_without_the_library
 def test_without_a_compiler_auto_falls_back_and_on_fails_with_the_fix(tmp_path):
     no_compiler = {"CXX": "", "PATH": str(tmp_path), build.CACHE_ENV: str(tmp_path / "c")}
-    code = ("from bert_trainer import kernels, losses\nimport tensorflow as tf\n"
-            "print('active', kernels.active())\n"
+    code = ("from bert_trainer import losses, ops\nimport tensorflow as tf\n"
+            "print('active', ops.fused())\n"
             "print(float(losses.sparse_softmax_cross_entropy(tf.constant([1]), "
             "tf.constant([[0.0, 0.0]]))[0]))")
     auto = _run_python(code, BERT_TRAIN_FUSED_KERNELS="auto", **no_compiler)
@@ -385,8 +385,8 @@ def test_without_a_compiler_auto_falls_back_and_on_fails_with_the_fix(tmp_path):
 @_without_the_library
 def test_a_failing_compile_leaves_its_log_and_no_library(tmp_path):
     cache = tmp_path / "cache"
-    done = _run_python("import sys\nfrom bert_trainer import kernels\n"
-                       "try:\n    kernels.active()\nexcept RuntimeError as e:\n"
+    done = _run_python("import sys\nfrom bert_trainer import ops\n"
+                       "try:\n    ops.fused()\nexcept RuntimeError as e:\n"
                        "    print(e)\n    sys.exit(3)",
                        BERT_TRAIN_FUSED_KERNELS="on", CXX="false", **{build.CACHE_ENV: str(cache)})
     assert done.returncode == 3, done.stderr

@@ -331,7 +331,7 @@ def test_multi_head_attention_fused_probabilities_equal_the_three_ops(monkeypatc
     """With the kernels on, training fuses mask, softmax and dropout into one kernel: the
     same outputs and gradients as the add, softmax and dropout layer it replaces (same
     seed, same mask)."""
-    from bert_trainer.layers.dropout import Dropout
+    from bert_trainer.ops import attention as attention_ops
 
     layer, _ = _attention_pair(DATA, DATA, dropout=0.3, seed=3)
     state = layer._dropout_layer.seed_generator.state
@@ -350,7 +350,7 @@ def test_multi_head_attention_fused_probabilities_equal_the_three_ops(monkeypatc
         tf.constant(DATA)).graph.get_operations()}
     assert "BertAttentionSoftmax" in op_types and "Softmax" not in op_types
     fused, fused_grads = run()
-    monkeypatch.setattr(Dropout, "kernel_rate_and_seed", lambda self, training: None)
+    monkeypatch.setattr(attention_ops, "_dropout_rate_and_seed", lambda dropout, training: None)
     separate, separate_grads = run()
     inference = layer(DATA, DATA, attention_mask=PADDING[:, None, :]).numpy()
     assert np.abs(fused - inference).max() > 1e-3  # the dropout acted

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bert_trainer import kernels
+from bert_trainer import ops
 from bert_trainer.layers import Dropout
 
 RATE = 0.1
@@ -19,7 +19,7 @@ SCALE = 1.0 / (1.0 - THRESHOLD / 65536)
 
 @pytest.fixture(autouse=True)
 def _tensorflow_ops(monkeypatch):
-    monkeypatch.setenv(kernels.MODE_ENV, "off")
+    monkeypatch.setenv(ops.MODE_ENV, "off")
 
 
 def test_mask_statistics_and_scale():

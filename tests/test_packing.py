@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bert_trainer import features, kernels
+from bert_trainer import features, kernels, ops
 from bert_trainer.encoders import AlbertEncoder, BertEncoder
 from bert_trainer.layers.packing import TokenPacking
 
@@ -18,7 +18,7 @@ TINY = dict(vocab_size=40, hidden_size=16, num_layers=3, num_attention_heads=2, 
 @pytest.fixture(autouse=True)
 def _cpu_host(monkeypatch):
     # Packing (and the kernels) run where shapes may vary for free: the CPU outside XLA.
-    monkeypatch.setattr(kernels, "_accelerators_visible", lambda: False)
+    monkeypatch.setattr(ops.switch, "_accelerators_visible", lambda: False)
 
 
 def _packed_reference(x):
@@ -178,7 +178,7 @@ def test_task_models_pack_where_the_kernels_run_with_the_same_outputs(head, kern
     assert model.packs_tokens()
     assert int(model.packed_tokens(inputs)) == 12 + 16 + 5 + 16  # row 3: every slot
     packed = model(inputs, training=False)
-    with kernels.disabled():
+    with ops.fused_kernels(False):
         assert not model.packs_tokens() and model.packed_tokens(inputs) is None
         full = model(inputs, training=False)
     assert packed.keys() == full.keys()

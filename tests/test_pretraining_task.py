@@ -12,7 +12,7 @@ from numerics import assert_close
 from summary_testing import read_scalars
 
 from bert_trainer import features as F
-from bert_trainer import kernels
+from bert_trainer import ops
 from bert_trainer.checkpoints import model_dir
 from bert_trainer.encoders import build_encoder
 from bert_trainer.errors import UserError
@@ -105,7 +105,7 @@ def test_training_computes_only_the_weighted_predictions_with_the_same_loss(monk
     """In training the pretrainer runs its masked LM on the weighted predictions only (rounded
     up to 16 rows); losses, accuracy and gradients are those of every slot. Evaluation (and a
     pretrainer asked not to) computes every slot."""
-    monkeypatch.setattr(kernels, "_accelerators_visible", lambda: False)  # as on a CPU host
+    monkeypatch.setattr(ops.switch, "_accelerators_visible", lambda: False)  # as on a CPU host
     batch, seq, predictions, vocab = 8, 16, 5, 50
     task = PretrainingTask(PretrainingConfig(masking="static", seq_length=seq,
                                              max_predictions_per_seq=predictions),
@@ -162,7 +162,7 @@ def test_training_computes_only_the_weighted_predictions_with_the_same_loss(monk
 def test_weighted_rows_gradient_copies_no_vocabulary_sized_slice(monkeypatch):
     """The row logits reach the loss through reshapes: a slice there (`logits[0]`) would add a
     gradient that zero-fills and copies the whole `[1, rows, vocab]` logits every step."""
-    monkeypatch.setattr(kernels, "_accelerators_visible", lambda: False)  # as on a CPU host
+    monkeypatch.setattr(ops.switch, "_accelerators_visible", lambda: False)  # as on a CPU host
     batch, seq, predictions, vocab = 4, 16, 4, 97
     task = PretrainingTask(PretrainingConfig(masking="static", seq_length=seq,
                                              max_predictions_per_seq=predictions),

@@ -13,7 +13,7 @@ from summary_testing import read_scalars
 from toy_task import ToyConfig, ToyTask
 
 from bert_trainer import features as F
-from bert_trainer import kernels
+from bert_trainer import ops
 from bert_trainer.encoders import build_encoder
 from bert_trainer.tasks import registry
 from bert_trainer.tasks.base import Task
@@ -53,7 +53,7 @@ def pretraining_batch():
 
 @pytest.mark.parametrize("shortcuts", [True, False], ids=["packed_rows", "every_slot"])
 def test_pretraining_task_counts_what_its_pretrainer_executed(monkeypatch, shortcuts):
-    monkeypatch.setattr(kernels, "_accelerators_visible", lambda: False)  # as on a CPU host
+    monkeypatch.setattr(ops.switch, "_accelerators_visible", lambda: False)  # as on a CPU host
     task = PretrainingTask(
         PretrainingConfig(masking="static", seq_length=SEQ, max_predictions_per_seq=PREDICTIONS,
                           train_batch_size=BATCH, skip_unweighted_predictions=shortcuts,
@@ -104,7 +104,7 @@ def test_finetuning_tasks_count_their_models_flops_without_family_code(tiny_pret
     mask = (np.arange(s)[None] < np.array([[12], [5], [9]])).astype(np.int32)
     batch = {F.INPUT_WORD_IDS: tf.constant(mask * 7), F.INPUT_MASK: tf.constant(mask),
              F.INPUT_TYPE_IDS: tf.zeros((b, s), tf.int32)}
-    with kernels.disabled():  # TensorFlow's ops: every slot is computed
+    with ops.fused_kernels(False):  # TensorFlow's ops: every slot is computed
         outputs = model(task.model_inputs(batch), training=True)
         counted = float(task.flops_counter(model)(batch, outputs))
     layer = 4 * mm(b * s, h, h) + mm(b * s, h, f) + mm(b * s, f, h) + 2 * mm(b * s, h, s)

@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 from bert_trainer import features as F
-from bert_trainer import kernels
+from bert_trainer import ops
 from bert_trainer.encoders import build_encoder
 from bert_trainer.models import flops
 from bert_trainer.tasks.pretraining import PretrainingConfig, PretrainingTask
@@ -106,7 +106,7 @@ def _traced_forward_flops(model, tokens=None):
 
 
 def test_model_flops_per_example_equals_the_matmuls_of_the_traced_forward_pass(monkeypatch):
-    monkeypatch.setattr(kernels, "_accelerators_visible", lambda: False)  # as on a CPU host
+    monkeypatch.setattr(ops.switch, "_accelerators_visible", lambda: False)  # as on a CPU host
     model = tiny_pretrainer()
     packed = model.execution
     model.execution = dataclasses.replace(packed, pack_tokens=False)

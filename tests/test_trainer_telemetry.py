@@ -10,7 +10,7 @@ import tensorflow as tf
 from summary_testing import read_scalars
 
 from bert_trainer import features as F
-from bert_trainer import kernels
+from bert_trainer import ops
 from bert_trainer.encoders import build_encoder
 from bert_trainer.models import bert_pretrainer
 from bert_trainer.tasks.pretraining import PretrainingConfig, PretrainingTask
@@ -48,7 +48,7 @@ def make_trainer(model_dir, **config):
 
 @pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_tensorboard_gets_padding_fraction_model_flops_and_mfu(tmp_path, monkeypatch):
-    monkeypatch.setattr(kernels, "_accelerators_visible", lambda: False)  # as on a CPU host
+    monkeypatch.setattr(ops.switch, "_accelerators_visible", lambda: False)  # as on a CPU host
     trainer = make_trainer(tmp_path, peak_flops=2e9)
     trainer.train_and_evaluate()
     train = read_scalars(tmp_path / "train")

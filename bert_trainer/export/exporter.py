@@ -18,7 +18,7 @@ import os
 import tensorflow as tf
 from absl import logging
 
-from bert_trainer import kernels, outputs
+from bert_trainer import ops, outputs
 from bert_trainer.checkpoints import layout as checkpoint_layout
 from bert_trainer.checkpoints import model_dir as model_dir_lib
 from bert_trainer.checkpoints.best import BEST_DIR
@@ -209,7 +209,7 @@ def save(module: ServingModule, output: str, *, overwrite: bool = False) -> str:
     size = sum(v.shape.num_elements() * v.dtype.size for v in module.variables)
     with outputs.new_directory(output, SAVED_MODEL, writing="SavedModel",
                                needed_bytes=size) as staging:
-        with kernels.disabled():  # a retrace during saving gets TensorFlow's ops too
+        with ops.fused_kernels(False):  # a retrace during saving gets TensorFlow's ops too
             tf.saved_model.save(module, staging, signatures=module.signatures())
     return output
 

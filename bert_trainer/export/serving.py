@@ -18,7 +18,7 @@ import functools
 
 import tensorflow as tf
 
-from bert_trainer import features, kernels
+from bert_trainer import features, ops
 from bert_trainer.data import windows
 from bert_trainer.data.classification_data import text_features, window_features
 from bert_trainer.data.tokenizer import Tokenizer
@@ -60,12 +60,12 @@ def byte_to_char(text: tf.Tensor, byte_offsets: tf.RaggedTensor) -> tf.RaggedTen
 
 
 def _tensorflow_ops_only(fn):
-    """`fn`, traced with TensorFlow's own ops (`kernels.disabled`): a SavedModel must load
-    and serve without bert-train's fused CPU kernels."""
+    """`fn`, traced with TensorFlow's own ops (`ops.fused_kernels(False)`): a SavedModel
+    must load and serve without bert-train's fused CPU kernels."""
 
     @functools.wraps(fn)
     def traced(*args, **kwargs):
-        with kernels.disabled():
+        with ops.fused_kernels(False):
             return fn(*args, **kwargs)
 
     return traced

@@ -1,65 +1,42 @@
-"""Fused CPU kernels for the training step, with TensorFlow's own ops as the fallback.
+"""Fused CPU kernels for the training step: the op library, its gradients and its ops.
 
 Without XLA, every elementwise op of a TensorFlow step is a separate pass over memory, and
-the pip wheel compiles those ops for a baseline x86 CPU. `cpu_kernels.cc` holds one-pass
-kernels for the work of a BERT step that `tf.matmul` does not cover: dropout (with a mask
-recomputed from its seed instead of stored), LayerNorm, exact GELU, the attention
-probabilities (mask, softmax and dropout), the attention heads' layout (split / merge), token
-packing (the rows of the real tokens, packed and unpacked) and the masked LM's softmax
-cross-entropy, each forward and backward;
-and the optimizer's AdamW update (clip scale, weight decay and Adam in one pass).
-They are compiled on first use for the machine's own CPU (`build.py`) and used where they can
-run:
+the pip wheel compiles those ops for a baseline x86 CPU. The C++ sources here (one file per
+op family, `build.py` compiles them) hold one-pass kernels for the work of a BERT step that
+`tf.matmul` does not cover: dropout (with a mask recomputed from its seed instead of stored),
+LayerNorm, exact GELU, the attention probabilities (mask, softmax and dropout), the attention
+heads' layout (split / merge), token packing (the rows of the real tokens, packed and
+unpacked) and the masked LM's softmax cross-entropy, each forward and backward; and the
+optimizer's AdamW update (clip scale, weight decay and Adam in one pass). They are compiled on
+first use for the machine's own CPU.
 
-- `BERT_TRAIN_FUSED_KERNELS=auto` (the default): when the library builds, no GPU or TPU is
-  visible, and the code is not being compiled by XLA (`jit_compile=True` or a TPU); else
-  TensorFlow's ops, the same computation, are used.
-- `off`: never.
-- `on`: as `auto`, but a library that cannot be built is an error instead of a warning.
-
-Graphs that are saved for serving are traced inside `disabled()` (the exporter does), so a
-SavedModel holds only TensorFlow's own ops and needs no extra library to load.
+Nothing outside `bert_trainer.ops` calls this package: each op there chooses between these
+kernels and TensorFlow's own ops (`bert_trainer.ops.switch`).
 """
 
-import contextlib
-import os
 import threading
 
 from absl import logging
 
-MODE_ENV = "BERT_TRAIN_FUSED_KERNELS"
-MODES = ("auto", "on", "off")
 # What the elementwise and layout kernels (dropout, GELU, the attention probabilities, the
 # heads' layout, token packing) take; LayerNorm and the cross-entropy are float32 (their
 # layers compute in float32 under mixed precision).
 ELEMENTWISE_DTYPES = ("float32", "bfloat16", "float16")
 
-_state = threading.local()
 _lock = threading.Lock()
 _library = None
 _error: str | None = None
 
 
-def mode() -> str:
-    value = os.environ.get(MODE_ENV, "auto").strip().lower() or "auto"
-    if value not in MODES:
-        raise ValueError(f"{MODE_ENV}={value!r}: expected one of {', '.join(MODES)}")
-    return value
+def library(required: bool = False):
+    """The loaded op library, building it on first call; None if it cannot be built.
 
+    Args:
+      required: raise instead of returning None (`BERT_TRAIN_FUSED_KERNELS=on`).
 
-@contextlib.contextmanager
-def disabled():
-    """Within this block (this thread), `active()` is False: TensorFlow's own ops only."""
-    depth = getattr(_state, "disabled", 0)
-    _state.disabled = depth + 1
-    try:
-        yield
-    finally:
-        _state.disabled = depth
-
-
-def library():
-    """The loaded op library, building it on first call; None if it cannot be built."""
+    Raises:
+      RuntimeError: `required` and the library cannot be built or loaded.
+    """
     global _library, _error
     with _lock:
         if _library is None and _error is None:
@@ -72,74 +49,18 @@ def library():
                 logging.info("Fused CPU kernels loaded from %s", build.library_path())
             except build.BuildError as e:
                 _error = str(e)
-                if mode() != "on":
+                if not required:
                     logging.warning("Fused CPU kernels unavailable, using TensorFlow's ops: "
                                     "%s", _error)
-        if _library is None and mode() == "on":
-            raise RuntimeError(f"{MODE_ENV}=on but the fused CPU kernels are unavailable: "
-                               f"{_error}")
+        if _library is None and required:
+            raise RuntimeError(f"BERT_TRAIN_FUSED_KERNELS=on but the fused CPU kernels are "
+                               f"unavailable: {_error}")
         return _library
 
 
-def active(dtype=None) -> bool:
-    """Whether ops created here, now, should be the fused kernels (Keras on TensorFlow only).
-
-    Args:
-      dtype: if given, also require it to be one of `ELEMENTWISE_DTYPES`.
-    """
-    if getattr(_state, "disabled", 0) or mode() == "off" or _keras_backend() != "tensorflow":
-        return False
-    if dtype is not None and _dtype_name(dtype) not in ELEMENTWISE_DTYPES:
-        return False
-    if _under_xla() or _accelerators_visible():
-        return False
-    return library() is not None
-
-
-def dynamic_shapes_are_free() -> bool:
-    """Whether ops created here, now, run on the CPU outside XLA, where a tensor's shape may
-    change from step to step at no cost (on a GPU a data-dependent shape costs a host sync;
-    XLA and TPUs need static shapes)."""
-    return not _under_xla() and not _accelerators_visible()
-
-
-def _keras_backend() -> str:
-    import keras  # noqa: PLC0415
-
-    return keras.backend.backend()
-
-
-def _dtype_name(dtype) -> str:
-    import tensorflow as tf  # noqa: PLC0415
-
-    return tf.as_dtype(dtype).name
-
-
-def _under_xla() -> bool:
-    """True while tracing for XLA (`jit_compile=True`, TPU): custom ops cannot compile there.
-
-    A decision at trace time: a plain `tf.function` traced outside XLA and later called from
-    a `jit_compile=True` one would keep its trace. The trainer traces its XLA step afresh
-    inside the compiled function (`TrainStep`), so its layers see the XLA context.
-    """
-    import tensorflow as tf  # noqa: PLC0415
-
-    try:
-        from tensorflow.python.ops import control_flow_util  # noqa: PLC0415
-    except ImportError:  # private API gone: do not guess
-        return True
-    return bool(control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))
-
-
-def _accelerators_visible() -> bool:
-    import tensorflow as tf  # noqa: PLC0415
-
-    return bool(tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU"))
-
-
 # ------------------------------------------------------------------------------- the ops
-# Each wrapper emits its op; call it only when `active()`. Gradients are registered by op
-# name, so they apply wherever the op appears in a graph.
+# Each wrapper emits its op; `bert_trainer.ops` calls it where the kernels run. Gradients
+# are registered by op name, so they apply wherever the op appears in a graph.
 
 
 def dropout(x, rate: float, seed):

@@ -1,7 +1,7 @@
 """The Keras layer library BERT-style encoders are made of (keras-nlp Transformer Encoder RFC).
 
-Layers import `keras` and, for their fused CPU kernels, `bert_trainer.kernels` (which imports
-TensorFlow only when used), never training code; every one is registered for serialization
+Layers import `keras` and `bert_trainer.ops` (the ops that have a fused CPU kernel, each
+choosing it or TensorFlow's ops), never training code; every one is registered for serialization
 under the package name "bert_trainer". `packing.TokenPacking` (not a layer) carries the packed
 rows of the real tokens through a layer stack.
 """

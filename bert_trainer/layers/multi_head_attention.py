@@ -5,7 +5,7 @@ import math
 import keras
 from keras import ops
 
-from bert_trainer import kernels
+from bert_trainer import ops as bert_ops
 from bert_trainer.layers.dropout import Dropout
 
 # Added to the scores of masked keys: large enough that exp() underflows to 0, small enough
@@ -109,20 +109,12 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         return self._output_projection(context, query_packing)  # (batch, target, out)
 
     def _probabilities(self, scores, attention_mask, training):
-        """dropout(softmax(scores + mask bias)): one fused kernel where it runs (`kernels`,
-        with the dropout sublayer's rate, seed and mask), else the three ops."""
+        """dropout(softmax(scores + mask bias)), with the dropout sublayer's rate, seed and
+        mask (`bert_trainer.ops.attention_probabilities`: one fused kernel where it runs)."""
         bias = None
         if attention_mask is not None:
             bias = self._mask_bias(attention_mask, scores.dtype)  # (batch, target|1, source)
-        fused = kernels.active(scores.dtype) and self._dropout_layer.kernel_rate_and_seed(
-            training)
-        if fused:
-            if bias is None:
-                bias = ops.zeros((1, 1, ops.shape(scores)[-1]), scores.dtype)
-            return kernels.attention_softmax(scores, bias, *fused)
-        if bias is not None:
-            scores = scores + ops.expand_dims(bias, axis=-3)  # broadcast over the heads
-        return self._dropout_layer(ops.softmax(scores, axis=-1), training=training)
+        return bert_ops.attention_probabilities(scores, bias, self._dropout_layer, training)
 
     def _output_projection(self, context, packing=None):
         """`output_dense` of `[batch, heads, target, head_dim]` as one 2-D matmul and bias add
@@ -131,24 +123,14 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         The einsum of Keras' `output_dense` is a reshape, a matmul and a reshape, with the
         bias added after the last reshape: TensorFlow cannot fuse that add into the matmul.
         A multi-axis `output_shape` or a quantized layer takes Keras' own call. The heads
-        are moved next to each other by the fused kernel where it runs (`kernels`).
+        are moved next to each other (and packed) by `bert_trainer.ops.merge_heads`.
         """
         dense = self.output_dense
         if len(dense.kernel.shape) != 3 or getattr(dense, "quantization_mode", None):
             return dense(ops.transpose(context, (0, 2, 1, 3)))
         width = self.num_heads * self.key_dim
         shape = ops.shape(context)  # (batch, heads, target, head_dim)
-        if kernels.active(context.dtype):  # the heads side by side (and packed) in one copy
-            if packing is not None:
-                rows = kernels.merge_heads_packed([context], packing.slot_index)
-            else:
-                rows = ops.reshape(kernels.merge_heads([context]), (-1, width))
-        else:
-            context = ops.transpose(context, (0, 2, 1, 3))  # (batch, target, heads, head_dim)
-            if packing is not None:
-                rows = packing.pack(ops.reshape(context, (shape[0], shape[2], width)))
-            else:
-                rows = ops.reshape(context, (-1, width))
+        rows = bert_ops.merge_heads(context, packing)  # (batch * target | tokens, width)
         kernel = ops.cast(dense.kernel, self.compute_dtype)  # (heads, head_dim, out)
         y = ops.matmul(rows, ops.reshape(kernel, (width, -1)))  # (batch * target | tokens, out)
         if dense.bias is not None:
@@ -194,23 +176,14 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         width = x.shape[-1]
         kernel = ops.concatenate(
             [scaled(layer.kernel, f) for layer, f in zip(layers, scales, strict=True)], axis=1)
-        heads, dim = self.num_heads, self.key_dim
+        heads = self.num_heads
         y = ops.matmul(x, ops.reshape(kernel, (width, -1)))  # (batch, seq, n * heads * dim)
         if self.use_bias:
             bias = ops.concatenate(
                 [scaled(layer.bias, f) for layer, f in zip(layers, scales, strict=True)], axis=0)
             # ops.add of a vector: TensorFlow's BiasAdd, whose gradient is a fast row sum.
             y = ops.add(y, ops.reshape(bias, (-1,)))
-        if kernels.active(y.dtype):  # reshape, transpose and split (and unpack) as one copy
-            if packing is not None:
-                return kernels.split_heads_packed(y, packing.slot_index, len(layers), heads)
-            return kernels.split_heads(y, len(layers), heads)
-        if packing is not None:
-            y = packing.unpack(y)  # (batch, seq, n * heads * dim)
-        shape = ops.shape(y)
-        y = ops.reshape(y, (shape[0], shape[1], len(layers) * heads, dim))
-        y = ops.transpose(y, (0, 2, 1, 3))  # (batch, n * heads, seq, dim)
-        return ops.split(y, len(layers), axis=1) if len(layers) > 1 else [y]
+        return bert_ops.split_heads(y, len(layers), heads, packing)  # (+ unpack)
 
     def _mask_bias(self, attention_mask, dtype):
         """`[batch, target|1, source]` mask -> additive bias of that shape."""

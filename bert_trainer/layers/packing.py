@@ -2,7 +2,7 @@
 
 from keras import ops
 
-from bert_trainer import kernels
+from bert_trainer import ops as bert_ops
 from bert_trainer.layers.positions import flat_slots
 
 
@@ -19,7 +19,7 @@ class TokenPacking:
     [CLS] and the masked positions) may pack.
 
     The packed shapes vary with the batch: use it where shapes may vary for free (the CPU
-    outside XLA, `bert_trainer.kernels.dynamic_shapes_are_free`).
+    outside XLA, `bert_trainer.ops.dynamic_shapes_are_free`).
 
     Args:
       keep: bool `[batch, seq]`: the slots to compute; it must hold every slot the padding
@@ -37,20 +37,12 @@ class TokenPacking:
 
     def pack(self, x):
         """`[batch, seq, width]` -> `[tokens, width]`."""
-        flat = ops.reshape(x, (-1, x.shape[-1]))
-        if kernels.active(x.dtype):  # a row copy whose gradient is dense
-            return kernels.pack_rows(flat, self.rows)
-        return ops.take(flat, self.rows, axis=0)
+        return bert_ops.pack_rows(ops.reshape(x, (-1, x.shape[-1])), self.rows)
 
     def unpack(self, y):
         """`[tokens, width]` -> `[batch, seq, width]`, zeros at the slots not kept."""
-        width = y.shape[-1]
-        slots = self.batch * self.seq
-        if kernels.active(y.dtype):
-            flat = kernels.unpack_rows(y, self.rows, slots)
-        else:
-            flat = ops.scatter(ops.expand_dims(self.rows, -1), y, (slots, width))
-        return ops.reshape(flat, (self.batch, self.seq, width))
+        flat = bert_ops.unpack_rows(y, self.rows, self.batch * self.seq)
+        return ops.reshape(flat, (self.batch, self.seq, y.shape[-1]))
 
     def gather(self, y, positions):
         """`[tokens, width]` rows at `positions` (int `[batch, K]`, kept slots) ->

@@ -5,7 +5,8 @@ import dataclasses
 import keras
 from keras import ops
 
-from bert_trainer import features, kernels
+from bert_trainer import features
+from bert_trainer import ops as bert_ops
 from bert_trainer.features import MLM_LOGITS, MLM_ROW_LOGITS, MLM_ROWS, NEXT_SENTENCE_LOGITS
 from bert_trainer.heads import ClassificationHead
 from bert_trainer.layers import MaskedLM
@@ -157,7 +158,7 @@ class BertPretrainer(EncoderModel):
         (asked, and the shapes may vary: the CPU, outside XLA)."""
         return (self.execution.skip_unweighted_predictions
                 and keras.backend.backend() == "tensorflow"
-                and kernels.dynamic_shapes_are_free())
+                and bert_ops.dynamic_shapes_are_free())
 
     def packs_tokens(self) -> bool:
         """Whether a call traced here, now, runs the encoder on the real tokens only (asked,
@@ -166,7 +167,7 @@ class BertPretrainer(EncoderModel):
                 and hasattr(self.encoder, "packed_tokens")
                 and keras.backend.backend() == "tensorflow"
                 and not keras.config.is_flash_attention_enabled()
-                and kernels.dynamic_shapes_are_free())
+                and bert_ops.dynamic_shapes_are_free())
 
     def packed_tokens(self, inputs):
         """int32 scalar: the tokens per layer a call traced here, now, computes on `inputs`

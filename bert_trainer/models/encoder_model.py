@@ -5,7 +5,8 @@ import math
 import keras
 from keras import ops
 
-from bert_trainer import features, kernels
+from bert_trainer import features
+from bert_trainer import ops as bert_ops
 from bert_trainer.encoders.bert_encoder import default_initializer
 from bert_trainer.models.flops import ENCODER_SIZES, mean_per_sequence, training_flops_per_example
 
@@ -36,7 +37,7 @@ class EncoderModel(keras.Model):
     def encode(self, inputs, training=None, *, pooled_only=False):
         """Runs the encoder on the encoder's three entries of a feature dict.
 
-        Where the fused CPU kernels run (`packs_tokens`), an encoder that can computes the
+        Where packing costs nothing extra (`packs_tokens`), an encoder that can computes the
         real tokens only: the same values wherever the padding mask lets a head look. With
         `pooled_only` (a head that reads `pooled_output` alone) its last layer then computes
         [CLS] only, and the other outputs are not returned.
@@ -66,13 +67,14 @@ class EncoderModel(keras.Model):
 
     def packs_tokens(self) -> bool:
         """Whether a call traced here, now, runs the encoder on the real tokens only: the
-        encoder can pack (`call_packed`, no `output_range`), the fused CPU kernels run here
-        (where shapes may vary for free) and Keras' flash attention is off."""
+        encoder can pack (`call_packed`, no `output_range`), packing costs nothing extra here
+        (`bert_trainer.ops.token_packing_is_free`: the fused CPU kernels run) and Keras'
+        flash attention is off."""
         return (hasattr(self.encoder, "call_packed")
                 and getattr(self.encoder, "output_range", None) is None
                 and keras.backend.backend() == "tensorflow"
                 and not keras.config.is_flash_attention_enabled()
-                and kernels.active())
+                and bert_ops.token_packing_is_free())
 
     # ---------------------------------------------------- model FLOPs (throughput and MFU)
 

@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from bert_trainer import kernels
+from bert_trainer import ops
 
 
 @keras.saving.register_keras_serializable(package="bert_trainer")
@@ -14,7 +14,7 @@ class FusedAdamW(keras.optimizers.AdamW):
     variable, its moments or the gradient), plus two for the decoupled weight decay and one
     for a global-norm clip applied before it. Here:
 
-    - where the fused CPU kernels run (`bert_trainer.kernels`), `BertApplyAdamW` does the
+    - where the fused CPU kernels run (`bert_trainer.ops.apply_adamw`), one kernel does the
       clip scale, the weight decay and the Adam update in one pass over the variable, its
       moments and the gradient;
     - elsewhere (GPU, TPU, kernels off), TensorFlow's fused `ResourceApplyAdam` does the Adam
@@ -57,11 +57,6 @@ class FusedAdamW(keras.optimizers.AdamW):
         finally:
             self._gradient_scale = None
 
-    def _fused(self, gradient, variable) -> bool:
-        """Whether `variable`'s update is the one-pass kernel (weight decay included)."""
-        return (not self.amsgrad and not isinstance(gradient, tf.IndexedSlices)
-                and variable.dtype == tf.float32 and kernels.active())
-
     def _apply_weight_decay(self, variables):
         # On TensorFlow, decay is applied per variable in `update_step`, fused into the update
         # where it can be; Keras would apply it to every variable first, in passes of its own.
@@ -71,19 +66,18 @@ class FusedAdamW(keras.optimizers.AdamW):
     def update_step(self, gradient, variable, learning_rate):
         if keras.backend.backend() != "tensorflow":  # Keras' own update (and decay)
             return super().update_step(gradient, variable, learning_rate)
-        if self._fused(gradient, variable):
-            return self._fused_update(gradient, variable, learning_rate)
-        if self._gradient_scale is not None:
-            scale = tf.cast(self._gradient_scale, gradient.dtype)
-            gradient = (tf.IndexedSlices(gradient.values * scale, gradient.indices,
-                                         gradient.dense_shape)
-                        if isinstance(gradient, tf.IndexedSlices) else gradient * scale)
-        self._decay(variable)
+        scale = self._gradient_scale
         if self.amsgrad or isinstance(gradient, tf.IndexedSlices):
+            if scale is not None:
+                scale = tf.cast(scale, gradient.dtype)
+                gradient = (tf.IndexedSlices(gradient.values * scale, gradient.indices,
+                                             gradient.dense_shape)
+                            if isinstance(gradient, tf.IndexedSlices) else gradient * scale)
+            self._decay(variable)
             return super().update_step(gradient, variable, learning_rate)
         m, v, adam = self._adam_inputs(variable, learning_rate)
-        tf.raw_ops.ResourceApplyAdam(var=variable.handle, m=m.handle, v=v.handle,
-                                     grad=tf.cast(gradient, variable.dtype), **adam)
+        decay = tf.cast(self.weight_decay, variable.dtype) if self._decays(variable) else None
+        ops.apply_adamw(variable, m, v, gradient, weight_decay=decay, grad_scale=scale, **adam)
         return None
 
     def _adam_inputs(self, variable, learning_rate):
@@ -107,13 +101,3 @@ class FusedAdamW(keras.optimizers.AdamW):
             lr = tf.cast(self.learning_rate, variable.dtype)
             wd = tf.cast(self.weight_decay, variable.dtype)
             variable.assign_sub(variable * wd * lr)
-
-    def _fused_update(self, gradient, variable, learning_rate):
-        f32 = tf.float32  # the kernel's dtype (`_fused` checked the variable's)
-        m, v, adam = self._adam_inputs(variable, learning_rate)
-        scale = self._gradient_scale
-        kernels.apply_adamw(
-            variable, m, v, tf.cast(gradient, f32),
-            weight_decay=tf.cast(self.weight_decay if self._decays(variable) else 0.0, f32),
-            grad_scale=tf.cast(1.0 if scale is None else scale, f32), **adam)
-        return None

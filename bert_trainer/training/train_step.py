@@ -17,6 +17,7 @@ import tensorflow as tf
 from absl import logging
 
 from bert_trainer import features as F
+from bert_trainer import ops
 from bert_trainer.tasks.base import Task
 from bert_trainer.training import optimization, throughput
 from bert_trainer.training.fused_adamw import FusedAdamW
@@ -57,6 +58,8 @@ class TrainStep:
         metrics: the task's training metrics.
         counts_flops: whether `counts()` reports model FLOPs (the task can count them:
             `Task.flops_counter`).
+        fused_kernels: the fused CPU kernels' setting its loop is traced under
+            (`bert_trainer.ops.fused_kernels`): the one in force when it was built.
     """
 
     def __init__(self, task: Task, model: keras.Model, optimizer, strategy, *,
@@ -72,6 +75,7 @@ class TrainStep:
         self.clip_norm = clip_norm
         self.jit_compile = jit_compile
         self.stop_flag = stop_flag
+        self.fused_kernels = ops.mode()
         first_replica = tf.VariableAggregation.ONLY_FIRST_REPLICA
         self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step",
                                        aggregation=first_replica)
@@ -115,7 +119,8 @@ class TrainStep:
         Returns:
             The step refused for a NaN/Inf loss or gradient norm, or -1 (the loop stops there).
         """
-        self._loop(iterator, tf.constant(num_steps, tf.int32))
+        with ops.fused_kernels(self.fused_kernels):  # where the loop is (re)traced
+            self._loop(iterator, tf.constant(num_steps, tf.int32))
         return int(self.nonfinite_step.numpy())
 
     def clear_nonfinite(self) -> None:

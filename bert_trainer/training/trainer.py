@@ -43,6 +43,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from bert_trainer import ops
 from bert_trainer.checkpoints import best, resume
 from bert_trainer.errors import UserError
 from bert_trainer.tasks.base import Task
@@ -432,7 +433,9 @@ class Trainer:
         for i, batch in enumerate(dataset):
             if limit is not None and i >= limit:
                 break
-            for name, value in self._eval_step(batch).items():
+            with ops.fused_kernels(self._step.fused_kernels):  # as the training step's
+                step_outputs = self._eval_step(batch)
+            for name, value in step_outputs.items():
                 gathered.setdefault(name, []).append(value.numpy())
         results = {n: float(m.result()) for n, m in self._eval_loss_means.items()}
         results.update(metric_results(self._eval_metrics))

@@ -133,7 +133,7 @@ def build_tf_ops_from_params(step: dict):
     """Worker entry point: `build` with the fused CPU kernels off (TensorFlow's own ops), the
     baseline that measures what the kernels buy. A worker is its own process, so the
     setting is this worker's alone."""
-    from bert_trainer import kernels
+    from bert_trainer import ops
 
-    os.environ[kernels.MODE_ENV] = "off"
+    os.environ[ops.MODE_ENV] = "off"
     return build(spec_lib.StepSpec.from_json(step))

@@ -1,0 +1,54 @@
+"""The ops of a BERT step that have a fused CPU kernel, each choosing it or TensorFlow's own
+ops in one place.
+
+Layers, models and the optimizer call these and never the kernels. The choice is made when
+an op is traced (`switch`): inside `fused_kernels(True / False / "auto")`, as that scope
+says; outside any scope, as `BERT_TRAIN_FUSED_KERNELS` (auto / on / off) says. On "auto"
+the kernels run on the CPU outside XLA only. The trainer traces its steps inside a scope of
+the setting it was built under; the exporter inside `fused_kernels(False)`, so a SavedModel
+holds only TensorFlow's ops.
+
+Ops, by family (the kernels' sources, `bert_trainer/kernels/*.cc`, follow the same split):
+  elementwise    dropout, gelu, layer_norm
+  attention      attention_probabilities, split_heads, merge_heads (each with a packed
+                 form), pack_rows, unpack_rows
+  cross_entropy  sparse_softmax_cross_entropy, label_is_top
+  adamw          apply_adamw
+Questions for the models' speed choices: `dynamic_shapes_are_free()` (the CPU outside XLA)
+and `token_packing_is_free()` (packing's copies fold into the kernels).
+"""
+
+from bert_trainer.ops.adamw import apply_adamw
+from bert_trainer.ops.attention import (
+    attention_probabilities,
+    merge_heads,
+    pack_rows,
+    split_heads,
+    unpack_rows,
+)
+from bert_trainer.ops.cross_entropy import label_is_top, sparse_softmax_cross_entropy
+from bert_trainer.ops.elementwise import dropout, gelu, layer_norm
+from bert_trainer.ops.switch import (
+    MODE_ENV,
+    MODES,
+    default_mode,
+    dynamic_shapes_are_free,
+    fused,
+    fused_kernels,
+    mode,
+)
+
+
+def token_packing_is_free() -> bool:
+    """Whether an encoder traced here, now, packs its tokens at no extra cost: the fused
+    kernels run, and they fold the unpack and pack around attention into the heads' layout
+    copies (TensorFlow's gather and scatter there cost more than packing saves)."""
+    return fused()
+
+
+__all__ = [
+    "MODES", "MODE_ENV", "apply_adamw", "attention_probabilities", "default_mode", "dropout",
+    "dynamic_shapes_are_free", "fused", "fused_kernels", "gelu", "label_is_top", "layer_norm",
+    "merge_heads", "mode", "pack_rows", "sparse_softmax_cross_entropy", "split_heads",
+    "token_packing_is_free", "unpack_rows",
+]

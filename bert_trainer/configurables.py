@@ -13,7 +13,8 @@ import gin
 
 from bert_trainer.encoders import builder
 from bert_trainer.errors import UserError
-from bert_trainer.tasks import finetuning, pretraining, question_answering
+from bert_trainer.tasks import finetuning, pretraining
+from bert_trainer.tasks.squad import task as question_answering
 from bert_trainer.training import optimization, trainer
 
 # .gin files `include` each other by paths relative to the repository root

@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from bert_trainer import features
 from bert_trainer.data import input_utils, task_data
-from bert_trainer.data.classification_data import classification_dataset
+from bert_trainer.tasks.classification.data import classification_dataset
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import UserError
 

@@ -16,7 +16,7 @@ from bert_trainer import features as F
 from bert_trainer.errors import UserError
 from bert_trainer.models import LOGITS
 from bert_trainer.tasks import finetuning, registry
-from bert_trainer.tasks.classification import PREDICTIONS
+from bert_trainer.tasks.classification.task import PREDICTIONS
 from bert_trainer.training import optimization
 
 POSITIVE = ["good", "great", "best", "fine", "nice", "love", "fun", "beautiful"]

@@ -27,10 +27,11 @@ from export_testing import (
     write_vocab,
 )
 
-from bert_trainer import features, kernels, model_dir, predict
-from bert_trainer.data import squad_data
-from bert_trainer.data.classification_data import text_features
-from bert_trainer.data.squad_postprocess import postprocess_squad
+from bert_trainer import features, kernels, model_dir
+from bert_trainer.export import predict
+from bert_trainer.tasks.squad import data as squad_data
+from bert_trainer.tasks.classification.data import text_features
+from bert_trainer.tasks.squad.postprocess import postprocess_squad
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.encoders import BertEncoder
 from bert_trainer.errors import UserError

@@ -17,8 +17,8 @@ import tensorflow as tf
 from conftest import REPO
 from export_testing import build_model, make_model_dir, write_vocab
 
-from bert_trainer import predict
-from bert_trainer.data.classification_data import text_features
+from bert_trainer.export import predict
+from bert_trainer.tasks.classification.data import text_features
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import EXIT_USER_ERROR, UserError
 

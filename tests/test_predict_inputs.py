@@ -6,7 +6,7 @@ import io
 import pytest
 import tensorflow as tf
 
-from bert_trainer import predict
+from bert_trainer.export import predict
 from bert_trainer.errors import UserError
 
 

@@ -7,7 +7,8 @@ import pytest
 import tensorflow as tf
 
 from bert_trainer import features
-from bert_trainer.data import squad_data, task_data
+from bert_trainer.data import task_data
+from bert_trainer.tasks.squad import data as squad_data
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import UserError
 

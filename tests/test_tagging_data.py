@@ -5,7 +5,8 @@ import pytest
 import tensorflow as tf
 
 from bert_trainer import features
-from bert_trainer.data import sources, tagging_data, task_data
+from bert_trainer.data import sources, task_data
+from bert_trainer.tasks.tagging import data as tagging_data
 from bert_trainer.data.tokenizer import Tokenizer
 
 _TOKENIZERS = {}

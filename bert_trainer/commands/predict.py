@@ -14,7 +14,7 @@ import sys
 
 from absl import flags
 
-from bert_trainer import predict
+from bert_trainer.export import predict
 from bert_trainer.commands import require_flags, shared_flags
 from bert_trainer.commands.shared_flags import Usage
 from bert_trainer.errors import UserError

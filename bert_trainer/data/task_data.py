@@ -29,7 +29,8 @@ import math
 import tensorflow as tf
 from absl import logging
 
-from bert_trainer.data import sources, tagging_data
+from bert_trainer.data import sources
+from bert_trainer.tasks.tagging import data as tagging_data
 from bert_trainer.data.sources import TextColumns
 from bert_trainer.data.tfds_sources import load_tfds
 from bert_trainer.errors import UserError

@@ -23,8 +23,8 @@ from bert_trainer import model_dir as model_dir_lib
 from bert_trainer.data import windows
 from bert_trainer.errors import UserError
 from bert_trainer.export.serving import ClassifierServing, EncoderServing, ServingModule
-from bert_trainer.export.squad_serving import SquadServing
-from bert_trainer.export.tagging_serving import TaggerServing
+from bert_trainer.tasks.squad.serving import SquadServing
+from bert_trainer.tasks.tagging.serving import TaggerServing
 from bert_trainer.models import BertClassifier, BertSpanLabeler, BertTokenClassifier
 from bert_trainer.training.checkpointing import BEST_DIR
 

@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from bert_trainer import features, kernels
 from bert_trainer.data import windows
-from bert_trainer.data.classification_data import text_features, window_features
+from bert_trainer.tasks.classification.data import text_features, window_features
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import UserError
 from bert_trainer.models.output_names import LOGITS

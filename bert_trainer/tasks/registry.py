@@ -14,10 +14,10 @@ from bert_trainer.data import windows
 from bert_trainer.data.sources import TextColumns
 from bert_trainer.data.task_data import TaskData
 from bert_trainer.errors import UserError
-from bert_trainer.tasks.classification import SentenceClassificationTask
+from bert_trainer.tasks.classification.task import SentenceClassificationTask
 from bert_trainer.tasks.finetuning import DataConfig, EncoderSpec, FinetuneConfig, FinetuningTask
-from bert_trainer.tasks.question_answering import QuestionAnsweringTask, SquadConfig
-from bert_trainer.tasks.tagging import TaggingTask
+from bert_trainer.tasks.squad.task import QuestionAnsweringTask, SquadConfig
+from bert_trainer.tasks.tagging.task import TaggingTask
 
 # Tasks of your own: name -> family (their data only comes from local files).
 LOCAL_TASKS = {"classification": "classification", "regression": "regression",

@@ -19,7 +19,8 @@ import numpy as np
 from keras import ops
 
 from bert_trainer import features as F
-from bert_trainer.data import classification_data, windows
+from bert_trainer.data import windows
+from bert_trainer.tasks.classification import data as classification_data
 from bert_trainer.errors import UserError
 from bert_trainer.metrics import classification as classification_metrics
 from bert_trainer.models import LOGITS, BertClassifier

@@ -1,0 +1,1 @@
+"""The classification task family."""

@@ -1,0 +1,1 @@
+"""The tagging task family."""

@@ -40,6 +40,16 @@ PretrainingConfig = gin.external_configurable(pretraining.PretrainingConfig,
 FinetuneConfig = gin.external_configurable(finetuning.FinetuneConfig, module="bert_trainer.tasks")
 SquadConfig = gin.external_configurable(question_answering.SquadConfig,
                                         module="bert_trainer.tasks")
+_FAMILY_CONFIGS = {question_answering.SquadConfig: SquadConfig}
+
+
+def configurable(config_class):
+    """The gin configurable of a task family's option class (`Family.gin_configs`), registered
+    under its class name on first use, so a plugin family's options bind in .gin files."""
+    if config_class not in _FAMILY_CONFIGS:
+        _FAMILY_CONFIGS[config_class] = gin.external_configurable(
+            config_class, module=config_class.__module__)
+    return _FAMILY_CONFIGS[config_class]
 # --- end of the fine-tuning section -----------------------------------------------------------
 
 

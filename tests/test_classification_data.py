@@ -8,9 +8,9 @@ import tensorflow as tf
 
 from bert_trainer import features
 from bert_trainer.data import input_utils, task_data
-from bert_trainer.tasks.classification.data import classification_dataset
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import UserError
+from bert_trainer.tasks.classification.data import classification_dataset
 
 _TOKENIZERS = {}
 

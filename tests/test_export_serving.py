@@ -12,18 +12,18 @@ from export_testing import TAGS, VOCAB, best_span_score, build_model, write_voca
 from numerics import assert_close
 
 from bert_trainer import features
-from bert_trainer.tasks.squad import data as squad_data
-from bert_trainer.tasks.classification.data import text_features
-from bert_trainer.tasks.squad.postprocess import postprocess_squad
 from bert_trainer.errors import UserError
 from bert_trainer.export import serving
-from bert_trainer.tasks.squad import serving as squad_serving
-from bert_trainer.tasks.tagging import serving as tagging_serving
 from bert_trainer.export.serving import ClassifierServing, byte_to_char
-from bert_trainer.tasks.squad.serving import SquadServing
-from bert_trainer.tasks.tagging.serving import TaggerServing
 from bert_trainer.metrics.tagging import get_entities
 from bert_trainer.models.output_names import END_LOGITS, LOGITS, START_LOGITS
+from bert_trainer.tasks.classification.data import text_features
+from bert_trainer.tasks.squad import data as squad_data
+from bert_trainer.tasks.squad import serving as squad_serving
+from bert_trainer.tasks.squad.postprocess import postprocess_squad
+from bert_trainer.tasks.squad.serving import SquadServing
+from bert_trainer.tasks.tagging import serving as tagging_serving
+from bert_trainer.tasks.tagging.serving import TaggerServing
 
 LONG_CONTEXT = ("The cat sat on the mat. " * 4 + "John Smith lives in Paris, France. "
                 + "The dog sat on the mat. " * 4)

@@ -17,10 +17,10 @@ import tensorflow as tf
 from conftest import REPO
 from export_testing import build_model, make_model_dir, write_vocab
 
-from bert_trainer.export import predict
-from bert_trainer.tasks.classification.data import text_features
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import EXIT_USER_ERROR, UserError
+from bert_trainer.export import predict
+from bert_trainer.tasks.classification.data import text_features
 
 POSITIVE, NEGATIVE = ("good", "great", "nice", "fine"), ("bad", "awful", "poor", "terrible")
 TEMPLATES = ("the {} film", "a very {} movie", "it was {}", "this movie was {} .",

@@ -8,9 +8,9 @@ import tensorflow as tf
 
 from bert_trainer import features
 from bert_trainer.data import task_data
-from bert_trainer.tasks.squad import data as squad_data
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import UserError
+from bert_trainer.tasks.squad import data as squad_data
 
 _TOKENIZERS = {}
 

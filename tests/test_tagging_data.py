@@ -6,8 +6,8 @@ import tensorflow as tf
 
 from bert_trainer import features
 from bert_trainer.data import sources, task_data
-from bert_trainer.tasks.tagging import data as tagging_data
 from bert_trainer.data.tokenizer import Tokenizer
+from bert_trainer.tasks.tagging import data as tagging_data
 
 _TOKENIZERS = {}
 CONLL = task_data.CONLL2003_LABELS

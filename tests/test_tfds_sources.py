@@ -7,12 +7,12 @@ import tensorflow_datasets as tfds
 
 from bert_trainer import features
 from bert_trainer.data import task_data
-from bert_trainer.tasks.squad import data as squad_data
-from bert_trainer.tasks.tagging import data as tagging_data
-from bert_trainer.tasks.classification.data import classification_dataset
 from bert_trainer.data.tfds_sources import load_tfds
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import UserError
+from bert_trainer.tasks.classification.data import classification_dataset
+from bert_trainer.tasks.squad import data as squad_data
+from bert_trainer.tasks.tagging import data as tagging_data
 
 _TOKENIZERS = {}
 CONTEXT = "The Broncos beat the Panthers in Santa Clara, California, in February 2016."

@@ -18,7 +18,8 @@ Configuration, each layer overriding the previous: the task family's recipe
 --gin_param, then the flags below. A task family of your own (a plugin, see
 bert_trainer/tasks/family.py) is imported with --family_module=my.module, the
 BERT_TRAIN_FAMILIES environment variable or the `bert_train.families` entry points. The
-number of steps is --train_steps, else epochs x training examples / batch. A run in a model_dir holding checkpoints resumes, as the same task (labels, sequence length, encoder,
+number of steps is --train_steps, else epochs x training examples / batch. A run in a
+model_dir holding checkpoints resumes, as the same task (labels, sequence length, encoder,
 vocabulary): another is refused. A model_dir belongs to one run at a time (a lock file). The
 final evaluation goes to model_dir/eval_results.json.
 

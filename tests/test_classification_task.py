@@ -77,7 +77,7 @@ def test_losses_are_per_example_cross_entropy_and_squared_error(tiny_pretrained,
     tsv = tmp_path / "scores.tsv"
     tsv.write_text("text\tlabel\na\t1.5\nb\t0.0\n", encoding="utf-8")
     regression = make_task("regression", tiny_pretrained, train_file=str(tsv))
-    assert regression.regression and regression.num_classes == 1
+    assert regression.family == "regression" and regression.num_classes == 1
     loss = regression.build_losses({F.LABEL_IDS: np.array([1.5, 0.0], np.float32)},
                                    {LOGITS: tf.constant([[1.0], [-2.0]])})["loss"]
     np.testing.assert_allclose(loss.numpy(), [0.25, 4.0])

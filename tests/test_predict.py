@@ -112,6 +112,11 @@ def test_format_answer_of_each_family():
         "entities": [{"type": "LOC", "text": "Köln", "start": 4, "end": 8}]}
     with pytest.raises(UserError, match=r"returns \['logits'\], not the outputs of a bert-train"):
         predict._family(["logits"])
+    # An export without a family record is recognized by its outputs, the most specific first.
+    assert predict._family(["answer", "end", "score", "start"]).name == "squad"
+    assert predict._family(["score"]).name == "regression"
+    assert predict._family(["label_index", "label_name", "probabilities"]).name == (
+        "classification")
 
 
 def train_sentiment(model_path) -> None:

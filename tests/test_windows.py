@@ -26,10 +26,10 @@ from bert_trainer.data import windows
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import UserError
 from bert_trainer.export import build_serving_module, export_saved_model, predict
-from bert_trainer.export.serving import ClassifierServing
 from bert_trainer.metrics import tagging as tagging_metrics
 from bert_trainer.models.output_names import LOGITS
 from bert_trainer.tasks.classification import data as classification_data
+from bert_trainer.tasks.classification.serving import ClassifierServing
 from bert_trainer.tasks.squad import data as squad_data
 from bert_trainer.tasks.tagging import data as tagging_data
 from bert_trainer.tasks.tagging.serving import TaggerServing

@@ -161,6 +161,24 @@ def task_names() -> list[str]:
     return sorted(_tasks())
 
 
+def dataset_names() -> list[str]:
+    """The names of the families' datasets (`get_task_data`)."""
+    return sorted(name for name, (_, preset) in _tasks().items() if preset is not None)
+
+
+def get_task_data(name: str) -> TaskData:
+    """The dataset (`TaskData` preset) a family declares under `name`.
+
+    Raises:
+      UserError: unknown name (the message lists the known ones).
+    """
+    family_and_preset = _tasks().get(name)
+    if family_and_preset is None or family_and_preset[1] is None:
+        raise UserError(f"unknown task '{name}'; choose one of {', '.join(dataset_names())}, "
+                        "or use your own files with --train_file/--eval_file")
+    return family_and_preset[1]
+
+
 def local_task_data(name: str, family: str | Family, *, label_names=None,
                     columns: TextColumns | None = None, has_header: bool = True,
                     file_format: str | None = None, version_2: bool = False) -> TaskData:

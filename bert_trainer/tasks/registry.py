@@ -107,10 +107,17 @@ def load_plugins() -> None:
             loaded()
 
 
+def _built_in(name: str) -> None:
+    """Imports a built-in family's package; registers its `FAMILY` if the import did not
+    (a package imported before the registry was reset)."""
+    if name not in _families:
+        register_family(importlib.import_module(BUILT_IN[name]).FAMILY)
+
+
 def families() -> list[Family]:
     """Every family: the built-in ones and the plugins."""
-    for module in BUILT_IN.values():
-        importlib.import_module(module)
+    for name in BUILT_IN:
+        _built_in(name)
     load_plugins()
     return list(_families.values())
 
@@ -121,8 +128,8 @@ def get_family(name: str) -> Family:
     Raises:
       UserError: no such family (the message lists the known ones).
     """
-    if name not in _families and name in BUILT_IN:
-        importlib.import_module(BUILT_IN[name])
+    if name in BUILT_IN:
+        _built_in(name)
     if name not in _families:
         load_plugins()
     if name not in _families:

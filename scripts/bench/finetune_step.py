@@ -6,9 +6,10 @@ does before its loop (`bert_trainer/commands/finetune.py`): the task family's gi
 (`Family.recipe`, configs/tasks/<family>.gin) with the flags as bindings, the task data with
 its label names, the encoder spec read from the Hugging Face directory,
 `registry.build_task`, the `Trainer` with the run length, warmup and best metric derived from
-the task, and the warm start of the encoder. Then run(n) trains n steps through `Trainer.run_steps` on the trainer's own training
-input (the task's `build_inputs`: tokenization, batching and whatever length bucketing the
-pipeline does), so the benchmark times whatever the command would run.
+the task, and the warm start of the encoder. Then run(n) trains n steps through
+`Trainer.run_steps` on the trainer's own training input (the task's `build_inputs`:
+tokenization, batching and whatever length bucketing the pipeline does), so the benchmark
+times whatever the command would run.
 
 It also writes the raw training examples the task reads (decoded, one JSON object a line) so
 the PyTorch baseline (`torch_finetune.py`) trains on exactly the same examples in the same

@@ -181,6 +181,12 @@ def test_task_info_rebuilds_a_local_task_with_its_columns(tiny_pretrained, tmp_p
                                                                     is_training=False).unbatch()
               .batch(1)]
     assert labels == [1, 0, 1]
+    assert info["family_module"] == "bert_trainer.tasks.classification.family"
+    # A model directory written before families recorded their module names the family only.
+    old = {k: v for k, v in info.items() if k != "family_module"}
+    again = registry.task_from_info(old, task.encoder_spec)
+    assert type(again) is type(task) and again.task_data.reader is task.task_data.reader
+    assert again.task_info() == info
 
 
 def test_epochs_give_the_number_of_steps_and_the_warmup():

@@ -13,7 +13,8 @@ from gin import resource_reader
 from bert_trainer import config_files
 from bert_trainer.encoders import builder
 from bert_trainer.errors import UserError
-from bert_trainer.tasks import finetuning, pretraining, question_answering
+from bert_trainer.tasks import finetuning, pretraining
+from bert_trainer.tasks.squad import task as question_answering
 from bert_trainer.training import optimization, trainer
 
 # The gin-configured builders. Call these (not the plain functions) to get the bindings.
@@ -35,6 +36,16 @@ PretrainingConfig = gin.external_configurable(pretraining.PretrainingConfig,
 FinetuneConfig = gin.external_configurable(finetuning.FinetuneConfig, module="bert_trainer.tasks")
 SquadConfig = gin.external_configurable(question_answering.SquadConfig,
                                         module="bert_trainer.tasks")
+_FAMILY_CONFIGS = {question_answering.SquadConfig: SquadConfig}
+
+
+def configurable(config_class):
+    """The gin configurable of a task family's option class (`Family.gin_configs`), registered
+    under its class name on first use, so a plugin family's options bind in .gin files."""
+    if config_class not in _FAMILY_CONFIGS:
+        _FAMILY_CONFIGS[config_class] = gin.external_configurable(
+            config_class, module=config_class.__module__)
+    return _FAMILY_CONFIGS[config_class]
 # --- end of the fine-tuning section -----------------------------------------------------------
 
 

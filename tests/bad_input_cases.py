@@ -476,7 +476,7 @@ WINDOW_CASES = [
      "--window_pooling applies to classification and regression, not to tagging tasks"),
     ("finetune long_texts=truncate for squad",
      [*SQUAD_FRESH, "--train_file={good_squad.json}", "--long_texts=truncate"],
-     "--long_texts=truncate does not apply to SQuAD: its contexts are always windowed"),
+     "--long_texts=truncate does not apply to squad tasks: their texts are always windowed"),
     ("finetune doc_stride 0", [*SST2_FRESH, "--doc_stride=0"],
      "flag --doc_stride=0: 0 is not a positive integer"),
     ("finetune unknown long_texts", [*SST2_FRESH, "--long_texts=wrap"],

@@ -7,10 +7,11 @@ import pytest
 import tensorflow as tf
 
 from bert_trainer import features
-from bert_trainer.data import input_utils, task_data
-from bert_trainer.data.classification_data import classification_dataset
+from bert_trainer.data import input_utils
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import UserError
+from bert_trainer.tasks import registry
+from bert_trainer.tasks.classification.data import classification_dataset
 
 _TOKENIZERS = {}
 
@@ -24,7 +25,7 @@ def tokenizer(minilm_dir):
 
 
 def _raw(shared_dir, task, file, **kwargs):
-    return task_data.get_task_data(task).load("eval", file=str(shared_dir / "data" / file),
+    return registry.get_task_data(task).load("eval", file=str(shared_dir / "data" / file),
                                               **kwargs)
 
 
@@ -137,7 +138,7 @@ def test_deterministic_mode_repeats_order(shared_dir, tokenizer):
 def test_regression_labels_are_float(tmp_path, tokenizer):
     path = tmp_path / "sts.tsv"
     path.write_text("sentence1\tsentence2\tscore\na cat\ta dog\t3.5\nhi\tbye\t0.25\n")
-    raw = task_data.get_task_data("stsb").load("train", file=str(path))
+    raw = registry.get_task_data("stsb").load("train", file=str(path))
     batch = next(iter(classification_dataset(raw, tokenizer, seq_length=16, batch_size=2,
                                              is_training=False, regression=True)))
     _check_batch(batch, 2, 16, label_dtype=tf.float32)

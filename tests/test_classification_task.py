@@ -16,7 +16,7 @@ from bert_trainer import features as F
 from bert_trainer.errors import UserError
 from bert_trainer.features import LOGITS
 from bert_trainer.tasks import finetuning, registry
-from bert_trainer.tasks.classification import PREDICTIONS
+from bert_trainer.tasks.classification.task import PREDICTIONS
 from bert_trainer.training import optimization
 
 POSITIVE = ["good", "great", "best", "fine", "nice", "love", "fun", "beautiful"]
@@ -77,7 +77,7 @@ def test_losses_are_per_example_cross_entropy_and_squared_error(tiny_pretrained,
     tsv = tmp_path / "scores.tsv"
     tsv.write_text("text\tlabel\na\t1.5\nb\t0.0\n", encoding="utf-8")
     regression = make_task("regression", tiny_pretrained, train_file=str(tsv))
-    assert regression.regression and regression.num_classes == 1
+    assert regression.family == "regression" and regression.num_classes == 1
     loss = regression.build_losses({F.LABEL_IDS: np.array([1.5, 0.0], np.float32)},
                                    {LOGITS: tf.constant([[1.0], [-2.0]])})["loss"]
     np.testing.assert_allclose(loss.numpy(), [0.25, 4.0])
@@ -181,6 +181,12 @@ def test_task_info_rebuilds_a_local_task_with_its_columns(tiny_pretrained, tmp_p
                                                                     is_training=False).unbatch()
               .batch(1)]
     assert labels == [1, 0, 1]
+    assert info["family_module"] == "bert_trainer.tasks.classification.family"
+    # A model directory written before families recorded their module names the family only.
+    old = {k: v for k, v in info.items() if k != "family_module"}
+    again = registry.task_from_info(old, task.encoder_spec)
+    assert type(again) is type(task) and again.task_data.reader is task.task_data.reader
+    assert again.task_info() == info
 
 
 def test_epochs_give_the_number_of_steps_and_the_warmup():

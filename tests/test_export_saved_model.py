@@ -27,16 +27,16 @@ from export_testing import (
     write_vocab,
 )
 
-from bert_trainer import features, ops, predict
+from bert_trainer import features, ops
 from bert_trainer.checkpoints import model_dir
-from bert_trainer.data import squad_data
-from bert_trainer.data.classification_data import text_features
-from bert_trainer.data.squad_postprocess import postprocess_squad
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.encoders import BertEncoder
 from bert_trainer.errors import UserError
-from bert_trainer.export import build_serving_module, export_saved_model
+from bert_trainer.export import build_serving_module, export_saved_model, predict
 from bert_trainer.export.exporter import resolve_checkpoint, save
+from bert_trainer.tasks.classification.data import text_features
+from bert_trainer.tasks.squad import data as squad_data
+from bert_trainer.tasks.squad.postprocess import postprocess_squad
 
 HERE = pathlib.Path(__file__).resolve().parent
 SEQ = 32

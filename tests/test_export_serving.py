@@ -12,16 +12,21 @@ from export_testing import TAGS, VOCAB, best_span_score, build_model, write_voca
 from numerics import assert_close
 
 from bert_trainer import features
-from bert_trainer.data import squad_data
-from bert_trainer.data.classification_data import text_features
-from bert_trainer.data.squad_postprocess import postprocess_squad
 from bert_trainer.errors import UserError
-from bert_trainer.export import serving, squad_serving, tagging_serving
-from bert_trainer.export.serving import ClassifierServing, byte_to_char
-from bert_trainer.export.squad_serving import SquadServing
-from bert_trainer.export.tagging_serving import TaggerServing
+from bert_trainer.export import serving
+from bert_trainer.export.serving import byte_to_char
 from bert_trainer.features import END_LOGITS, LOGITS, START_LOGITS
 from bert_trainer.metrics.tagging import get_entities
+from bert_trainer.tasks.classification import serving as classifier_serving
+from bert_trainer.tasks.classification.data import text_features
+from bert_trainer.tasks.classification.serving import ClassifierServing
+from bert_trainer.tasks.regression.serving import RegressionServing
+from bert_trainer.tasks.squad import data as squad_data
+from bert_trainer.tasks.squad import serving as squad_serving
+from bert_trainer.tasks.squad.postprocess import postprocess_squad
+from bert_trainer.tasks.squad.serving import SquadServing
+from bert_trainer.tasks.tagging import serving as tagging_serving
+from bert_trainer.tasks.tagging.serving import TaggerServing
 
 LONG_CONTEXT = ("The cat sat on the mat. " * 4 + "John Smith lives in Paris, France. "
                 + "The dog sat on the mat. " * 4)
@@ -200,18 +205,19 @@ def test_tagger_character_spans_with_accents_emoji_and_spaces(vocab_file, long_t
 @pytest.mark.parametrize("regression", [False, True])
 def test_classifier_serving_packs_pairs_as_fine_tuning_does(vocab_file, regression):
     model = build_model("regression" if regression else "classification", 3)
-    module = ClassifierServing(model, label_names=None if regression else ["a", "b", "c"],
-                               pair=True, regression=regression, vocab_file=vocab_file,
-                               lower_case=True, seq_length=16)
+    serving_class = RegressionServing if regression else ClassifierServing
+    module = serving_class(model, label_names=None if regression else ["a", "b", "c"],
+                           pair=True, vocab_file=vocab_file, lower_case=True, seq_length=16)
     batch = {"text": ["The cat sat on the mat.", "Café"], "text_b": ["a dog", "very " * 20]}
     logits = model(text_features(module.tokenizer, batch, 16))[LOGITS].numpy()
     out = {k: v.numpy() for k, v in module.text_function()(**batch).items()}
     if regression:
         assert_close(out[serving.SCORE], logits[:, 0])  # a traced call vs an eager one
         return
-    assert_close(out[serving.PROBABILITIES], tf.nn.softmax(logits))
-    np.testing.assert_array_equal(out[serving.LABEL_INDEX], logits.argmax(-1))
-    assert [n.decode() for n in out[serving.LABEL_NAME]] == ["abc"[i] for i in logits.argmax(-1)]
+    assert_close(out[classifier_serving.PROBABILITIES], tf.nn.softmax(logits))
+    np.testing.assert_array_equal(out[classifier_serving.LABEL_INDEX], logits.argmax(-1))
+    names = [n.decode() for n in out[classifier_serving.LABEL_NAME]]
+    assert names == ["abc"[i] for i in logits.argmax(-1)]
 
 
 def test_seq_length_beyond_the_encoder_is_refused(vocab_file):

@@ -12,10 +12,10 @@ from export_testing import save_checkpoint
 from finetune_testing import make_task, shared_file, train
 
 from bert_trainer import ops
-from bert_trainer.data.classification_data import text_features
-from bert_trainer.data.task_data import CONLL2003_LABELS
 from bert_trainer.export import build_serving_module
-from bert_trainer.tasks.question_answering import SquadConfig
+from bert_trainer.tasks.classification.data import text_features
+from bert_trainer.tasks.squad.task import SquadConfig
+from bert_trainer.tasks.tagging.family import CONLL2003_LABELS
 
 SENTENCES = ["a gripping , funny and moving film .", "dull and lifeless .", "Ça ira"]
 

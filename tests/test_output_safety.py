@@ -266,7 +266,7 @@ def test_convert_on_a_full_disk_keeps_the_old_output(tiny_pretrained):
 def test_predict_on_a_full_disk_keeps_the_old_output(tmp_path):
     import tensorflow as tf  # noqa: PLC0415
 
-    from bert_trainer import predict  # noqa: PLC0415
+    from bert_trainer.export import predict  # noqa: PLC0415
 
     predictor = predict.Predictor(("text",), lambda text: {"score": tf.zeros_like(
         tf.strings.length(text), tf.float32)}, "regression")

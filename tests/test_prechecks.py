@@ -8,7 +8,7 @@ import pytest
 from absl import flags
 
 from bert_trainer.commands import shared_flags
-from bert_trainer.data import sources, task_data
+from bert_trainer.data import sources
 from bert_trainer.errors import UserError
 from bert_trainer.tasks import finetuning, registry
 
@@ -43,7 +43,7 @@ def test_label_names_must_be_unique_and_named():
     with pytest.raises(UserError, match=r"^--label_names holds an empty name"):
         registry.resolve_task_data("classification", label_names=["a", " "])
     with pytest.raises(UserError, match=r"^task 'mine': label_names lists 'x' twice"):
-        task_data.local_task_data("mine", "classification", label_names=["x", "y", "x"])
+        registry.local_task_data("mine", "classification", label_names=["x", "y", "x"])
     assert registry.resolve_task_data("sst2", label_names=["no", "yes"]).label_names == (
         "no", "yes")
 
@@ -64,8 +64,8 @@ def test_squad_v1_task_refuses_an_unanswerable_question(tmp_path, unanswerable):
     path = _squad_file(tmp_path, [answered, unanswerable])
     with pytest.raises(UserError, match=rf"^{path}: question q2 is unanswerable \(SQuAD v2\); "
                                         r"use --task=squad_v2$"):
-        task_data.get_task_data("squad").load("train", file=path)
-    rows = list(task_data.get_task_data("squad_v2").load("train", file=path))
+        registry.get_task_data("squad").load("train", file=path)
+    rows = list(registry.get_task_data("squad_v2").load("train", file=path))
     assert [bool(r["is_impossible"]) for r in rows] == [False, "is_impossible" in unanswerable]
 
 

@@ -17,10 +17,10 @@ import tensorflow as tf
 from conftest import REPO
 from export_testing import build_model, make_model_dir, write_vocab
 
-from bert_trainer import predict
-from bert_trainer.data.classification_data import text_features
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import EXIT_USER_ERROR, UserError
+from bert_trainer.export import predict
+from bert_trainer.tasks.classification.data import text_features
 
 POSITIVE, NEGATIVE = ("good", "great", "nice", "fine"), ("bad", "awful", "poor", "terrible")
 TEMPLATES = ("the {} film", "a very {} movie", "it was {}", "this movie was {} .",
@@ -112,6 +112,11 @@ def test_format_answer_of_each_family():
         "entities": [{"type": "LOC", "text": "Köln", "start": 4, "end": 8}]}
     with pytest.raises(UserError, match=r"returns \['logits'\], not the outputs of a bert-train"):
         predict._family(["logits"])
+    # An export without a family record is recognized by its outputs, the most specific first.
+    assert predict._family(["answer", "end", "score", "start"]).name == "squad"
+    assert predict._family(["score"]).name == "regression"
+    assert predict._family(["label_index", "label_name", "probabilities"]).name == (
+        "classification")
 
 
 def train_sentiment(model_path) -> None:

@@ -6,8 +6,8 @@ import io
 import pytest
 import tensorflow as tf
 
-from bert_trainer import predict
 from bert_trainer.errors import UserError
+from bert_trainer.export import predict
 
 
 def lines(*texts: str) -> list[bytes]:

@@ -6,10 +6,10 @@ import tensorflow as tf
 from finetune_testing import assert_encoder_equals, make_task, scalar_history, shared_file, train
 
 from bert_trainer import features as F
-from bert_trainer.data import squad_data
 from bert_trainer.errors import UserError
 from bert_trainer.features import END_LOGITS, START_LOGITS
-from bert_trainer.tasks.question_answering import SquadConfig
+from bert_trainer.tasks.squad import data as squad_data
+from bert_trainer.tasks.squad.task import SquadConfig
 
 SQUAD = "squad/dev-v1.1-sample.json"
 OPTIONS = {"squad": SquadConfig(doc_stride=32, max_query_length=24)}

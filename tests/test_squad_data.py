@@ -7,9 +7,10 @@ import pytest
 import tensorflow as tf
 
 from bert_trainer import features
-from bert_trainer.data import squad_data, task_data
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import UserError
+from bert_trainer.tasks import registry
+from bert_trainer.tasks.squad import data as squad_data
 
 _TOKENIZERS = {}
 
@@ -24,7 +25,7 @@ def tokenizer(minilm_dir):
 
 @pytest.fixture
 def dev_raw(shared_dir):
-    return task_data.get_task_data("squad").load(
+    return registry.get_task_data("squad").load(
         "eval", file=str(shared_dir / "data/squad/dev-v1.1-sample.json"))
 
 
@@ -32,7 +33,7 @@ def _squad_file(tmp_path, qas_by_context, version="v2.0"):
     paragraphs = [{"context": c, "qas": qas} for c, qas in qas_by_context]
     path = tmp_path / "squad.json"
     path.write_text(json.dumps({"version": version, "data": [{"paragraphs": paragraphs}]}))
-    return task_data.get_task_data("squad_v2").load("eval", file=str(path))
+    return registry.get_task_data("squad_v2").load("eval", file=str(path))
 
 
 def _one_hot_logits(windows, seq_length):

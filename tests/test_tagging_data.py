@@ -5,11 +5,14 @@ import pytest
 import tensorflow as tf
 
 from bert_trainer import features
-from bert_trainer.data import sources, tagging_data, task_data
+from bert_trainer.data import sources
 from bert_trainer.data.tokenizer import Tokenizer
+from bert_trainer.tasks import registry
+from bert_trainer.tasks.tagging import data as tagging_data
+from bert_trainer.tasks.tagging.family import CONLL2003_LABELS
 
 _TOKENIZERS = {}
-CONLL = task_data.CONLL2003_LABELS
+CONLL = CONLL2003_LABELS
 
 
 @pytest.fixture
@@ -47,7 +50,7 @@ def test_graph_iob2_matches_python_on_eng_testa(shared_dir):
 
 
 def _eval_batches(shared_dir, tokenizer, seq_length):
-    raw = task_data.get_task_data("conll2003").load(
+    raw = registry.get_task_data("conll2003").load(
         "eval", file=str(shared_dir / "data/conll2003/eng.testa"))
     return raw, list(tagging_data.tagging_dataset(raw, tokenizer, seq_length=seq_length,
                                                   batch_size=128, is_training=False))
@@ -90,7 +93,7 @@ def test_labels_on_first_sub_tokens_and_round_trip(shared_dir, tokenizer):
 
 @pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_training_batches_are_static(shared_dir, tokenizer):
-    raw = task_data.get_task_data("conll2003").load(
+    raw = registry.get_task_data("conll2003").load(
         "train", file=str(shared_dir / "data/conll2003/eng.testa"))
     ds = tagging_data.tagging_dataset(raw, tokenizer, seq_length=32, batch_size=8,
                                       is_training=True, shuffle_buffer=64, seed=1)

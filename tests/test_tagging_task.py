@@ -7,9 +7,9 @@ import tensorflow as tf
 from finetune_testing import assert_encoder_equals, make_task, scalar_history, shared_file, train
 
 from bert_trainer import features as F
-from bert_trainer.data.task_data import CONLL2003_LABELS
 from bert_trainer.features import LOGITS
-from bert_trainer.tasks.tagging import PREDICTIONS
+from bert_trainer.tasks.tagging.family import CONLL2003_LABELS
+from bert_trainer.tasks.tagging.task import PREDICTIONS
 
 CONLL = "conll2003/eng.testa"
 IGNORE = F.IGNORE_LABEL

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from bert_trainer.data import task_data
 from bert_trainer.data.sources import ReadStats, TextColumns
 from bert_trainer.errors import UserError
+from bert_trainer.tasks import registry
 
 ALL_TASKS = ["cola", "conll2003", "imdb", "mnli", "mrpc", "qnli", "qqp", "rte", "squad",
              "squad_v2", "sst2", "stsb", "wnli"]
@@ -22,14 +22,14 @@ def _write(tmp_path, name, text):
 
 
 def test_registry_names_and_unknown_task():
-    assert task_data.task_names() == ALL_TASKS
+    assert registry.dataset_names() == ALL_TASKS
     with pytest.raises(UserError, match=r"unknown task 'sst-2'; choose one of cola, conll2003, "
                                         r".*wnli, or use your own files with --train_file"):
-        task_data.get_task_data("sst-2")
+        registry.get_task_data("sst-2")
 
 
 def test_registry_entries():
-    get = task_data.get_task_data
+    get = registry.get_task_data
     assert get("mnli").splits == {"train": "train", "eval": "validation_matched"}
     assert get("mnli").label_names == ("entailment", "neutral", "contradiction")
     assert get("stsb").family == "regression" and get("stsb").num_labels == 1
@@ -45,7 +45,7 @@ def test_registry_entries():
 
 
 def test_sst2_preset_reads_glue_tsv(shared_dir):
-    rows = _rows(task_data.get_task_data("sst2").load(
+    rows = _rows(registry.get_task_data("sst2").load(
         "eval", file=str(shared_dir / "data/sst2/dev.tsv")))
     assert len(rows) == 872
     assert set(rows[0]) == {"text", "label"}
@@ -55,7 +55,7 @@ def test_sst2_preset_reads_glue_tsv(shared_dir):
 
 
 def test_mrpc_preset_reads_pairs(shared_dir):
-    rows = _rows(task_data.get_task_data("mrpc").load(
+    rows = _rows(registry.get_task_data("mrpc").load(
         "eval", file=str(shared_dir / "data/mrpc/dev.tsv")))
     assert len(rows) == 408
     assert set(rows[0]) == {"text", "text_b", "label"}
@@ -67,7 +67,7 @@ def test_mrpc_preset_reads_pairs(shared_dir):
 def test_label_names_ids_and_outside_label(tmp_path):
     path = _write(tmp_path, "mnli.tsv", "sentence1\tsentence2\tgold_label\n"
                                         "a\tb\tneutral\nc\td\t2\ne\tf\tmaybe\n")
-    mnli = task_data.get_task_data("mnli")
+    mnli = registry.get_task_data("mnli")
     with pytest.raises(UserError, match=r"mnli\.tsv:4: label 'maybe' is not in the label set "
                                         r"\['entailment', 'neutral', 'contradiction'\]"):
         mnli.load("train", file=path)
@@ -77,7 +77,7 @@ def test_label_names_ids_and_outside_label(tmp_path):
 
 
 def test_regression_labels(tmp_path):
-    stsb = task_data.get_task_data("stsb")
+    stsb = registry.get_task_data("stsb")
     good = _write(tmp_path, "sts.tsv", "sentence1\tsentence2\tscore\na\tb\t4.25\nc\td\t0\n")
     rows = _rows(stsb.load("train", file=good))
     assert [r["label"] for r in rows] == [4.25, 0.0] and rows[0]["label"].dtype == np.float32
@@ -88,7 +88,7 @@ def test_regression_labels(tmp_path):
 
 def test_skip_bad_rows_counts_through_load(shared_dir):
     stats = ReadStats("imdb")
-    rows = _rows(task_data.get_task_data("imdb").load(
+    rows = _rows(registry.get_task_data("imdb").load(
         "train", file=str(shared_dir / "data/imdb/train_sample.tsv"), skip_bad_rows=True,
         stats=stats))
     assert (len(rows), stats.skipped) == (1949, 50)
@@ -98,7 +98,7 @@ def test_skip_bad_rows_counts_through_load(shared_dir):
 def test_local_task_labels_from_training_file(tmp_path):
     path = _write(tmp_path, "t.jsonl", '{"q": "a", "p": "b", "y": 10}\n'
                                        '{"q": "c", "p": "d", "y": 2}\n')
-    task = task_data.local_task_data("mine", "classification",
+    task = registry.local_task_data("mine", "classification",
                                      columns=TextColumns("q", "p", "y"))
     assert task.is_pair and task.label_names is None
     with pytest.raises(UserError, match="task 'mine' has no label names"):
@@ -117,14 +117,14 @@ def test_local_task_labels_from_training_file(tmp_path):
 
 def test_unlabeled_file_has_no_label(tmp_path):
     path = _write(tmp_path, "u.tsv", "sentence\nhello\n")
-    task = task_data.local_task_data("u", "classification", label_names=["x", "y"],
+    task = registry.local_task_data("u", "classification", label_names=["x", "y"],
                                      columns=TextColumns("sentence", None, None))
     assert _rows(task.load("eval", file=path)) == [{"text": b"hello"}]
 
 
 @pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_conll_local_iob1_to_iob2_ids(shared_dir):
-    task = task_data.get_task_data("conll2003")
+    task = registry.get_task_data("conll2003")
     rows = _rows(task.load("eval", file=str(shared_dir / "data/conll2003/eng.testa")))
     assert len(rows) == 3250
     names = task.label_names
@@ -136,22 +136,23 @@ def test_conll_local_iob1_to_iob2_ids(shared_dir):
 
 def test_tagging_labels_from_data_and_unknown_tag(tmp_path):
     path = _write(tmp_path, "x.conll", "A NN I-GENE\nB NN I-GENE\nC NN O\n\nD NN B-DRUG\n")
-    task = task_data.local_task_data("bio", "tagging").with_labels_from(path)
+    task = registry.local_task_data("bio", "tagging").with_labels_from(path)
     assert task.label_names == ("O", "B-DRUG", "B-GENE", "I-GENE")
     assert [r["tags"].tolist() for r in _rows(task.load("train", file=path))] == [[2, 3, 0],
                                                                                    [1]]
     other = _write(tmp_path, "y.conll", "A NN O\n\nD NN B-PER\nE NN B-DRUG\n")
     with pytest.raises(UserError, match=r"y\.conll:4: tag 'B-DRUG' is not in the label set "
                                         r"\['O', 'B-PER'"):
-        task_data.get_task_data("conll2003").load("train", file=other)
+        registry.get_task_data("conll2003").load("train", file=other)
 
 
 def test_wrong_format_and_missing_source(tmp_path):
     path = _write(tmp_path, "x.json", "{}")
     with pytest.raises(UserError, match=r"x\.json: task 'sst2' reads TSV, CSV or JSONL, not json"):
-        task_data.get_task_data("sst2").load("train", file=path)
+        registry.get_task_data("sst2").load("train", file=path)
     with pytest.raises(UserError, match="task 'mine' has no TFDS source; pass its train data "
                                         "with --train_file"):
-        task_data.local_task_data("mine", "regression").load("train")
-    with pytest.raises(UserError, match="family 'ner' is not one of"):
-        task_data.local_task_data("mine", "ner")
+        registry.local_task_data("mine", "regression").load("train")
+    with pytest.raises(UserError, match="unknown task family 'ner'; known: classification, "
+                                        "regression, squad, tagging"):
+        registry.local_task_data("mine", "ner")

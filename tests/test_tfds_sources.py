@@ -6,11 +6,13 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from bert_trainer import features
-from bert_trainer.data import squad_data, tagging_data, task_data
-from bert_trainer.data.classification_data import classification_dataset
 from bert_trainer.data.tfds_sources import load_tfds
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import UserError
+from bert_trainer.tasks import registry
+from bert_trainer.tasks.classification.data import classification_dataset
+from bert_trainer.tasks.squad import data as squad_data
+from bert_trainer.tasks.tagging import data as tagging_data
 
 _TOKENIZERS = {}
 CONTEXT = "The Broncos beat the Panthers in Santa Clara, California, in February 2016."
@@ -73,7 +75,7 @@ def mock_tfds():
 
 def test_not_prepared_offline_is_one_line(tmp_path):
     with pytest.raises(UserError) as info:
-        task_data.get_task_data("mrpc").load("train", data_dir=str(tmp_path))
+        registry.get_task_data("mrpc").load("train", data_dir=str(tmp_path))
     message = str(info.value)
     assert "\n" not in message
     assert message.startswith(f"TFDS dataset 'glue/mrpc' is not prepared in {tmp_path} ")
@@ -97,7 +99,7 @@ def test_unknown_dataset():
 
 
 def test_imdb_mock(mock_tfds, tokenizer):
-    raw = task_data.get_task_data("imdb").load("train")
+    raw = registry.get_task_data("imdb").load("train")
     ds = classification_dataset(raw, tokenizer, seq_length=16, batch_size=4, is_training=False)
     batches = list(ds)
     assert [b[features.LABEL_IDS].shape[0] for b in batches] == [4, 4, 2]
@@ -108,7 +110,7 @@ def test_imdb_mock(mock_tfds, tokenizer):
 
 
 def test_glue_mrpc_mock_pairs(mock_tfds, tokenizer):
-    raw = task_data.get_task_data("mrpc").load("eval")
+    raw = registry.get_task_data("mrpc").load("eval")
     assert set(raw.element_spec) == {"text", "text_b", "label"}
     batch = next(iter(classification_dataset(raw, tokenizer, seq_length=12, batch_size=10,
                                              is_training=False)))
@@ -120,7 +122,7 @@ def test_glue_mrpc_mock_pairs(mock_tfds, tokenizer):
 
 @pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_squad_mock_recovers_answers(mock_tfds, tokenizer):
-    raw = task_data.get_task_data("squad").load("eval")
+    raw = registry.get_task_data("squad").load("eval")
     data = squad_data.squad_eval_data(raw, tokenizer, seq_length=32, doc_stride=8,
                                       max_query_length=8, batch_size=4)
     assert all(not ex.is_impossible for ex in data.examples)  # v1.1 lacks the field.
@@ -135,7 +137,7 @@ def test_squad_mock_recovers_answers(mock_tfds, tokenizer):
 
 @pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_conll2003_mock_iob2(mock_tfds, tokenizer):
-    task = task_data.get_task_data("conll2003")
+    task = registry.get_task_data("conll2003")
     rows = list(task.load("train").as_numpy_iterator())
     assert [task.label_names[t] for t in rows[2]["tags"]] == [
         "B-PER", "I-PER", "O", "B-LOC", "B-LOC"]

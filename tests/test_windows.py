@@ -21,15 +21,18 @@ from export_testing import (
     write_vocab,
 )
 
-from bert_trainer import features, predict
-from bert_trainer.data import classification_data, squad_data, tagging_data, windows
+from bert_trainer import features
+from bert_trainer.data import windows
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import UserError
-from bert_trainer.export import build_serving_module, export_saved_model
-from bert_trainer.export.serving import ClassifierServing
-from bert_trainer.export.tagging_serving import TaggerServing
+from bert_trainer.export import build_serving_module, export_saved_model, predict
 from bert_trainer.features import LOGITS
 from bert_trainer.metrics import tagging as tagging_metrics
+from bert_trainer.tasks.classification import data as classification_data
+from bert_trainer.tasks.classification.serving import ClassifierServing
+from bert_trainer.tasks.squad import data as squad_data
+from bert_trainer.tasks.tagging import data as tagging_data
+from bert_trainer.tasks.tagging.serving import TaggerServing
 
 SEQ = 16  # Windows of 14 pieces (one text) with the default stride 7.
 

@@ -30,6 +30,9 @@ SHARED_FLAGS = {**common.SHARED_FLAGS, **shared_flags.declare(
     __name__,
     model_dir=Usage(None, "The model directory of a finetune run (holds bert_train.json)."),
     task=Usage(None, "Task name; default: the one stored in the model_dir."),
+    family_module=Usage(None, "Comma-separated modules that register task families of your "
+                        "own (plugins); a model_dir records its family's module, so this is "
+                        "needed only where that module moved."),
     eval_file=Usage(None, "Local evaluation file; default: the task's TFDS validation split."),
     data_dir=Usage(None, "TFDS data directory holding the prepared dataset."),
     checkpoint=Usage("latest", "'latest', 'best' or a checkpoint prefix."),
@@ -81,13 +84,14 @@ def _build_task(model_dir: str, info):
     from bert_trainer.errors import UserError  # noqa: PLC0415
     from bert_trainer.tasks import finetuning, registry  # noqa: PLC0415
 
+    registry.import_family_modules(FLAGS.family_module)
     where = os.path.join(model_dir, "bert_train.json")
     stored = info.task
     if stored is None:
         if not FLAGS.task:
             raise UserError(f"{where} names no task (it was not written by finetune); pass "
                             "--task")
-        stored = {"name": FLAGS.task, "family": registry.family_of(FLAGS.task),
+        stored = {"name": FLAGS.task, "family": registry.family_of(FLAGS.task).name,
                   "label_names": registry.resolve_task_data(FLAGS.task).label_names}
     elif FLAGS.task and FLAGS.task != stored.get("name"):
         raise UserError(f"{model_dir} was fine-tuned on task '{stored.get('name')}', not "

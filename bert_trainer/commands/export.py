@@ -15,6 +15,7 @@ from absl import flags
 from bert_trainer.commands import require_flags, shared_flags
 from bert_trainer.commands.shared_flags import Usage
 from bert_trainer.export import export_saved_model
+from bert_trainer.tasks import registry
 
 SHARED_FLAGS = shared_flags.declare(
     __name__,
@@ -26,13 +27,17 @@ SHARED_FLAGS = shared_flags.declare(
     seq_length=Usage(None, "Packed sequence length of the text signatures; default: the "
                      "task's seq_length."),
     overwrite=Usage(False, "Replace an --output that bert-train export wrote (a SavedModel and "
-                    "nothing else)."))
+                    "nothing else)."),
+    family_module=Usage(None, "Comma-separated modules that register task families of your "
+                        "own (plugins); a model_dir records its family's module, so this is "
+                        "needed only where that module moved."))
 FLAGS = flags.FLAGS
 
 
 def main(argv):
     del argv
     require_flags("model_dir", "output")
+    registry.import_family_modules(FLAGS.family_module)
     result = export_saved_model(FLAGS.model_dir, FLAGS.output, checkpoint=FLAGS.checkpoint,
                                 seq_length=FLAGS.seq_length, overwrite=FLAGS.overwrite)
     print(f"exported {result['family']} model (seq_length {result['seq_length']}) to "

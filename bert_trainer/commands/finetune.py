@@ -13,10 +13,13 @@ regression, tagging for files of your own. --init_checkpoint is a bert-train mod
 Hugging Face or a Google BERT directory; it fixes the encoder and the vocabulary. Only the
 encoder is warm-started; the head starts fresh.
 
-Configuration, each layer overriding the previous: configs/tasks/<family>.gin (the recipe:
-AdamW, 10 % warmup, batch 32, sequence 128, 3 epochs), --gin_file, --gin_param, then the flags
-below. The number of steps is --train_steps, else epochs x training examples / batch. A run in
-a model_dir holding checkpoints resumes, as the same task (labels, sequence length, encoder,
+Configuration, each layer overriding the previous: the task family's recipe
+(configs/tasks/<family>.gin: AdamW, 10 % warmup, batch 32, sequence 128, 3 epochs), --gin_file,
+--gin_param, then the flags below. A task family of your own (a plugin, see
+bert_trainer/tasks/family.py) is imported with --family_module=my.module, the
+BERT_TRAIN_FAMILIES environment variable or the `bert_train.families` entry points. The
+number of steps is --train_steps, else epochs x training examples / batch. A run in a
+model_dir holding checkpoints resumes, as the same task (labels, sequence length, encoder,
 vocabulary): another is refused. A model_dir belongs to one run at a time (a lock file). The
 final evaluation goes to model_dir/eval_results.json.
 
@@ -48,6 +51,8 @@ SHARED_FLAGS = {**common.SHARED_FLAGS, **shared_flags.declare(
     eval_file=Usage(None, "Local evaluation file; default: the task's TFDS validation split."),
     data_dir=Usage(None, "TFDS data directory holding the prepared dataset."),
     skip_bad_rows=Usage(False, "Skip and count malformed rows instead of failing."),
+    family_module=Usage(None, "Comma-separated modules that register task families of your "
+                        "own (plugins), imported before --task is looked up."),
     init_checkpoint=Usage(None, "Pretrained model: a bert-train model directory or checkpoint "
                           "prefix, or a Hugging Face / Google BERT directory."),
     vocab_file=Usage(None, "WordPiece vocab.txt; default: --init_checkpoint's."),
@@ -90,7 +95,6 @@ flags.DEFINE_enum("window_pooling", None, ["mean", "max"], "How a text's window 
                   "(classification, regression; FinetuneConfig.window_pooling, default mean).")
 
 FLAGS = flags.FLAGS
-_FAMILY_GIN = "configs/tasks/{}.gin"
 
 
 def _flag_bindings() -> list[str]:
@@ -107,19 +111,20 @@ def _flag_bindings() -> list[str]:
     return bindings + _window_bindings(registry.family_of(FLAGS.task))
 
 
-def _window_bindings(family: str) -> list[str]:
+def _window_bindings(family) -> list[str]:
     """--long_texts, --doc_stride and --window_pooling as gin bindings of the task's family."""
     from bert_trainer.errors import UserError  # noqa: PLC0415
+    from bert_trainer.tasks import registry  # noqa: PLC0415
 
-    if family == "squad" and FLAGS.long_texts == "truncate":
-        raise UserError("--long_texts=truncate does not apply to SQuAD: its contexts are always "
-                        "windowed (set the stride with --doc_stride)")
-    if FLAGS.window_pooling is not None and family not in ("classification", "regression"):
-        raise UserError(f"--window_pooling applies to classification and regression, not to "
-                        f"{family} tasks; drop it")
-    config = "SquadConfig" if family == "squad" else "FinetuneConfig"
+    if not family.truncates and FLAGS.long_texts == "truncate":
+        raise UserError(f"--long_texts=truncate does not apply to {family.name} tasks: their "
+                        "texts are always windowed (set the stride with --doc_stride)")
+    if FLAGS.window_pooling is not None and not family.window_pooling:
+        pooling = [f.name for f in registry.families() if f.window_pooling]
+        raise UserError(f"--window_pooling applies to {' and '.join(pooling)}, not to "
+                        f"{family.name} tasks; drop it")
     pairs = [("FinetuneConfig.long_texts", FLAGS.long_texts),
-             (f"{config}.doc_stride", FLAGS.doc_stride),
+             (family.doc_stride_binding, FLAGS.doc_stride),
              ("FinetuneConfig.window_pooling", FLAGS.window_pooling)]
     return [common.gin_binding(name, value) for name, value in pairs if value is not None]
 
@@ -131,6 +136,7 @@ def main(argv):
 
     common.setup_logging()
     seeds = multi_seed.parse_seeds(FLAGS.seeds, FLAGS.num_seeds)
+    registry.import_family_modules(FLAGS.family_module)
     if not FLAGS.task:
         raise UserError(f"--task is required; choose one of: {', '.join(registry.task_names())}")
     family = registry.family_of(FLAGS.task)
@@ -141,13 +147,22 @@ def main(argv):
         raise UserError("--init_checkpoint is required: a pretrained bert-train, Hugging Face "
                         "or Google BERT directory (or, to train from scratch, --vocab_file and "
                         "a --gin_file binding build_encoder.*)")
-    gin_files = [_FAMILY_GIN.format(family), *FLAGS.gin_file]
+    gin_files = [*([family.recipe] if family.recipe else []), *FLAGS.gin_file]
+    _register_family_configs(family)
     common.parse_gin(gin_files, FLAGS.gin_param, _flag_bindings())
     if seeds is not None:
         return _run_seeds(model_dir, seeds, gin_files)
     multi_seed.check_single_run_dir(model_dir)
     with common.one_line_errors(), common.model_dir_lock(model_dir, "finetune"):
         return _run_one(model_dir)
+
+
+def _register_family_configs(family) -> None:
+    """Makes the family's option classes gin-configurable before the .gin files are parsed."""
+    from bert_trainer import configurables  # noqa: PLC0415
+
+    for config_class in family.gin_configs.values():
+        configurables.configurable(config_class)
 
 
 def _run_one(model_dir: str, label: str = "") -> int:
@@ -300,10 +315,10 @@ def _build_task():
         label_column=FLAGS.label_column, has_header=FLAGS.header, label_names=FLAGS.label_names,
         train_file=FLAGS.train_file, skip_bad_rows=FLAGS.skip_bad_rows)
     config = common.build_configured(configurables.FinetuneConfig, "FinetuneConfig")
-    squad = None
-    if task_data.family == "squad":
-        squad = common.build_configured(configurables.SquadConfig, "SquadConfig")
-    return registry.build_task(task_data, _encoder_spec(), config=config, data=data, squad=squad)
+    options = {key: common.build_configured(configurables.configurable(config_class),
+                                            config_class.__name__)
+               for key, config_class in task_data.reader.gin_configs.items()}
+    return registry.build_task(task_data, _encoder_spec(), config=config, data=data, **options)
 
 
 def _check_inputs(task) -> None:

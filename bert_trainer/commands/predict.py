@@ -14,10 +14,11 @@ import sys
 
 from absl import flags
 
-from bert_trainer import predict
 from bert_trainer.commands import require_flags, shared_flags
 from bert_trainer.commands.shared_flags import Usage
 from bert_trainer.errors import UserError
+from bert_trainer.export import predict
+from bert_trainer.tasks import registry
 
 SHARED_FLAGS = shared_flags.declare(
     __name__,
@@ -28,7 +29,10 @@ SHARED_FLAGS = shared_flags.declare(
                     "(nothing else); it is replaced only once every input is answered."),
     batch_size=Usage(32, "Inputs per model call."),
     checkpoint=Usage(None, "With --model_dir: best, latest or a prefix."),
-    seq_length=Usage(None, "With --model_dir: packed sequence length."))
+    seq_length=Usage(None, "With --model_dir: packed sequence length."),
+    family_module=Usage(None, "Comma-separated modules that register task families of your "
+                        "own (plugins); a model_dir and an export record "
+                        "their family's module, so this is needed only where it moved."))
 flags.DEFINE_string("saved_model", None, "Directory written by 'bert-train export'.")
 flags.DEFINE_enum("format", None, list(predict.FORMATS), "Input format; default: from the "
                   "extension (.tsv, .jsonl/.json, else text).")
@@ -44,6 +48,7 @@ def main(argv):
         raise UserError("pass exactly one of --model_dir (a trained run) and --saved_model "
                         "(an export)")
     predict.check_output(FLAGS.output, FLAGS.overwrite)  # before the slow part
+    registry.import_family_modules(FLAGS.family_module)
     predictor = predict.load_predictor(model_dir=FLAGS.model_dir, saved_model=FLAGS.saved_model,
                                        checkpoint=FLAGS.checkpoint, seq_length=FLAGS.seq_length)
     summary = predict.run_predict(predictor, FLAGS.input, FLAGS.output, fmt=FLAGS.format,

@@ -25,10 +25,10 @@ unless the model was fine-tuned with FinetuneConfig.long_texts = "truncate"; SQu
 contexts.
 
 Modules:
-  serving.py          `ServingModule` base, `EncoderServing`, `ClassifierServing`
-  tagging_serving.py  `TaggerServing`: word-level entities with character spans
-  squad_serving.py    `SquadServing`: in-graph doc-stride windows and span selection
-  exporter.py         model_dir -> serving module -> SavedModel (`export_saved_model`)
+  serving.py    `ServingModule` base, `EncoderServing`, `TaskServing` (each family's serving
+                module subclasses it: `bert_trainer/tasks/<family>/serving.py`)
+  exporter.py   model_dir -> the family's serving module -> SavedModel (`export_saved_model`)
+  predict.py    `bert-train predict`: inputs in, the family's JSON answers out
 """
 
 from bert_trainer.export.exporter import build_serving_module, export_saved_model

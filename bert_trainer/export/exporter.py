@@ -2,17 +2,19 @@
 
 The model directory's `bert_train.json` says what to rebuild: the encoder config, the
 vocabulary and the task (`FinetuningTask.task_info()`: family, label_names, seq_length,
-text_keys, windows (how long texts are read), and for SQuAD version_2 and the `squad`
-decoding options). The task model is rebuilt by family, restored from a checkpoint with every
-variable required, and wrapped in the family's serving module. A pretraining directory (task
-family "pretraining", or no task) exports the encoder's `encode` signature only: there is no
-task to answer.
+text_keys, windows (how long texts are read), and the family's own options). The task's
+family (`bert_trainer/tasks/family.py`) rebuilds the task model (`head_model`), which is
+restored from a checkpoint with every variable required and wrapped in the family's serving
+module (`serving_module`); the export records the family in `FAMILY_FILE`. A pretraining
+directory (task family "pretraining", or no task) exports the encoder's `encode` signature
+only: there is no task to answer.
 
 The encoder is rebuilt in float32 whatever policy it trained under: a SavedModel must run on
 any device (mixed float16 is slow or unsupported on CPUs), and the variables are float32 anyway.
 """
 
 import dataclasses
+import json
 import os
 
 import tensorflow as tf
@@ -22,15 +24,14 @@ from bert_trainer import ops, outputs
 from bert_trainer.checkpoints import layout as checkpoint_layout
 from bert_trainer.checkpoints import model_dir as model_dir_lib
 from bert_trainer.checkpoints.best import BEST_DIR
-from bert_trainer.data import windows
 from bert_trainer.errors import UserError
-from bert_trainer.export.serving import ClassifierServing, EncoderServing, ServingModule
-from bert_trainer.export.squad_serving import SquadServing
-from bert_trainer.export.tagging_serving import TaggerServing
-from bert_trainer.models import BertClassifier, BertSpanLabeler, BertTokenClassifier
+from bert_trainer.export.serving import EncoderServing, ServingModule
+from bert_trainer.tasks import registry
 
 ENCODER_FAMILIES = (None, "pretraining")
-TASK_FAMILIES = ("classification", "regression", "squad", "tagging")
+# Written into an export (TF Serving's place for files the graph does not use): the family
+# and its module, so that `predict --saved_model` formats answers with a plugin family too.
+FAMILY_FILE = os.path.join("assets.extra", "bert_train_family.json")
 
 
 def resolve_checkpoint(model_dir: str, checkpoint: str | None = None) -> str:
@@ -59,26 +60,6 @@ def resolve_checkpoint(model_dir: str, checkpoint: str | None = None) -> str:
     return model_dir_lib.latest_checkpoint(checkpoint)
 
 
-def _num_classes(task: dict, where: str) -> int:
-    if task.get("num_classes"):
-        return int(task["num_classes"])
-    if task.get("label_names"):
-        return len(task["label_names"])
-    raise UserError(f"{where}: task.label_names is missing; a {task['family']} export needs "
-                    "the class names (re-run finetune, or add them to bert_train.json)")
-
-
-def _task_model(family: str, encoder, task: dict, where: str):
-    """The (unrestored) task model of a family."""
-    if family == "regression":
-        return BertClassifier(encoder, num_classes=1)
-    if family == "classification":
-        return BertClassifier(encoder, num_classes=_num_classes(task, where))
-    if family == "squad":
-        return BertSpanLabeler(encoder, name="bert_span_labeler")
-    return BertTokenClassifier(encoder, num_classes=_num_classes(task, where))
-
-
 def _restore_task_model(model, prefix: str) -> None:
     """Restores every variable of `model` from `prefix`; UserError if any is missing."""
     try:
@@ -92,31 +73,12 @@ def _restore_task_model(model, prefix: str) -> None:
         raise UserError(f"checkpoint {prefix} could not be read ({first})") from None
 
 
-def _serving_options(family: str, task: dict) -> dict:
-    """Family-specific serving module arguments from the stored task description."""
-    if family == "squad":
-        squad = dict(task.get("squad") or {})
-        return dict(version_2=bool(task.get("version_2", False)),
-                    **{k: squad[k] for k in ("doc_stride", "max_query_length",
-                                             "max_answer_length", "n_best", "null_threshold")
-                       if k in squad})
-    stored = windows.stored_options(task)
-    if family == "tagging":
-        return dict(label_names=task["label_names"], long_texts=stored["long_texts"],
-                    doc_stride=stored["doc_stride"])
-    options = dict(pair="text_b" in (task.get("text_keys") or ()), **stored)
-    if family == "regression":
-        return dict(options, regression=True)
-    names = task.get("label_names")
-    if not names:
-        names = [str(i) for i in range(_num_classes(task, "bert_train.json"))]
-        logging.warning("task.label_names is missing; labels are named by index: %s", names)
-    return dict(options, label_names=names)
-
-
 def build_serving_module(model_dir: str, *, checkpoint: str | None = None,
                          seq_length: int | None = None) -> ServingModule:
     """Rebuilds a model directory's model, restores it and wraps it for serving.
+
+    The task's family (`tasks.registry.family_from_info`) builds the head model and wraps
+    it in its serving module.
 
     Args:
       model_dir: a bert-train model directory (fine-tuned or pretrained).
@@ -125,15 +87,18 @@ def build_serving_module(model_dir: str, *, checkpoint: str | None = None,
         else the encoder's `max_sequence_length`.
 
     Returns:
-      A `ClassifierServing`, `SquadServing`, `TaggerServing` or (pretraining) `EncoderServing`.
+      The family's `TaskServing`, or (pretraining) an `EncoderServing`.
     """
     info = model_dir_lib.read_model_info(model_dir)
     where = os.path.join(model_dir, model_dir_lib.MODEL_INFO_FILE)
     task = info.task or {}
-    family = task.get("family")
-    if family not in ENCODER_FAMILIES + TASK_FAMILIES:
-        raise UserError(f"{where}: task family {family!r} cannot be exported; known families: "
-                        f"{', '.join(TASK_FAMILIES)} (and pretraining)")
+    family = None
+    if task.get("family") not in ENCODER_FAMILIES:
+        try:
+            family = registry.family_from_info(task, where)
+        except UserError as e:
+            raise UserError(f"{where}: task family {task.get('family')!r} cannot be exported "
+                            f"({e})") from None
     if info.vocab_file is None:
         raise UserError(f"{where} names no vocab_file; an export needs the vocabulary "
                         "(re-run convert/finetune with --vocab_file)")
@@ -143,18 +108,16 @@ def build_serving_module(model_dir: str, *, checkpoint: str | None = None,
     encoder = model_dir_lib.build_encoder(float32_info)
     seq_length = int(seq_length or task.get("seq_length") or encoder.max_sequence_length)
     common = dict(vocab_file=info.vocab_file, lower_case=info.lower_case, seq_length=seq_length)
-    logging.info("Exporting %s (%s) from %s", task.get("name", "encoder"), family, prefix)
-    if family in ENCODER_FAMILIES:
+    logging.info("Exporting %s (%s) from %s", task.get("name", "encoder"),
+                 task.get("family"), prefix)
+    if family is None:
         model_dir_lib.restore_pretrained(prefix, encoder=encoder)
         return EncoderServing(encoder, **common)
-    model = _task_model(family, encoder, task, where)
+    model = family.head_model(encoder, task, where)
     _restore_task_model(model, prefix)
-    options = _serving_options(family, task)
-    if family == "squad":
-        return SquadServing(model, **common, **options)
-    if family == "tagging":
-        return TaggerServing(model, **common, **options)
-    return ClassifierServing(model, **common, **options)
+    module = family.serving_module(model, task, **common)
+    module.family = family.name  # What predict and the export's family record go by.
+    return module
 
 
 def _is_saved_model(path: str) -> bool:
@@ -163,7 +126,8 @@ def _is_saved_model(path: str) -> bool:
     return "saved_model.pb" in entries and entries <= _SAVED_MODEL_ENTRIES
 
 
-_SAVED_MODEL_ENTRIES = {"saved_model.pb", "fingerprint.pb", "variables", "assets"}
+_SAVED_MODEL_ENTRIES = {"saved_model.pb", "fingerprint.pb", "variables", "assets",
+                        "assets.extra"}
 SAVED_MODEL = outputs.Kind("export", "a SavedModel written by bert-train export",
                            directory=True, recognizes=_is_saved_model)
 
@@ -211,7 +175,32 @@ def save(module: ServingModule, output: str, *, overwrite: bool = False) -> str:
                                needed_bytes=size) as staging:
         with ops.fused_kernels(False):  # a retrace during saving gets TensorFlow's ops too
             tf.saved_model.save(module, staging, signatures=module.signatures())
+        _write_family(module, staging)
     return output
+
+
+def _write_family(module: ServingModule, directory: str) -> None:
+    """Records the module's task family (and the module registering it) in `FAMILY_FILE`."""
+    family = registry.registered(getattr(module, "family", None))
+    if family is None:  # An encoder export: no task, no answers to format.
+        return
+    path = os.path.join(directory, FAMILY_FILE)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"family": family.name, "family_module": family.module_name()}, f)
+
+
+def read_family(saved_model: str) -> dict | None:
+    """The {"family", "family_module"} an export recorded; None for an older export."""
+    path = os.path.join(saved_model, FAMILY_FILE)
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            record = json.load(f)
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path} cannot be read ({e}); re-export the model") from None
+    return record if isinstance(record, dict) else None
 
 
 def export_saved_model(model_dir: str, output: str, *, checkpoint: str | None = None,

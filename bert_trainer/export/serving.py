@@ -3,11 +3,12 @@
 A `ServingModule` is a `tf.Module` (model, tokenizer, vocabulary asset) with one
 `tf.function` per signature (`function(name)`, `signatures()`); the same functions serve
 in-process, so `bert-train predict --model_dir` and a loaded export run one code path.
-Tokenization and packing reuse the training pipeline's code (`Tokenizer`,
-`classification_data.text_features` / `window_features`), so a served text is encoded exactly
-as in fine-tuning. A text longer than `seq_length` is windowed as the fine-tuning evaluation
-windows it (`data/windows.py`) and its windows' logits are combined in graph, unless the model
-was trained with FinetuneConfig.long_texts = "truncate".
+Each task family subclasses `TaskServing` in its own package
+(`bert_trainer/tasks/<family>/serving.py`) and reuses its training pipeline's code to
+tokenize and pack, so a served text is encoded exactly as in fine-tuning. A text longer than
+`seq_length` is windowed as the fine-tuning evaluation windows it (`data/windows.py`) and its
+windows' outputs are combined in graph, unless the model was trained with
+FinetuneConfig.long_texts = "truncate".
 
 The tokenizer is tensorflow-text's `FastBertTokenizer` built from the model directory's
 `vocab.txt`; the same file is stored as the asset `assets/vocab.txt`, so an export carries
@@ -19,8 +20,6 @@ import functools
 import tensorflow as tf
 
 from bert_trainer import features, ops
-from bert_trainer.data import windows
-from bert_trainer.data.classification_data import text_features, window_features
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import UserError
 from bert_trainer.features import LOGITS
@@ -30,9 +29,8 @@ SERVING_DEFAULT = "serving_default"  # raw text in, answers out
 SERVING_IDS = "serving_ids"          # encoder inputs in, the task model's raw outputs out
 ENCODE = "encode"                    # encoder inputs in, encoder outputs out
 
-# Text signature inputs and outputs.
+# Text signature inputs and outputs several families share.
 TEXT, TEXT_B = "text", "text_b"
-PROBABILITIES, LABEL_INDEX, LABEL_NAME = "probabilities", "label_index", "label_name"
 SCORE = "score"
 
 
@@ -78,7 +76,7 @@ class _Functions:
         self.cache = {}
 
 
-def _text_spec(name: str) -> tf.TensorSpec:
+def text_input_spec(name: str) -> tf.TensorSpec:
     return tf.TensorSpec([None], tf.string, name=name)
 
 
@@ -211,65 +209,3 @@ class TaskServing(ServingModule):
     def text_function(self):
         """The raw-text tf.function (`serving_default`), e.g. `text_function()(text=...)`."""
         return self.function(SERVING_DEFAULT)
-
-
-class ClassifierServing(TaskServing):
-    """Sentence (pair) classification or regression on raw text.
-
-    Args:
-      model: a `BertClassifier`.
-      label_names: class names in id order (classification); None for regression.
-      pair: the task reads two texts (`text`, `text_b`).
-      regression: the model predicts one score.
-      long_texts, doc_stride, window_pooling: how texts longer than `seq_length` are read
-        (`FinetuneConfig`'s fields of the same names).
-      **kwargs: `ServingModule` arguments.
-
-    `serving_default(text [b] string[, text_b [b] string])` returns, for classification,
-    probabilities float32 [b, C], label_index int32 [b] and label_name string [b]; for
-    regression, score float32 [b]. With windows, the probabilities are the softmax of the
-    combined (mean or max) window logits.
-    """
-
-    def __init__(self, model, *, label_names=None, pair: bool = False, regression: bool = False,
-                 long_texts: str = "windows", doc_stride: int | None = None,
-                 window_pooling: str = "mean", **kwargs):
-        super().__init__(model, **kwargs)
-        windows.check_options(long_texts, doc_stride, window_pooling)
-        self.long_texts, self.doc_stride = long_texts, doc_stride
-        self.window_pooling = window_pooling
-        self.pair = bool(pair)
-        self.regression = bool(regression)
-        self.family = "regression" if regression else "classification"
-        self.label_names = None if regression else tuple(str(n) for n in label_names or ())
-        if not regression and len(self.label_names) != model.num_classes:
-            raise UserError(f"{len(self.label_names)} label_names for a classifier of "
-                            f"{model.num_classes} classes; fix task.label_names in bert_train.json")
-    def _text_spec(self):
-        if self.pair:
-            return self._classify_pair, [_text_spec(TEXT), _text_spec(TEXT_B)]
-        return self._classify_one, [_text_spec(TEXT)]
-
-    def _classify_one(self, text):
-        return self._classify({TEXT: text})
-
-    def _classify_pair(self, text, text_b):
-        return self._classify({TEXT: text, TEXT_B: text_b})
-
-    def _classify(self, batch: dict) -> dict:
-        """Tokenizes and packs as in training, runs the model, combines a text's windows."""
-        if self.long_texts == "windows":
-            rows = window_features(self.tokenizer, batch, self.seq_length,
-                                   doc_stride=self.doc_stride)
-            window_logits = self._run_windows(rows, [None, self.model.num_classes])  # (W, C)
-            logits = windows.pool(window_logits, rows[windows.EXAMPLE_INDEX],
-                                  tf.shape(batch[TEXT])[0], self.window_pooling)
-        else:
-            logits = self._run_model(text_features(self.tokenizer, batch,
-                                                   self.seq_length))[LOGITS]
-        if self.regression:
-            return {SCORE: logits[:, 0]}  # (batch,)
-        probabilities = tf.nn.softmax(logits, axis=-1)  # (batch, classes)
-        index = tf.argmax(logits, axis=-1, output_type=tf.int32)  # (batch,)
-        return {PROBABILITIES: probabilities, LABEL_INDEX: index,
-                LABEL_NAME: tf.gather(tf.constant(self.label_names), index)}

@@ -1,9 +1,8 @@
 """What every fine-tuning task shares: the encoder it starts from, its data, warm start, model info.
 
-A fine-tuning task is a `Task` whose model is a pretrained encoder plus a small head. The
-three families (`classification.py`, `question_answering.py`, `tagging.py`) subclass
-`FinetuningTask` and add the head, the losses and the metrics; this module owns the parts
-that do not depend on the head:
+A fine-tuning task is a `Task` whose model is a pretrained encoder plus a small head. Each
+task family (`bert_trainer/tasks/<family>/task.py`) subclasses `FinetuningTask` and adds the
+head, the losses and the metrics; this module owns the parts that do not depend on the head:
 
 - `EncoderSpec`: how to build the encoder (its config, read from the resolved
   `--init_checkpoint`, see `interop.resolve`, or built from gin) and which vocabulary
@@ -398,6 +397,7 @@ class FinetuningTask(Task):
         td = self.task_data
         columns = dataclasses.asdict(td.columns) if td.columns is not None else None
         return {"name": self.name, "family": td.family,
+                "family_module": td.reader.module_name(),
                 "label_names": list(td.label_names) if td.label_names else None,
                 "seq_length": self.config.seq_length, "text_keys": list(td.text_keys),
                 "columns": columns, "has_header": td.has_header, "file_format": td.file_format,

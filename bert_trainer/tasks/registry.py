@@ -1,51 +1,232 @@
-"""Task names -> fine-tuning `Task`s.
+"""Task families and task names -> the family that trains them, and the tasks they build.
 
-Every dataset of `bert_trainer.data.task_data` (imdb, the GLUE tasks, squad, squad_v2,
-conll2003) is a task; its family picks the class. Three more names train on your own files
-with `--train_file/--eval_file`: `classification` and `regression` (TSV/CSV/JSONL with a
-column mapping) and `tagging` (CoNLL column files). `build_task` makes a task for a run;
-`task_from_info` rebuilds the one a model directory was trained on (for `evaluate`).
+Families register themselves (`register_family`) when their module is imported. The
+built-in ones (`BUILT_IN`: one line per family) are imported on first use; others are
+plugins, imported from
+- `import_family_modules("my.module")`: the commands' `--family_module` flag;
+- the `BERT_TRAIN_FAMILIES` environment variable (comma-separated modules);
+- the `bert_train.families` entry-point group of installed packages (each entry point names
+  a module, or an object to call, that registers its family);
+- the "family_module" a model directory's bert_train.json records (`family_from_info`), so
+  `evaluate`, `export` and `predict` find the family a model was fine-tuned with.
+
+Every dataset a family declares (imdb, the GLUE tasks, squad, squad_v2, conll2003) is a
+task; the families' `local_tasks` (classification, regression, tagging) train on your own
+files. `resolve_task_data` + `build_task` make a task for a run; `task_from_info` rebuilds
+the one a model directory was trained on (`evaluate`).
 """
 
 import dataclasses
+import importlib
+import os
+from importlib import metadata
 
 from bert_trainer.data import task_data as task_data_lib
 from bert_trainer.data import windows
 from bert_trainer.data.sources import TextColumns
 from bert_trainer.data.task_data import TaskData
 from bert_trainer.errors import UserError
-from bert_trainer.tasks.classification import SentenceClassificationTask
+from bert_trainer.tasks.family import Family
 from bert_trainer.tasks.finetuning import DataConfig, EncoderSpec, FinetuneConfig, FinetuningTask
-from bert_trainer.tasks.question_answering import QuestionAnsweringTask, SquadConfig
-from bert_trainer.tasks.tagging import TaggingTask
 
-# Tasks of your own: name -> family (their data only comes from local files).
-LOCAL_TASKS = {"classification": "classification", "regression": "regression",
-               "tagging": "tagging"}
-TASK_CLASSES = {"classification": SentenceClassificationTask,
-                "regression": SentenceClassificationTask,
-                "squad": QuestionAnsweringTask, "tagging": TaggingTask}
+BUILT_IN = {
+    "classification": "bert_trainer.tasks.classification",
+    "regression": "bert_trainer.tasks.regression",
+    "squad": "bert_trainer.tasks.squad",
+    "tagging": "bert_trainer.tasks.tagging",
+}
+ENV_VAR = "BERT_TRAIN_FAMILIES"
+ENTRY_POINT_GROUP = "bert_train.families"
+
+_families: dict[str, Family] = {}
+_plugins_loaded = False
+
+
+def register_family(family: Family) -> Family:
+    """Makes `family` known by its name (and its datasets by theirs); returns it.
+
+    Registering the same family class again replaces the earlier object (a module imported
+    twice); another family under a taken name, or a dataset name another family declares, is
+    refused.
+    """
+    if not isinstance(family, Family) or not family.name:
+        raise UserError(f"register_family: {family!r} is not a named tasks.family.Family")
+    old = _families.get(family.name)
+    if old is not None and type(old).__qualname__ != type(family).__qualname__:
+        raise UserError(f"task family '{family.name}' is already registered by "
+                        f"{old.module_name()}; give the family another name")
+    names = {t.name for t in family.presets()} | set(family.local_tasks)
+    for other in _families.values():
+        if other.name != family.name:
+            clash = names & ({t.name for t in other.presets()} | set(other.local_tasks))
+            if clash:
+                raise UserError(f"task family '{family.name}' declares the task "
+                                f"'{sorted(clash)[0]}' of family '{other.name}'; rename it")
+    _families[family.name] = family
+    return family
+
+
+def _import(module: str, source: str) -> None:
+    try:
+        importlib.import_module(module)
+    except ImportError as e:
+        raise UserError(f"{source}: cannot import the task family module '{module}' ({e}); "
+                        "install it or fix PYTHONPATH") from None
+
+
+def import_family_modules(modules, source: str = "--family_module") -> None:
+    """Imports plugin family modules (each registers its family when imported).
+
+    Args:
+      modules: a comma-separated string or a list of module names; None or empty: none.
+      source: named in error messages.
+    """
+    if isinstance(modules, str):
+        modules = modules.split(",")
+    for module in modules or ():
+        if module.strip():
+            _import(module.strip(), source)
+
+
+def load_plugins() -> None:
+    """Imports the families of `BERT_TRAIN_FAMILIES` and of the entry points, once."""
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    import_family_modules(os.environ.get(ENV_VAR), ENV_VAR)
+    for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            loaded = entry.load()
+        except ImportError as e:
+            raise UserError(f"entry point {entry.name} ({ENTRY_POINT_GROUP}) of an installed "
+                            f"package cannot be imported ({e})") from None
+        if isinstance(loaded, Family):
+            register_family(loaded)
+        elif callable(loaded) and not isinstance(loaded, type):
+            loaded()
+
+
+def _built_in(name: str) -> None:
+    """Imports a built-in family's package; registers its `FAMILY` if the import did not
+    (a package imported before the registry was reset)."""
+    if name not in _families:
+        register_family(importlib.import_module(BUILT_IN[name]).FAMILY)
+
+
+def families() -> list[Family]:
+    """Every family: the built-in ones and the plugins."""
+    for name in BUILT_IN:
+        _built_in(name)
+    load_plugins()
+    return list(_families.values())
+
+
+def get_family(name: str) -> Family:
+    """The family named `name` (the built-in one is imported on first use).
+
+    Raises:
+      UserError: no such family (the message lists the known ones).
+    """
+    if name in BUILT_IN:
+        _built_in(name)
+    if name not in _families:
+        load_plugins()
+    if name not in _families:
+        known = sorted({f.name for f in families()})
+        raise UserError(f"unknown task family '{name}'; known: {', '.join(known)} (a plugin "
+                        f"family needs --family_module or {ENV_VAR})")
+    return _families[name]
+
+
+def registered(name: str | None) -> Family | None:
+    """The family registered as `name` now (nothing is imported), or None."""
+    return _families.get(name) if name else None
+
+
+def family_from_info(task: dict, where: str = "model info") -> Family:
+    """The family of a stored task entry, importing its recorded "family_module" if needed."""
+    name = task.get("family")
+    if not name:
+        raise UserError(f"{where}: the task entry names no family; pass --task")
+    if name not in _families and name not in BUILT_IN and task.get("family_module"):
+        _import(task["family_module"], where)
+    return get_family(name)
+
+
+def _tasks() -> dict[str, tuple[Family, TaskData | None]]:
+    """Task name → (family, its dataset or None for a local-files task)."""
+    tasks = {}
+    for family in families():
+        tasks.update({t.name: (family, t) for t in family.presets()})
+        tasks.update({name: (family, None) for name in family.local_tasks})
+    return tasks
 
 
 def task_names() -> list[str]:
-    """Every name `build_task` accepts."""
-    return sorted(set(task_data_lib.task_names()) | set(LOCAL_TASKS))
+    """Every name `resolve_task_data` accepts."""
+    return sorted(_tasks())
+
+
+def dataset_names() -> list[str]:
+    """The names of the families' datasets (`get_task_data`)."""
+    return sorted(name for name, (_, preset) in _tasks().items() if preset is not None)
+
+
+def get_task_data(name: str) -> TaskData:
+    """The dataset (`TaskData` preset) a family declares under `name`.
+
+    Raises:
+      UserError: unknown name (the message lists the known ones).
+    """
+    family_and_preset = _tasks().get(name)
+    if family_and_preset is None or family_and_preset[1] is None:
+        raise UserError(f"unknown task '{name}'; choose one of {', '.join(dataset_names())}, "
+                        "or use your own files with --train_file/--eval_file")
+    return family_and_preset[1]
+
+
+def local_task_data(name: str, family: str | Family, *, label_names=None,
+                    columns: TextColumns | None = None, has_header: bool = True,
+                    file_format: str | None = None, version_2: bool = False) -> TaskData:
+    """A task read only from local files (`--train_file/--eval_file`).
+
+    Args:
+      name: task name used in messages.
+      family: a family or its name.
+      label_names: class names (tags) in id order; None to read them from the training file
+        with `TaskData.with_labels_from`.
+      columns: TSV/CSV/JSONL columns of text, text_b and label (default "text", "label").
+      has_header: TSV/CSV files start with a header row.
+      file_format: force a format; None: the family's, else the file extension's.
+      version_2: a SQuAD v2.0 task (unanswerable questions).
+
+    Returns:
+      The `TaskData`.
+    """
+    family = get_family(family) if isinstance(family, str) else family
+    columns = columns or TextColumns()
+    fields = dict(text_keys=("text", "text_b") if columns.text_b is not None else ("text",),
+                  columns=columns, label_names=tuple(label_names) if label_names else None,
+                  has_header=has_header, version_2=version_2)
+    if file_format is not None:
+        fields["file_format"] = file_format
+    return family.local_task_data(name, **fields)
 
 
 def _base_task_data(name: str) -> TaskData:
-    if name in LOCAL_TASKS:
-        family = LOCAL_TASKS[name]
-        fmt = "conll" if family == "tagging" else None
-        return task_data_lib.local_task_data(name, family, file_format=fmt)
-    if name not in task_data_lib.task_names():
-        raise UserError(f"unknown task '{name}'; choose one of: {', '.join(task_names())} "
-                        "(classification, regression and tagging read your own --train_file)")
-    return task_data_lib.get_task_data(name)
+    tasks = _tasks()
+    if name not in tasks:
+        local = sorted(n for f in _families.values() for n in f.local_tasks)
+        raise UserError(f"unknown task '{name}'; choose one of: {', '.join(sorted(tasks))} "
+                        f"({', '.join(local)} read your own --train_file)")
+    family, preset = tasks[name]
+    return preset if preset is not None else local_task_data(name, family)
 
 
-def family_of(name: str) -> str:
-    """The family ("classification", "regression", "squad", "tagging") of a task name."""
-    return _base_task_data(name).family
+def family_of(name: str) -> Family:
+    """The family of a task name."""
+    return _base_task_data(name).reader
 
 
 def _column(value: str | int | None) -> str | int | None:
@@ -79,12 +260,14 @@ def resolve_task_data(name: str, *, text_column=None, text_b_column=None, label_
         needed but no training file to read them from.
     """
     td = _base_task_data(name)
+    family = td.reader
     overrides = {"text": _column(text_column), "text_b": _column(text_b_column),
                  "label": _column(label_column)}
     if any(v is not None for v in overrides.values()) or has_header is not None:
-        if td.family not in ("classification", "regression"):
+        if not family.reads_columns:
+            readers = sorted(f.name for f in _families.values() if f.reads_columns)
             raise UserError(f"column flags (--text_column, --text_b_column, --label_column, "
-                            f"--no_header) apply to classification and regression files, not "
+                            f"--no_header) apply to {' and '.join(readers)} files, not "
                             f"to task '{name}' ({td.family})")
         preset = td.columns or TextColumns()
         columns = dataclasses.replace(preset, **{k: v for k, v in overrides.items()
@@ -93,11 +276,11 @@ def resolve_task_data(name: str, *, text_column=None, text_b_column=None, label_
             td, columns=columns, text_keys=("text", "text_b") if columns.text_b is not None
             else ("text",), has_header=td.has_header if has_header is None else has_header)
     if label_names:
-        if td.family in ("regression", "squad"):
+        if not family.has_label_names:
             raise UserError(f"--label_names does not apply to task '{name}' ({td.family})")
         task_data_lib.check_label_names(label_names, "--label_names")
         td = dataclasses.replace(td, label_names=tuple(label_names))
-    if td.label_names is None and td.family in ("classification", "tagging"):
+    if td.label_names is None and family.has_label_names:
         if train_file is None:
             raise UserError(f"task '{name}' reads its label names from --train_file; pass it "
                             "or give --label_names")
@@ -107,8 +290,7 @@ def resolve_task_data(name: str, *, text_column=None, text_b_column=None, label_
 
 def build_task(task_data: TaskData, encoder: EncoderSpec, *,
                config: FinetuneConfig | None = None, data: DataConfig | None = None,
-               squad: SquadConfig | None = None,
-               metrics: tuple[str, ...] | None = None) -> FinetuningTask:
+               **options) -> FinetuningTask:
     """The fine-tuning task of `task_data`'s family.
 
     Args:
@@ -116,18 +298,14 @@ def build_task(task_data: TaskData, encoder: EncoderSpec, *,
       encoder: the encoder to build and its vocabulary.
       config: shared hyperparameters (None: the defaults).
       data: where the examples come from (None: the task's TFDS dataset).
-      squad: SQuAD options (question answering only; None: the defaults).
-      metrics: classification/regression eval metrics (None: the task's defaults).
+      **options: the family's own options, e.g. squad=SquadConfig(...) or
+        metrics=("accuracy", "f1") (classification); None values are dropped.
 
     Returns:
-      A `SentenceClassificationTask`, `QuestionAnsweringTask` or `TaggingTask`.
+      The family's `FinetuningTask`.
     """
-    cls = TASK_CLASSES[task_data.family]
-    if cls is QuestionAnsweringTask:
-        return cls(task_data, encoder, config=config, data=data, squad=squad)
-    if cls is SentenceClassificationTask:
-        return cls(task_data, encoder, config=config, data=data, metrics=metrics)
-    return cls(task_data, encoder, config=config, data=data)
+    options = {k: v for k, v in options.items() if v is not None}
+    return task_data.reader.build_task(task_data, encoder, config=config, data=data, **options)
 
 
 def task_from_info(info: dict, encoder: EncoderSpec, *, config: FinetuneConfig | None = None,
@@ -144,17 +322,19 @@ def task_from_info(info: dict, encoder: EncoderSpec, *, config: FinetuneConfig |
     Returns:
       The task, with the stored labels, column mapping and options.
     """
-    name, family = info.get("name"), info.get("family")
-    if not name or family not in TASK_CLASSES:
+    name = info.get("name")
+    if not name or not info.get("family"):
         raise UserError(f"{where}: the task entry lacks a name or a known family; pass --task")
+    family = family_from_info(info, where)
     try:
         td = _base_task_data(name)
     except UserError:  # A task name this version does not know: rebuild it as local files.
-        td = task_data_lib.local_task_data(name, family)
+        td = local_task_data(name, family)
+    if td.reader is not family:
+        td = local_task_data(name, family)
     columns = info.get("columns")
     td = dataclasses.replace(
-        td, family=family,
-        label_names=tuple(info["label_names"]) if info.get("label_names") else None,
+        td, label_names=tuple(info["label_names"]) if info.get("label_names") else None,
         text_keys=tuple(info.get("text_keys") or td.text_keys),
         columns=TextColumns(**columns) if columns else td.columns,
         has_header=info.get("has_header", td.has_header),
@@ -162,6 +342,4 @@ def task_from_info(info: dict, encoder: EncoderSpec, *, config: FinetuneConfig |
     if config is None:
         config = FinetuneConfig(seq_length=int(info.get("seq_length", 128)),
                                 **windows.stored_options(info))
-    squad = SquadConfig(**info["squad"]) if info.get("squad") else None
-    metrics = tuple(info["metrics"]) if info.get("metrics") else None
-    return build_task(td, encoder, config=config, data=data, squad=squad, metrics=metrics)
+    return build_task(td, encoder, config=config, data=data, **family.options_from_info(info))

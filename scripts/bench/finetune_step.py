@@ -3,12 +3,13 @@
 `build` does what `bert-train finetune --task=T --train_file=F --init_checkpoint=MINILM
 --max_train_examples=N --seq_length=S --batch_size=B --train_steps=K [--skip_bad_rows]`
 does before its loop (`bert_trainer/commands/finetune.py`): the task family's gin recipe
-(configs/tasks/<family>.gin) with the flags as bindings, the task data with its label names,
-the encoder spec read from the Hugging Face directory, `registry.build_task`, the `Trainer`
-with the run length, warmup and best metric derived from the task, and the warm start of the
-encoder. Then run(n) trains n steps through `Trainer.run_steps` on the trainer's own training
-input (the task's `build_inputs`: tokenization, batching and whatever length bucketing the
-pipeline does), so the benchmark times whatever the command would run.
+(`Family.recipe`, configs/tasks/<family>.gin) with the flags as bindings, the task data with
+its label names, the encoder spec read from the Hugging Face directory,
+`registry.build_task`, the `Trainer` with the run length, warmup and best metric derived from
+the task, and the warm start of the encoder. Then run(n) trains n steps through
+`Trainer.run_steps` on the trainer's own training input (the task's `build_inputs`:
+tokenization, batching and whatever length bucketing the pipeline does), so the benchmark
+times whatever the command would run.
 
 It also writes the raw training examples the task reads (decoded, one JSON object a line) so
 the PyTorch baseline (`torch_finetune.py`) trains on exactly the same examples in the same
@@ -19,9 +20,6 @@ import dataclasses
 import json
 import os
 import tempfile
-
-# Task -> the family's gin file, as `bert-train finetune` picks it.
-_FAMILY_GIN = "configs/tasks/{}.gin"
 
 
 def _decode(value):
@@ -71,7 +69,7 @@ def build_task_and_trainer(*, task: str, train_file: str, init_checkpoint: str,
         ("FinetuneConfig.seq_length", seq_length),
         ("FinetuneConfig.train_batch_size", batch_size),
         ("TrainerConfig.train_steps", train_steps))]
-    common.parse_gin([_FAMILY_GIN.format(family)], list(gin_params), bindings)
+    common.parse_gin([family.recipe] if family.recipe else [], list(gin_params), bindings)
     data = finetuning.DataConfig(train_file=train_file, max_train_examples=max_train_examples,
                                  skip_bad_rows=skip_bad_rows)
     task_data = registry.resolve_task_data(task, train_file=train_file,

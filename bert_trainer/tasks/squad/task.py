@@ -12,12 +12,13 @@ import dataclasses
 import keras
 
 from bert_trainer import features as F
-from bert_trainer.data import length_buckets, squad_data
+from bert_trainer.data import length_buckets
 from bert_trainer.errors import UserError, require_positive_ints
 from bert_trainer.features import END_LOGITS, START_LOGITS
 from bert_trainer.metrics import squad as squad_metrics
 from bert_trainer.models import BertSpanLabeler
 from bert_trainer.tasks.finetuning import DataConfig, EncoderSpec, FinetuneConfig, FinetuningTask
+from bert_trainer.tasks.squad import data as squad_data
 
 
 @dataclasses.dataclass(frozen=True)

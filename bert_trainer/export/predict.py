@@ -11,11 +11,13 @@ on, `"stop"` raises a `UserError` naming file:line (stdout gets what came before
 file is written only when complete, so an existing one is left as it was).
 
 Outputs, one JSON line per input, in input order: {"line": N, <the inputs>, <the answer>}
-with the answer by family:
+with the answer as the task family writes it (`Family.format_answer`):
   classification {"label", "label_index", "probabilities": [per class, in label order]}
   regression     {"score"}
   squad          {"answer", "score", "start", "end"} (characters; score null if no span)
   tagging        {"entities": [{"type", "text", "start", "end"}, ...]} (characters)
+The family comes from the model directory's bert_train.json or the export's family record;
+an export written before that record is recognized by its output names.
 
 A predictor is the export's `serving_default` signature: loaded from a SavedModel, or the
 same function built in-process from a model directory (`export.build_serving_module`), so
@@ -30,21 +32,28 @@ import contextlib
 import dataclasses
 import itertools
 import json
-import math
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
 from bert_trainer import outputs
 from bert_trainer.errors import UserError
+from bert_trainer.export import exporter
+from bert_trainer.export.predict_inputs import (  # noqa: F401 (part of predict's API)
+    FORMATS,
+    HEADER_ALIASES,
+    BadLine,
+    detect_format,
+    parse_line,
+    read_inputs,
+)
+from bert_trainer.tasks import registry
+from bert_trainer.tasks.family import Family
 
-FORMATS = ("text", "tsv", "jsonl")
 ON_ERROR = ("skip", "stop")
-# Input orders of the text signatures (a loaded signature lists its inputs sorted by name).
-_INPUT_ORDERS = (("question", "context"), ("text", "text_b"), ("text",))
 
 
 @dataclasses.dataclass
@@ -54,12 +63,16 @@ class Predictor:
     Attributes:
       input_names: the text inputs, in TSV column order, e.g. ("text", "text_b").
       fn: {name: string tensor [b]} -> {output name: tensor [b, ...]}.
-      family: "classification", "regression", "squad" or "tagging" (from the outputs).
+      family: the task family that formats the answers (a name is looked up).
     """
 
     input_names: tuple[str, ...]
     fn: Callable
-    family: str
+    family: Family | str
+
+    def __post_init__(self):
+        if isinstance(self.family, str):
+            self.family = registry.get_family(self.family)
 
     def __call__(self, batch: dict[str, list[str]]) -> dict[str, np.ndarray]:
         import tensorflow as tf  # Lazy: parsing inputs needs no TensorFlow.
@@ -68,18 +81,21 @@ class Predictor:
         return {k: v.numpy() for k, v in outputs.items()}
 
 
-def _family(output_names) -> str:
+def _family(output_names) -> Family:
+    """The family whose `answer_outputs` the signature returns (the most specific one)."""
     names = set(output_names)
-    for family, marker in (("squad", "answer"), ("tagging", "entity_type"),
-                           ("classification", "probabilities"), ("regression", "score")):
-        if marker in names:
-            return family
-    raise UserError(f"the serving_default signature returns {sorted(names)}, not the outputs "
-                    "of a bert-train text export; re-export with 'bert-train export'")
+    matches = [f for f in registry.families()
+               if f.answer_outputs and set(f.answer_outputs) <= names]
+    if not matches:
+        raise UserError(f"the serving_default signature returns {sorted(names)}, not the "
+                        "outputs of a bert-train text export; re-export with 'bert-train "
+                        "export' (or name a plugin family's module with --family_module)")
+    return max(matches, key=lambda f: len(f.answer_outputs))
 
 
-def _ordered(names) -> tuple[str, ...]:
-    for order in _INPUT_ORDERS:
+def _ordered(names, family: Family) -> tuple[str, ...]:
+    """The inputs in the family's column order (a loaded signature sorts them by name)."""
+    for order in family.input_orders:
         if set(order) == set(names):
             return order
     return tuple(sorted(names))
@@ -103,16 +119,15 @@ def load_predictor(*, model_dir: str | None = None, saved_model: str | None = No
     if (model_dir is None) == (saved_model is None):
         raise UserError("pass exactly one of --model_dir and --saved_model")
     if model_dir is not None:
-        from bert_trainer.export import build_serving_module
-
-        module = build_serving_module(model_dir, checkpoint=checkpoint, seq_length=seq_length)
+        module = exporter.build_serving_module(model_dir, checkpoint=checkpoint,
+                                               seq_length=seq_length)
         if not hasattr(module, "text_function"):
             raise UserError(f"{model_dir} is a pretraining model directory: it has no task to "
                             "predict; fine-tune it first (bert-train finetune)")
         fn = module.text_function()
         names = [spec.name for spec in fn.input_signature]
-        outputs = fn.get_concrete_function().structured_outputs
-        return Predictor(_ordered(names), fn, _family(outputs))
+        family = registry.get_family(module.family)
+        return Predictor(_ordered(names, family), fn, family)
     if not os.path.isfile(os.path.join(saved_model, "saved_model.pb")):
         raise UserError(f"--saved_model={saved_model} holds no saved_model.pb; pass a directory "
                         "written by 'bert-train export'")
@@ -123,135 +138,20 @@ def load_predictor(*, model_dir: str | None = None, saved_model: str | None = No
                         "answer text; export a fine-tuned model directory")
     fn = loaded.signatures["serving_default"]
     names = list(fn.structured_input_signature[1])
-    return Predictor(_ordered(names), fn, _family(fn.structured_outputs))
+    record = exporter.read_family(saved_model)
+    if record is not None and record.get("family"):
+        family = registry.family_from_info(record, os.path.join(saved_model,
+                                                                exporter.FAMILY_FILE))
+    else:  # An export written before exports recorded their family.
+        family = _family(fn.structured_outputs)
+    return Predictor(_ordered(names, family), fn, family)
 
 
-def detect_format(path: str, fmt: str | None) -> str:
-    """`fmt`, or the format implied by the file extension (text for '-' and others)."""
-    if fmt is not None:
-        if fmt not in FORMATS:
-            raise UserError(f"--format={fmt} is unknown; use one of {', '.join(FORMATS)}")
-        return fmt
-    ext = os.path.splitext(path)[1].lower()
-    return {".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}.get(ext, "text")
-
-
-class BadLine(ValueError):
-    """A line that cannot be read; the message says why."""
-
-
-# Header names that datasets give the inputs (GLUE/SST-2/QQP/MNLI/QNLI/MRPC TSVs), tried in
-# order after the inputs' own names, so a task's train/dev file can be predicted as it is.
-HEADER_ALIASES = {
-    ("text",): (("text_a",), ("sentence",), ("review",), ("#1 String",)),
-    ("text", "text_b"): (("text_a", "text_b"), ("sentence1", "sentence2"),
-                         ("question1", "question2"), ("premise", "hypothesis"),
-                         ("question", "sentence"), ("#1 String", "#2 String")),
-    ("question", "context"): (("question", "passage"),),
-}
-
-
-def _tsv_header(fields: list[str], names) -> dict[str, int] | None:
-    """{input name: column} when `fields` is a header naming every input, else None.
-
-    The header may use the inputs' own names or a dataset's names for them (HEADER_ALIASES),
-    e.g. SST-2's `sentence<TAB>label` for a one-text classifier; other columns are ignored.
-    """
-    fields = [f.strip() for f in fields]
-    for columns in (tuple(names), *HEADER_ALIASES.get(tuple(names), ())):
-        if set(columns) <= set(fields):
-            return {name: fields.index(col) for name, col in zip(names, columns, strict=True)}
-    return None
-
-
-def parse_line(text: str, fmt: str, names, header: dict | None) -> dict[str, str]:
-    """The inputs of one decoded line; BadLine says what is wrong."""
-    if fmt == "text":
-        return {names[0]: text}
-    if fmt == "tsv":
-        fields = text.split("\t")
-        if header is not None:
-            if len(fields) <= max(header.values()):
-                raise BadLine(f"has {len(fields)} columns, the header has "
-                              f"{max(header.values()) + 1}")
-            return {name: fields[col] for name, col in header.items()}
-        if len(fields) != len(names):
-            raise BadLine(f"has {len(fields)} tab-separated columns, expected {len(names)} "
-                          f"({', '.join(names)})")
-        return dict(zip(names, fields, strict=True))
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise BadLine(f"is not valid JSON ({e.msg} at column {e.colno})") from None
-    if not isinstance(obj, dict):
-        raise BadLine(f"is a JSON {type(obj).__name__}, expected an object with "
-                      f"{', '.join(names)}")
-    missing = [n for n in names if not isinstance(obj.get(n), str)]
-    if missing:
-        raise BadLine(f"lacks the string field(s) {', '.join(missing)}")
-    return {n: obj[n] for n in names}
-
-
-def read_inputs(lines: Iterable[bytes], fmt: str, names) -> Iterator[tuple[int, dict | str]]:
-    """Parses raw lines.
-
-    Args:
-      lines: raw lines (bytes, with or without line endings), line 1 first.
-      fmt: "text", "tsv" or "jsonl".
-      names: the predictor's input names in column order.
-
-    Yields:
-      (line number, inputs dict) for each input, or (line number, reason str) for a bad line.
-    """
-    if fmt == "text" and len(names) != 1:
-        raise UserError(f"--format=text gives one text a line, but the model reads "
-                        f"{', '.join(names)}; use --format=tsv or --format=jsonl")
-    header, first = None, True
-    for number, raw in enumerate(lines, start=1):
-        try:
-            text = raw.decode("utf-8").rstrip("\r\n")
-        except UnicodeDecodeError as e:
-            yield number, f"is not UTF-8 (byte {e.start}: {raw[e.start:e.start + 1]!r})"
-            continue
-        if not text.strip():
-            continue
-        if fmt == "tsv" and first:
-            first = False
-            header = _tsv_header(text.split("\t"), names)
-            if header is not None:
-                continue
-        try:
-            yield number, parse_line(text, fmt, names, header)
-        except BadLine as e:
-            yield number, str(e)
-
-
-def _finite(value) -> float | None:
-    """A JSON-safe score: rounded to 6 decimals (float32 has ~7 digits); None if not finite."""
-    value = float(value)
-    return round(value, 6) if math.isfinite(value) else None
-
-
-def _decode(value) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
-
-
-def format_answer(family: str, outputs: dict, i: int) -> dict:
-    """The JSON answer of row `i` of a batch's outputs (see the module docstring)."""
-    if family == "classification":
-        return {"label": _decode(outputs["label_name"][i]),
-                "label_index": int(outputs["label_index"][i]),
-                "probabilities": [round(float(p), 6) for p in outputs["probabilities"][i]]}
-    if family == "regression":
-        return {"score": _finite(outputs["score"][i])}
-    if family == "squad":
-        return {"answer": _decode(outputs["answer"][i]), "score": _finite(outputs["score"][i]),
-                "start": int(outputs["start"][i]), "end": int(outputs["end"][i])}
-    count = int(outputs["num_entities"][i])
-    return {"entities": [{"type": _decode(outputs["entity_type"][i, j]),
-                          "text": _decode(outputs["entity_text"][i, j]),
-                          "start": int(outputs["entity_start"][i, j]),
-                          "end": int(outputs["entity_end"][i, j])} for j in range(count)]}
+def format_answer(family: Family | str, outputs: dict, i: int) -> dict:
+    """The JSON answer of row `i` of a batch's outputs, as `family` (or its name) writes it."""
+    if isinstance(family, str):
+        family = registry.get_family(family)
+    return family.format_answer(outputs, i)
 
 
 class Progress:

@@ -1,7 +1,7 @@
 """SQuAD logits back to answer text: the best valid span over each question's windows.
 
 The windows (`SquadFeature`) and examples (`SquadExample`) come from
-`bert_trainer.data.squad_data.squad_eval_data`; each context piece keeps its character span in
+`bert_trainer.tasks.squad.data.squad_eval_data`; each context piece keeps its character span in
 the original context, so the answer is an exact slice of it.
 """
 

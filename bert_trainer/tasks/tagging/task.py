@@ -21,12 +21,13 @@ import numpy as np
 from keras import ops
 
 from bert_trainer import features as F
-from bert_trainer.data import length_buckets, tagging_data, windows
+from bert_trainer.data import length_buckets, windows
 from bert_trainer.errors import UserError
 from bert_trainer.features import LOGITS
 from bert_trainer.metrics import tagging as tagging_metrics
 from bert_trainer.models import BertTokenClassifier
 from bert_trainer.tasks.finetuning import DataConfig, EncoderSpec, FinetuneConfig, FinetuningTask
+from bert_trainer.tasks.tagging import data as tagging_data
 
 PREDICTIONS = "predictions"  # eval output: predicted tag id per piece, int [batch, seq]
 

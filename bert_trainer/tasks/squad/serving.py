@@ -1,6 +1,6 @@
 """Extractive question answering on raw text: doc-stride windows and span selection in graph.
 
-The in-graph counterpart of `bert_trainer.data.squad_data` (evaluation side), with the same
+The in-graph counterpart of `bert_trainer.tasks.squad.data` (evaluation side), with the same
 semantics so that an export answers exactly as `postprocess_squad` scores in fine-tuning:
 - the question keeps its first `max_query_length` pieces; each window is
   `[CLS] question [SEP] context-window [SEP]`, holds `seq_length - len(question) - 3` context

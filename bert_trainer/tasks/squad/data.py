@@ -389,4 +389,4 @@ def squad_eval_data(raw: tf.data.Dataset, tokenizer, *, seq_length: int = 384,
 
 
 # Kept importable from here: tasks and exports call `squad_data.postprocess_squad`.
-from bert_trainer.data.squad_postprocess import postprocess_squad  # noqa: E402, F401
+from bert_trainer.tasks.squad.postprocess import postprocess_squad  # noqa: E402, F401

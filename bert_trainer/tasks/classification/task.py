@@ -1,7 +1,7 @@
-"""Sentence (pair) classification and regression: GLUE, IMDB, or your own TSV/CSV/JSONL files.
+"""Sentence (pair) classification: GLUE, IMDB, or your own TSV/CSV/JSONL files.
 
-The model is `BertClassifier` (pooled output -> dropout -> dense). Classification trains on
-softmax cross-entropy and regression (STS-B: one output) on the squared error. Evaluation
+The model is `BertClassifier` (pooled output -> dropout -> dense), trained on softmax
+cross-entropy (`tasks/regression` subclasses it for one-output scores). Evaluation
 gathers every prediction to the host and scores it with `bert_trainer.metrics.classification`,
 so F1, Matthews correlation and rank correlations are exact over the whole split rather than
 averages of per-batch values.
@@ -19,11 +19,12 @@ import numpy as np
 from keras import ops
 
 from bert_trainer import features as F
-from bert_trainer.data import classification_data, windows
+from bert_trainer.data import windows
 from bert_trainer.errors import UserError
 from bert_trainer.features import LOGITS
 from bert_trainer.metrics import classification as classification_metrics
 from bert_trainer.models import BertClassifier
+from bert_trainer.tasks.classification import data as classification_data
 from bert_trainer.tasks.finetuning import DataConfig, EncoderSpec, FinetuneConfig, FinetuningTask
 
 PREDICTIONS = "predictions"  # eval output: class id [batch] int, or the score [batch] float
@@ -35,28 +36,19 @@ _TASK_METRICS = {
     "qqp": (("accuracy", "f1"), "f1"),
 }
 _CLASSIFICATION_METRICS = (("accuracy",), "accuracy")
-_REGRESSION_METRICS = (("pearson", "spearman"), "pearson")
-
-
-def default_metrics(name: str, family: str) -> tuple[tuple[str, ...], str]:
-    """(metric names, best metric) of a task: GLUE's official ones, else accuracy / Pearson."""
-    if family == "regression":
-        return _REGRESSION_METRICS
-    return _TASK_METRICS.get(name, _CLASSIFICATION_METRICS)
 
 
 class SentenceClassificationTask(FinetuningTask):
-    """Classifies a sentence or a sentence pair, or scores it (regression).
+    """Classifies a sentence or a sentence pair (`RegressionTask` scores one).
 
     Args:
-      task_data: a "classification" or "regression" `TaskData`; classes are its label_names.
+      task_data: a "classification" `TaskData`; classes are its label_names.
       encoder, config, data: see `FinetuningTask`.
       metrics: host-side eval metrics (names of `metrics.classification.METRICS`); None: the
         task's defaults (`default_metrics`). `best_metric` is the task's default one when it
         is among them, else the first of them.
 
     Attributes:
-      regression: True for a one-output regression task (MSE loss).
       num_classes: outputs of the head (1 for regression).
       metric_names: the host-side eval metrics.
     """
@@ -67,13 +59,9 @@ class SentenceClassificationTask(FinetuningTask):
                  config: FinetuneConfig | None = None, data: DataConfig | None = None,
                  metrics: tuple[str, ...] | None = None):
         super().__init__(task_data, encoder, config=config, data=data)
-        self.regression = task_data.family == "regression"
         self.num_classes = task_data.num_labels
-        if not self.regression and self.num_classes < 2:
-            raise UserError(f"task '{self.name}' has {self.num_classes} label(s) "
-                            f"{list(task_data.label_names or ())}; classification needs at "
-                            "least 2 (use --task=regression for scores)")
-        names, best = default_metrics(self.name, task_data.family)
+        self._check_classes()
+        names, best = self.default_metrics(self.name)
         self.metric_names = tuple(metrics) if metrics else names
         unknown = sorted(set(self.metric_names) - set(classification_metrics.METRICS))
         if unknown:
@@ -83,9 +71,20 @@ class SentenceClassificationTask(FinetuningTask):
         self.window_options = windows.config_options(self.config)
         self.windowed = self.window_options["long_texts"] == "windows"
 
-    @classmethod
-    def families(cls) -> tuple[str, ...]:
-        return ("classification", "regression")
+    def _check_classes(self) -> None:
+        if self.num_classes < 2:
+            raise UserError(f"task '{self.name}' has {self.num_classes} label(s) "
+                            f"{list(self.task_data.label_names or ())}; classification needs at "
+                            "least 2 (use --task=regression for scores)")
+
+    @staticmethod
+    def default_metrics(name: str) -> tuple[tuple[str, ...], str]:
+        """(metric names, best metric) of a task: GLUE's official ones, else accuracy."""
+        return _TASK_METRICS.get(name, _CLASSIFICATION_METRICS)
+
+    def predictions(self, logits):
+        """A prediction per row of logits (batch, classes): the class id."""
+        return ops.argmax(logits, axis=-1)
 
     def build_head_model(self, encoder: keras.Model) -> keras.Model:
         return BertClassifier(encoder, num_classes=self.num_classes,
@@ -94,8 +93,12 @@ class SentenceClassificationTask(FinetuningTask):
     def build_inputs(self, split, input_context, *, is_training):
         return classification_data.classification_dataset(
             self.raw_examples(split), self.tokenizer, seq_length=self.config.seq_length,
-            regression=self.regression, long_texts=self.window_options["long_texts"],
+            **self.label_options(), long_texts=self.window_options["long_texts"],
             doc_stride=self.config.doc_stride, **self.pipeline_options(is_training, input_context))
+
+    def label_options(self) -> dict:
+        """Label options of the `data` pipeline (regression: float scores)."""
+        return {}
 
     def count_windows(self, raw):
         return classification_data.count_windows(raw, self.tokenizer,
@@ -105,16 +108,11 @@ class SentenceClassificationTask(FinetuningTask):
     def build_losses(self, features, outputs):
         logits = outputs[LOGITS]  # (batch, num_classes) float32
         labels = features[F.LABEL_IDS]  # (batch,)
-        if self.regression:
-            loss = ops.square(logits[:, 0] - ops.cast(labels, logits.dtype))
-        else:
-            loss = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+        loss = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
         return {"loss": loss}
 
     def build_metrics(self, training):
-        # Correlations and F1 need the whole split: they are computed on the host.
-        if self.regression:
-            return []
+        # F1 and correlations need the whole split: they are computed on the host.
         # With windows, evaluation rows are windows: the text accuracy is host-side.
         name = "window_accuracy" if self.windowed and not training else "accuracy"
         return [keras.metrics.SparseCategoricalAccuracy(name=name)]
@@ -128,8 +126,7 @@ class SentenceClassificationTask(FinetuningTask):
         if windows.EXAMPLE_INDEX in features:  # Window rows: combined in aggregate_eval.
             return {LOGITS: ops.cast(logits, "float32"), F.LABEL_IDS: features[F.LABEL_IDS],
                     **{k: features[k] for k in (windows.EXAMPLE_INDEX, windows.NUM_WINDOWS)}}
-        predictions = logits[:, 0] if self.regression else ops.argmax(logits, axis=-1)
-        return {PREDICTIONS: predictions, F.LABEL_IDS: features[F.LABEL_IDS]}
+        return {PREDICTIONS: self.predictions(logits), F.LABEL_IDS: features[F.LABEL_IDS]}
 
     def aggregate_eval(self, gathered):
         results = {}
@@ -137,7 +134,7 @@ class SentenceClassificationTask(FinetuningTask):
             logits, labels = windows.pool_eval(
                 gathered[LOGITS], gathered[F.LABEL_IDS], gathered[windows.EXAMPLE_INDEX],
                 gathered[windows.NUM_WINDOWS], self.window_options["window_pooling"])
-            predictions = logits[:, 0] if self.regression else np.argmax(logits, axis=-1)
+            predictions = np.asarray(self.predictions(logits))
             results["num_windows"] = float(np.size(gathered[LOGITS], 0))
         elif PREDICTIONS in gathered:
             labels, predictions = gathered[F.LABEL_IDS], gathered[PREDICTIONS]

@@ -1,0 +1,169 @@
+"""The classification family: IMDB, the GLUE classification tasks, and your own labelled texts.
+
+Raw examples (`TaskData.load`): {"text": string, "text_b": string (pairs only), "label":
+int64 class id}. Local files are TSV, CSV or JSONL read through a column mapping
+(`sources.TextColumns`); labels are class names, or their ids written as integers.
+"""
+
+import tensorflow as tf
+from absl import logging
+
+from bert_trainer.data import sources, windows
+from bert_trainer.data.sources import TextColumns
+from bert_trainer.data.task_data import TRAIN_EVAL, TaskData, validated_stream
+from bert_trainer.errors import UserError
+from bert_trainer.models import BertClassifier
+from bert_trainer.tasks.classification.serving import ClassifierServing
+from bert_trainer.tasks.classification.task import SentenceClassificationTask
+from bert_trainer.tasks.family import Family, decode, num_classes
+
+_ENTAIL = ("entailment", "not_entailment")
+
+
+def glue(name, label_names, tfds_keys, columns, *, reader, has_header=True, splits=None):
+    """A GLUE task: its TFDS features (`tfds_keys`) and the columns of GLUE's own TSVs."""
+    text_keys = ("text", "text_b") if "text_b" in tfds_keys else ("text",)
+    return TaskData(name=name, reader=reader, label_names=label_names, text_keys=text_keys,
+                    splits=splits or dict(TRAIN_EVAL), tfds_name=f"glue/{name}",
+                    tfds_keys=tfds_keys, columns=columns, has_header=has_header)
+
+
+def _label_index(label_names) -> dict:
+    """Raw label string → id: a label's name, or its id written as an integer (GLUE's 0/1
+    files for named classes). Names that are integers themselves get no id fallback: "1"
+    must then mean the class named "1"."""
+    numeric = any(name.lstrip("-").isdigit() for name in label_names)
+    index = {} if numeric else {str(i): i for i in range(len(label_names))}
+    index.update({name: i for i, name in enumerate(label_names)})
+    return index
+
+
+class ClassificationFamily(Family):
+    """Sentence (pair) classification (see the module docstring)."""
+
+    name = "classification"
+    recipe = "configs/tasks/classification.gin"
+    task_class = SentenceClassificationTask
+    local_tasks = ("classification",)
+    reads_columns = True
+    has_label_names = True
+    window_pooling = True
+    input_orders = (("text", "text_b"), ("text",))
+    answer_outputs = ("probabilities",)
+    label_dtype = tf.int64
+
+    def presets(self):
+        return (
+            TaskData(name="imdb", reader=self, label_names=("neg", "pos"),
+                     splits={"train": "train", "eval": "test"}, tfds_name="imdb_reviews",
+                     columns=TextColumns("sentence", None, "label")),
+            # GLUE: TFDS feature names, then the column preset of GLUE's own TSV files.
+            glue("cola", ("unacceptable", "acceptable"), {"text": "sentence"},
+                 TextColumns(3, None, 1), has_header=False, reader=self),
+            glue("sst2", ("negative", "positive"), {"text": "sentence"},
+                 TextColumns("sentence", None, "label"), reader=self),
+            glue("mrpc", ("not_equivalent", "equivalent"),
+                 {"text": "sentence1", "text_b": "sentence2"},
+                 TextColumns("#1 String", "#2 String", "Quality"), reader=self),
+            glue("qqp", ("not_duplicate", "duplicate"),
+                 {"text": "question1", "text_b": "question2"},
+                 TextColumns("question1", "question2", "is_duplicate"), reader=self),
+            glue("mnli", ("entailment", "neutral", "contradiction"),
+                 {"text": "premise", "text_b": "hypothesis"},
+                 TextColumns("sentence1", "sentence2", "gold_label"), reader=self,
+                 splits={"train": "train", "eval": "validation_matched"}),
+            glue("qnli", _ENTAIL, {"text": "question", "text_b": "sentence"},
+                 TextColumns("question", "sentence", "label"), reader=self),
+            glue("rte", _ENTAIL, {"text": "sentence1", "text_b": "sentence2"},
+                 TextColumns("sentence1", "sentence2", "label"), reader=self),
+            glue("wnli", ("not_entailment", "entailment"),
+                 {"text": "sentence1", "text_b": "sentence2"},
+                 TextColumns("sentence1", "sentence2", "label"), reader=self),
+        )
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def records(self, td: TaskData, path: str, skip_bad_rows: bool, stats=None):
+        """The `sources.TextRecord`s of a local TSV/CSV/JSONL file."""
+        sources.check_file(path)
+        fmt = sources.file_format(path, td.file_format)
+        columns = td.columns or TextColumns()
+        if fmt == "jsonl":
+            return sources.read_jsonl(path, columns, skip_bad_rows=skip_bad_rows, stats=stats)
+        if fmt not in ("tsv", "csv"):
+            raise UserError(f"{path}: task '{td.name}' reads TSV, CSV or JSONL, not {fmt}")
+        return sources.read_table(path, columns, delimiter="\t" if fmt == "tsv" else ",",
+                                  has_header=td.has_header, skip_bad_rows=skip_bad_rows,
+                                  stats=stats)
+
+    def parse_label(self, td: TaskData, value: str, where: str):
+        """A raw label string as the class id; UserError naming `where` if unknown."""
+        label = _label_index(td.label_names).get(value.strip())
+        if label is None:
+            raise UserError(f"{where}: label {value!r} is not in the label set "
+                            f"{list(td.label_names)} (names or ids); fix the label or the "
+                            "task's label names")
+        return label
+
+    def _rows(self, td: TaskData, path: str, skip_bad_rows: bool, stats=None):
+        """Raw dicts of a local file (labels checked)."""
+        for record in self.records(td, path, skip_bad_rows, stats):
+            row = {"text": record.text}
+            if td.is_pair:
+                row["text_b"] = record.text_b
+            if record.label is not None:
+                row["label"] = self.parse_label(td, record.label, f"{path}:{record.line}")
+            yield row
+
+    def read_local(self, td, path, skip_bad_rows, stats):
+        td.require_label_names(path)
+
+        def signature(first):
+            spec = {key: tf.TensorSpec([], tf.string) for key in td.text_keys}
+            if "label" in first:
+                spec["label"] = tf.TensorSpec([], self.label_dtype)
+            return spec
+
+        return validated_stream(lambda counts: self._rows(td, path, skip_bad_rows, counts),
+                                signature, stats)
+
+    def from_tfds(self, td, example):
+        row = {key: example[td.tfds_keys.get(key, key)] for key in td.text_keys}
+        row["label"] = tf.cast(example[td.tfds_keys.get("label", "label")], self.label_dtype)
+        return row
+
+    def labels_from_file(self, td, path, skip_bad_rows):
+        """The distinct labels of the file, sorted (numerically when all are integers)."""
+        labels = {r.label.strip() for r in self.records(td, path, skip_bad_rows)
+                  if r.label is not None}
+        if not labels:
+            raise UserError(f"{path} has no label column to read the label names from; "
+                            "map the label column or give the label names")
+        numeric = all(lab.lstrip("-").isdigit() for lab in labels)
+        return tuple(sorted(labels, key=lambda x: int(x) if numeric else x))
+
+    # -- task, serving, predict ------------------------------------------------------------
+
+    def options_from_info(self, info):
+        return {"metrics": tuple(info["metrics"])} if info.get("metrics") else {}
+
+    def head_model(self, encoder, task, where):
+        return BertClassifier(encoder, num_classes=num_classes(task, where))
+
+    def serving_options(self, task: dict) -> dict:
+        """`ClassifierServing` arguments of a stored task entry (pair, windows)."""
+        return dict(pair="text_b" in (task.get("text_keys") or ()),
+                    **windows.stored_options(task))
+
+    def serving_module(self, model, task, **common):
+        names = task.get("label_names")
+        if not names:
+            names = [str(i) for i in range(num_classes(task, "bert_train.json"))]
+            logging.warning("task.label_names is missing; labels are named by index: %s", names)
+        return ClassifierServing(model, label_names=names, **common, **self.serving_options(task))
+
+    def format_answer(self, outputs, i):
+        return {"label": decode(outputs["label_name"][i]),
+                "label_index": int(outputs["label_index"][i]),
+                "probabilities": [round(float(p), 6) for p in outputs["probabilities"][i]]}
+

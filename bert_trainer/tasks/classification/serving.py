@@ -1,0 +1,84 @@
+"""Sentence (pair) classification on raw text: class probabilities and names, in graph.
+
+Tokenization and packing are the training pipeline's (`data.text_features` /
+`data.window_features`), so a served text is encoded exactly as in fine-tuning; a text longer
+than `seq_length` is cut into windows whose logits are combined (mean or max) in graph.
+"""
+
+import tensorflow as tf
+
+from bert_trainer.data import windows
+from bert_trainer.errors import UserError
+from bert_trainer.export.serving import TEXT, TEXT_B, TaskServing, text_input_spec
+from bert_trainer.features import LOGITS
+from bert_trainer.tasks.classification.data import text_features, window_features
+
+PROBABILITIES, LABEL_INDEX, LABEL_NAME = "probabilities", "label_index", "label_name"
+
+
+class ClassifierServing(TaskServing):
+    """Sentence (pair) classification on raw text (`RegressionServing` scores instead).
+
+    Args:
+      model: a `BertClassifier`.
+      label_names: class names in id order.
+      pair: the task reads two texts (`text`, `text_b`).
+      long_texts, doc_stride, window_pooling: how texts longer than `seq_length` are read
+        (`FinetuneConfig`'s fields of the same names).
+      **kwargs: `ServingModule` arguments.
+
+    `serving_default(text [b] string[, text_b [b] string])` returns probabilities float32
+    [b, C], label_index int32 [b] and label_name string [b]. With windows, the probabilities
+    are the softmax of the combined (mean or max) window logits.
+    """
+
+    family = "classification"
+
+    def __init__(self, model, *, label_names=None, pair: bool = False,
+                 long_texts: str = "windows", doc_stride: int | None = None,
+                 window_pooling: str = "mean", **kwargs):
+        super().__init__(model, **kwargs)
+        windows.check_options(long_texts, doc_stride, window_pooling)
+        self.long_texts, self.doc_stride = long_texts, doc_stride
+        self.window_pooling = window_pooling
+        self.pair = bool(pair)
+        self.label_names = self._label_names(label_names)
+
+    def _label_names(self, label_names):
+        names = tuple(str(n) for n in label_names or ())
+        if len(names) != self.model.num_classes:
+            raise UserError(f"{len(names)} label_names for a classifier of "
+                            f"{self.model.num_classes} classes; fix task.label_names in "
+                            "bert_train.json")
+        return names
+
+    def _text_spec(self):
+        if self.pair:
+            return self._classify_pair, [text_input_spec(TEXT), text_input_spec(TEXT_B)]
+        return self._classify_one, [text_input_spec(TEXT)]
+
+    def _classify_one(self, text):
+        return self._classify({TEXT: text})
+
+    def _classify_pair(self, text, text_b):
+        return self._classify({TEXT: text, TEXT_B: text_b})
+
+    def _classify(self, batch: dict) -> dict:
+        """Tokenizes and packs as in training, runs the model, combines a text's windows."""
+        if self.long_texts == "windows":
+            rows = window_features(self.tokenizer, batch, self.seq_length,
+                                   doc_stride=self.doc_stride)
+            window_logits = self._run_windows(rows, [None, self.model.num_classes])  # (W, C)
+            logits = windows.pool(window_logits, rows[windows.EXAMPLE_INDEX],
+                                  tf.shape(batch[TEXT])[0], self.window_pooling)
+        else:
+            logits = self._run_model(text_features(self.tokenizer, batch,
+                                                   self.seq_length))[LOGITS]
+        return self._answer(logits)
+
+    def _answer(self, logits) -> dict:
+        """The signature's outputs of the combined logits (batch, classes)."""
+        probabilities = tf.nn.softmax(logits, axis=-1)  # (batch, classes)
+        index = tf.argmax(logits, axis=-1, output_type=tf.int32)  # (batch,)
+        return {PROBABILITIES: probabilities, LABEL_INDEX: index,
+                LABEL_NAME: tf.gather(tf.constant(self.label_names), index)}

@@ -9,7 +9,7 @@ as in classification (the mean or max of their windows' scores).
 from keras import ops
 
 from bert_trainer import features as F
-from bert_trainer.models import LOGITS
+from bert_trainer.features import LOGITS
 from bert_trainer.tasks.classification.task import SentenceClassificationTask
 
 _REGRESSION_METRICS = (("pearson", "spearman"), "pearson")

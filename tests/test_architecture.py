@@ -223,6 +223,14 @@ def test_the_layer_library_imports_nothing_above_it(library):
         f"    {edge}" for edge in bad)
 
 
+def test_nothing_outside_the_demo_imports_it():
+    # bert_trainer/demo holds what only `make demo` uses; the library must work without it.
+    bad = [edge for module, edges in EDGES.items() if _part(module) != "bert_trainer.demo"
+           for edge in edges if _part(edge.target) == "bert_trainer.demo"]
+    assert not bad, "\n".join(f"    {edge}" for edge in bad)
+    assert {"bert_trainer.demo.corpus", "bert_trainer.demo.task"} <= set(MODULES)
+
+
 def test_the_known_misplaced_module_is_what_breaks_the_rules():
     # The allowance covers exactly one file, for exactly these reasons; nothing else hides.
     assert KNOWN_MISPLACED_MODULE in MODULES, (

@@ -2,8 +2,8 @@
 
 The package is built from a copy of the source and installed with pip into a fresh target
 folder (no network: --no-deps --no-build-isolation --no-index; the dependencies come from the
-test venv), then `bert-train pretrain` runs from a directory outside the repository with only
-that folder on PYTHONPATH.
+test venv), then its `bert-train` console script pretrains from a directory outside the
+repository with only that folder on PYTHONPATH.
 """
 
 import os
@@ -78,9 +78,11 @@ def test_pretrain_with_a_shipped_config_from_another_directory(installed, pretra
     (tmp_path / "my.gin").write_text("include 'configs/smoke.gin'\n"
                                      "TrainerConfig.train_steps = 2\n")
     model_dir = tmp_path / "run"
+    script = site / "bin" / "bert-train"  # what `pip install .` puts on PATH
+    assert script.is_file()
     for gin_file in ("smoke.gin", "my.gin"):
         shutil.rmtree(model_dir, ignore_errors=True)
-        proc = _run([sys.executable, "-m", "bert_trainer.cli", "pretrain",
+        proc = _run([str(script), "pretrain",
                      f"--gin_file={gin_file}", f"--model_dir={model_dir}",
                      f"--gin_param=build_encoder.vocab_size = {pretraining_data['vocab_size']}",
                      "--gin_param=TrainerConfig.train_steps = 2",

@@ -8,7 +8,7 @@ layout onto Keras layers lives in `pretrained.py`.
 """
 
 from bert_trainer.errors import UserError
-from bert_trainer.interop import formats, hf, tf1
+from bert_trainer.interop import formats, hf, tf1  # noqa: F401 (the package's modules)
 from bert_trainer.interop.formats import BertCheckpoint, BertConfig, detect_format
 
 __all__ = ["BertCheckpoint", "BertConfig", "ResolvedCheckpoint", "detect_format",
@@ -29,13 +29,11 @@ def read_checkpoint(path: str, *, allow_pickle: bool = False) -> BertCheckpoint:
       UserError: unknown layout, missing files, or config/weights/vocab that do not fit; a
         bert-train model directory (read it with `resolve_checkpoint` instead).
     """
-    kind = detect_format(path, allow_pickle=allow_pickle)
-    if kind == formats.HF:
-        return hf.read_hf(path, allow_pickle=allow_pickle)
-    if kind == formats.TF1:
-        return tf1.read_tf1(path)
-    raise UserError(f"{path} is a bert-train model directory, not a Hugging Face or Google "
-                    "checkpoint; load it with bert_trainer.interop.from_pretrained")
+    checkpoint = resolve_checkpoint(path, allow_pickle=allow_pickle)
+    if checkpoint.reference is None:
+        raise UserError(f"{path} is a bert-train model directory, not a Hugging Face or Google "
+                        "checkpoint; load it with bert_trainer.interop.from_pretrained")
+    return checkpoint.reference
 
 
 # Imported last: resolve.py reads the modules above through this package.

@@ -6,7 +6,7 @@
     optimization.py  OptimizerConfig, AdamW/LAMB/SGD, warmup + polynomial decay, precision
     preemption.py    clean stops on SIGTERM/SIGINT (one worker, or PreemptionCheckpointHandler)
     summaries.py     TensorBoard, operative gin config, progress line
-    throughput.py    model FLOPs per example, matmul peak, examples/tokens/s, MFU, padding
+    throughput.py    matmul peak, examples/tokens/s, MFU, padding (the task counts FLOPs)
     rollback.py      NaN/Inf rollback bookkeeping: skipped steps and where to skip data
     strategies.py    get_strategy(name), the chief-only-writes rule
     determinism.py   seeds and deterministic ops

@@ -30,7 +30,8 @@ Robustness:
   and one `UserError` names the path and the last good checkpoint.
 
 Telemetry (`throughput.py`): besides losses and metrics, TensorBoard gets examples/s,
-tokens/s, the padding fraction, model GFLOP/s and MFU, all counted inside the compiled step.
+tokens/s, the padding fraction, model GFLOP/s and MFU, all counted inside the compiled step
+(the FLOPs where the task can count them: `Task.flops_counter`).
 """
 
 import contextlib

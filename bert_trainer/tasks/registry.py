@@ -52,6 +52,10 @@ def register_family(family: Family) -> Family:
     if not isinstance(family, Family) or not family.name:
         raise UserError(f"register_family: {family!r} is not a named tasks.family.Family")
     old = _families.get(family.name)
+    built_in = BUILT_IN.get(family.name)
+    if built_in and not family.module_name().startswith(built_in):
+        raise UserError(f"task family '{family.name}' is already registered by {built_in}; "
+                        "give the family another name")
     if old is not None and type(old).__qualname__ != type(family).__qualname__:
         raise UserError(f"task family '{family.name}' is already registered by "
                         f"{old.module_name()}; give the family another name")

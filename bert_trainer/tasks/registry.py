@@ -52,6 +52,10 @@ def register_family(family: Family) -> Family:
     if not isinstance(family, Family) or not family.name:
         raise UserError(f"register_family: {family!r} is not a named tasks.family.Family")
     old = _families.get(family.name)
+    built_in = BUILT_IN.get(family.name)
+    if built_in and not family.module_name().startswith(built_in):
+        raise UserError(f"task family '{family.name}' is already registered by {built_in}; "
+                        "give the family another name")
     if old is not None and type(old).__qualname__ != type(family).__qualname__:
         raise UserError(f"task family '{family.name}' is already registered by "
                         f"{old.module_name()}; give the family another name")
@@ -219,7 +223,7 @@ def _base_task_data(name: str) -> TaskData:
     if name not in tasks:
         local = sorted(n for f in _families.values() for n in f.local_tasks)
         raise UserError(f"unknown task '{name}'; choose one of: {', '.join(sorted(tasks))} "
-                        f"({', '.join(local)} read your own --train_file)")
+                        f"({_and(local)} read your own --train_file)")
     family, preset = tasks[name]
     return preset if preset is not None else local_task_data(name, family)
 
@@ -227,6 +231,12 @@ def _base_task_data(name: str) -> TaskData:
 def family_of(name: str) -> Family:
     """The family of a task name."""
     return _base_task_data(name).reader
+
+
+def _and(names) -> str:
+    """'a, b and c'."""
+    names = list(names)
+    return " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
 
 
 def _column(value: str | int | None) -> str | int | None:
@@ -267,7 +277,7 @@ def resolve_task_data(name: str, *, text_column=None, text_b_column=None, label_
         if not family.reads_columns:
             readers = sorted(f.name for f in _families.values() if f.reads_columns)
             raise UserError(f"column flags (--text_column, --text_b_column, --label_column, "
-                            f"--no_header) apply to {' and '.join(readers)} files, not "
+                            f"--no_header) apply to {_and(readers)} files, not "
                             f"to task '{name}' ({td.family})")
         preset = td.columns or TextColumns()
         columns = dataclasses.replace(preset, **{k: v for k, v in overrides.items()

@@ -291,7 +291,8 @@ def encoder_source(init_checkpoint: str | None):
         (encoder_fn, info): a no-argument callable building the encoder, and the
         `model_dir.ModelInfo` it was read from (None when the encoder comes from gin).
     """
-    from bert_trainer import configurables, model_dir  # noqa: PLC0415
+    from bert_trainer import configurables  # noqa: PLC0415
+    from bert_trainer.checkpoints import model_dir  # noqa: PLC0415
 
     if init_checkpoint:
         directory = (init_checkpoint if os.path.isdir(init_checkpoint)

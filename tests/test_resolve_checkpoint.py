@@ -46,7 +46,7 @@ def test_each_format_resolves_to_its_config_and_vocabulary(sources, tiny_pretrai
     assert (ours.format, ours.directory, ours.prefix) == ("bert_train", sources["bert_train"],
                                                           None)
     assert ours.vocab_file == tiny_pretrained["vocab_file"] and ours.lower_case
-    assert ours.reference is None and ours.registered_name == "bert_trainer>BertEncoder"
+    assert ours.bert_config is None and ours.registered_name == "bert_trainer>BertEncoder"
     expected = {k: ours.encoder_config[k] for k in ARCHITECTURE}
     assert expected["hidden_size"] == 32 and expected["num_layers"] == 1
     for kind in ("hf", "tf1"):
@@ -54,7 +54,8 @@ def test_each_format_resolves_to_its_config_and_vocabulary(sources, tiny_pretrai
         assert theirs.format == kind and theirs.directory == sources[kind]
         assert theirs.vocab_file == f"{sources[kind]}/vocab.txt" and theirs.lower_case
         assert {k: theirs.encoder_config[k] for k in ARCHITECTURE} == expected
-        assert theirs.reference is not None and theirs.reference.has(formats.POOLER)
+        assert theirs.bert_config.hidden_size == 32
+        assert theirs.read_reference().has(formats.POOLER)
     prefix = resolve_checkpoint(tiny_pretrained["prefix"])
     assert (prefix.format, prefix.prefix) == ("bert_train", tiny_pretrained["prefix"])
     assert prefix.encoder_config == ours.encoder_config

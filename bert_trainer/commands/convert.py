@@ -119,8 +119,8 @@ def convert(input_path: str, output_dir: str, *, to: str = formats.BERT_TRAIN,
 def read_source(path: str, *, allow_pickle: bool = False) -> formats.BertCheckpoint:
     """Any supported checkpoint directory as a `BertCheckpoint` in the reference layout."""
     checkpoint = resolve_checkpoint(path, allow_pickle=allow_pickle)
-    if checkpoint.reference is not None:  # Hugging Face / Google: already in that layout.
-        return checkpoint.reference
+    if checkpoint.bert_config is not None:  # Hugging Face / Google: read in that layout.
+        return checkpoint.read_reference()
     encoder = checkpoint.build_encoder()
     config = pretrained.bert_config(encoder)
     masked_lm, next_sentence = build_heads(encoder, config)

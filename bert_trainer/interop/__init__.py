@@ -7,7 +7,6 @@ with it. `read_checkpoint(path)` reads a Hugging Face or Google TF1 directory in
 layout onto Keras layers lives in `pretrained.py`.
 """
 
-from bert_trainer.errors import UserError
 from bert_trainer.interop import formats, hf, tf1  # noqa: F401 (the package's modules)
 from bert_trainer.interop.formats import BertCheckpoint, BertConfig, detect_format
 
@@ -29,11 +28,7 @@ def read_checkpoint(path: str, *, allow_pickle: bool = False) -> BertCheckpoint:
       UserError: unknown layout, missing files, or config/weights/vocab that do not fit; a
         bert-train model directory (read it with `resolve_checkpoint` instead).
     """
-    checkpoint = resolve_checkpoint(path, allow_pickle=allow_pickle)
-    if checkpoint.reference is None:
-        raise UserError(f"{path} is a bert-train model directory, not a Hugging Face or Google "
-                        "checkpoint; load it with bert_trainer.interop.from_pretrained")
-    return checkpoint.reference
+    return resolve_checkpoint(path, allow_pickle=allow_pickle).read_reference()
 
 
 # Imported last: resolve.py reads the modules above through this package.

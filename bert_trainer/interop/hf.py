@@ -98,7 +98,7 @@ def read_hf(path: str, *, allow_pickle: bool = False) -> formats.BertCheckpoint:
             weights[ref_name] = np.ascontiguousarray(array.T if _transposed(ref_name) else array)
     ckpt = formats.BertCheckpoint(
         config=config, weights=weights, vocab_file=formats.find_vocab(path, required=False),
-        lower_case=_lower_case(path), weights_file=weights_file, config_file=config_file)
+        lower_case=lower_case(path), weights_file=weights_file, config_file=config_file)
     formats.validate(ckpt)
     _check_decoder_tie(tensors, weights, weights_file)
     return ckpt
@@ -153,7 +153,8 @@ def _load_pickle(path: str) -> dict[str, np.ndarray]:
     return {k: v.float().numpy() for k, v in state.items() if v.is_floating_point()}
 
 
-def _lower_case(path: str) -> bool:
+def lower_case(path: str) -> bool:
+    """Whether the directory's tokenizer lower-cases (tokenizer_config.json's do_lower_case)."""
     tokenizer_config = os.path.join(path, "tokenizer_config.json")
     if os.path.isfile(tokenizer_config):
         return bool(formats.read_json(tokenizer_config).get("do_lower_case", True))

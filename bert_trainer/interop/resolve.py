@@ -11,8 +11,8 @@
 
 A command resolves its `--init_checkpoint` once and passes the result along: the encoder spec
 reads its config and vocabulary, and the warm start calls its `load` (or `restore_model`).
-A Hugging Face or Google checkpoint is read and validated once, here; `load` assigns the
-arrays it holds. A bert-train checkpoint is read by `load` itself (TensorFlow restores it).
+Resolving reads only the small files (config, vocabulary, model info); the weights are read
+by `load`, once per warm start, and not held afterwards (a resumed run never reads them).
 """
 
 import dataclasses
@@ -49,8 +49,9 @@ class ResolvedCheckpoint:
       encoder_config: the encoder's `get_config()`-style arguments (None for TF_CHECKPOINT).
       vocab_file: absolute path of its WordPiece vocabulary, or None.
       lower_case: whether that vocabulary expects lower-cased text.
-      reference: the Hugging Face / Google weights in the reference layout, read once.
+      bert_config: the architecture of a Hugging Face / Google checkpoint (None otherwise).
       info: the bert_train.json of a bert-train checkpoint.
+      allow_pickle: a Hugging Face pytorch_model.bin may be read (needs torch).
     """
 
     path: str
@@ -61,8 +62,9 @@ class ResolvedCheckpoint:
     encoder_config: dict | None = None
     vocab_file: str | None = None
     lower_case: bool = True
-    reference: formats.BertCheckpoint | None = dataclasses.field(default=None, repr=False)
+    bert_config: formats.BertConfig | None = None
     info: model_dir_lib.ModelInfo | None = dataclasses.field(default=None, repr=False)
+    allow_pickle: bool = False
 
     @property
     def encoder_class(self) -> str | None:
@@ -78,8 +80,8 @@ class ResolvedCheckpoint:
         if unknown:
             raise UserError(f"from_pretrained: {unknown} would change the architecture read from "
                             f"{self.path}; only {list(OVERRIDABLE)} may be overridden")
-        if self.reference is not None:
-            return pretrained.encoder_from_config(self.reference.config, **overrides)
+        if self.bert_config is not None:
+            return pretrained.encoder_from_config(self.bert_config, **overrides)
         if self.info is None:
             raise UserError(f"{self.path} holds no encoder config (no {formats.MODEL_INFO_FILE});"
                             " pass a bert-train model directory")
@@ -95,22 +97,26 @@ class ResolvedCheckpoint:
         Raises:
           UserError: the checkpoint does not fit (another architecture, no encoder weights).
         """
-        if self.reference is None:
+        if self.bert_config is None:
             return model_dir_lib.restore_pretrained(
                 self.prefix or self.directory, encoder=encoder, masked_lm=masked_lm,
                 next_sentence=next_sentence)
-        ckpt, ours = self.reference, pretrained.bert_config(encoder)
-        for field in _ARCHITECTURE:
-            if getattr(ours, field) != getattr(ckpt.config, field):
-                raise UserError(f"{ckpt.config_file} has {field}={getattr(ckpt.config, field)} "
-                                f"but the encoder has {field}={getattr(ours, field)}; build the "
-                                "encoder with from_pretrained or match its config")
-        loaded = set(pretrained.load_reference_weights(
-            encoder, ckpt.weights, masked_lm=masked_lm, next_sentence=next_sentence))
-        parts = [p for p in (encoder, masked_lm, next_sentence) if p is not None]
-        paths = list(dict.fromkeys(v.path for p in parts for v in p.weights))
-        return {"loaded": [p for p in paths if p in loaded],
-                "initialized": [p for p in paths if p not in loaded]}
+        return _assign(self.read_reference(), encoder=encoder, masked_lm=masked_lm,
+                       next_sentence=next_sentence)
+
+    def read_reference(self) -> formats.BertCheckpoint:
+        """Reads (and validates) a Hugging Face / Google checkpoint's weights, every call.
+
+        Raises:
+          UserError: a bert-train checkpoint (it has no reference layout to read), or weights,
+            config and vocabulary that do not fit each other.
+        """
+        if self.format == formats.HF:
+            return hf.read_hf(self.directory, allow_pickle=self.allow_pickle)
+        if self.format == formats.TF1:
+            return tf1.read_tf1(self.directory)
+        raise UserError(f"{self.path} is a bert-train model directory, not a Hugging Face or "
+                        "Google checkpoint; load it with bert_trainer.interop.from_pretrained")
 
     def restore_model(self, model: keras.Model) -> None:
         """Restores every weight of a whole model (a warm start of the same task's model).
@@ -119,7 +125,7 @@ class ResolvedCheckpoint:
           UserError: a Hugging Face / Google checkpoint (it holds an encoder only), or a weight
             the checkpoint lacks or whose shape differs.
         """
-        if self.reference is not None:
+        if self.bert_config is not None:
             raise UserError(f"{self.path} is a {self.format} checkpoint of an encoder, not of "
                             "this model; warm-start a fine-tuning or pretraining task from it")
         prefix = self.prefix or model_dir_lib.latest_checkpoint(self.directory)
@@ -166,11 +172,18 @@ def resolve_checkpoint(path: str, *, flag: str | None = None, allow_pickle: bool
     kind = formats.detect_format(path, allow_pickle=allow_pickle)
     if kind == formats.BERT_TRAIN:
         return _bert_train(path, path)
-    ckpt = hf.read_hf(path, allow_pickle=allow_pickle) if kind == formats.HF else tf1.read_tf1(path)
+    if kind == formats.HF:
+        config = formats.BertConfig.from_json(os.path.join(path, formats.HF_CONFIG))
+        vocab_file, lower_case = formats.find_vocab(path, required=False), hf.lower_case(path)
+    else:  # Google's: its checkpoint prefix and vocabulary must be there.
+        config = formats.BertConfig.from_json(os.path.join(path, formats.TF1_CONFIG))
+        formats.tf1_prefix(path)
+        vocab_file, lower_case = formats.find_vocab(path, required=True), tf1.lower_case(path)
     return ResolvedCheckpoint(
         path, kind, path, registered_name=keras.saving.get_registered_name(
-            pretrained.BertEncoder), encoder_config=pretrained.encoder_arguments(ckpt.config),
-        vocab_file=ckpt.vocab_file, lower_case=ckpt.lower_case, reference=ckpt)
+            pretrained.BertEncoder), encoder_config=pretrained.encoder_arguments(config),
+        vocab_file=vocab_file, lower_case=lower_case, bert_config=config,
+        allow_pickle=allow_pickle)
 
 
 def as_resolved(checkpoint: "str | ResolvedCheckpoint") -> ResolvedCheckpoint:
@@ -178,6 +191,23 @@ def as_resolved(checkpoint: "str | ResolvedCheckpoint") -> ResolvedCheckpoint:
     if isinstance(checkpoint, ResolvedCheckpoint):
         return checkpoint
     return resolve_checkpoint(checkpoint, flag="--init_checkpoint", any_tf_checkpoint=True)
+
+
+def _assign(ckpt: formats.BertCheckpoint, *, encoder: keras.Model, masked_lm=None,
+            next_sentence=None) -> dict:
+    """Assigns reference-layout weights to an encoder (and heads) of the same architecture."""
+    ours = pretrained.bert_config(encoder)
+    for field in _ARCHITECTURE:
+        if getattr(ours, field) != getattr(ckpt.config, field):
+            raise UserError(f"{ckpt.config_file} has {field}={getattr(ckpt.config, field)} but "
+                            f"the encoder has {field}={getattr(ours, field)}; build the encoder "
+                            "with from_pretrained or match its config")
+    loaded = set(pretrained.load_reference_weights(
+        encoder, ckpt.weights, masked_lm=masked_lm, next_sentence=next_sentence))
+    parts = [p for p in (encoder, masked_lm, next_sentence) if p is not None]
+    paths = list(dict.fromkeys(v.path for p in parts for v in p.weights))
+    return {"loaded": [p for p in paths if p in loaded],
+            "initialized": [p for p in paths if p not in loaded]}
 
 
 def _bert_train(path: str, directory: str, prefix: str | None = None) -> ResolvedCheckpoint:
@@ -245,9 +275,13 @@ def from_pretrained(path: str, *, allow_pickle: bool = False, **overrides) -> Pr
                         f"{path}; only {list(OVERRIDABLE)} may be overridden")
     checkpoint = resolve_checkpoint(path, allow_pickle=allow_pickle)
     encoder = checkpoint.build_encoder(**overrides)
-    report = checkpoint.load(encoder=encoder)
+    if checkpoint.bert_config is None:
+        reference, report = None, checkpoint.load(encoder=encoder)
+    else:  # Read once: it is both loaded and returned.
+        reference = checkpoint.read_reference()
+        report = _assign(reference, encoder=encoder)
     return PretrainedEncoder(encoder, checkpoint.vocab_file, checkpoint.lower_case,
-                             checkpoint.format, checkpoint.reference, report["initialized"])
+                             checkpoint.format, reference, report["initialized"])
 
 
 def load_pretrained_weights(path: str, *, encoder: keras.Model, masked_lm=None,

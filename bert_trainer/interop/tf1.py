@@ -38,7 +38,7 @@ def read_tf1(path: str) -> formats.BertCheckpoint:
     weights = {n: np.asarray(reader.get_tensor(n), np.float32) for n in shapes if n in wanted}
     ckpt = formats.BertCheckpoint(
         config=config, weights=weights, vocab_file=formats.find_vocab(path, required=True),
-        lower_case=_lower_case(path), weights_file=prefix + ".index", config_file=config_file)
+        lower_case=lower_case(path), weights_file=prefix + ".index", config_file=config_file)
     formats.validate(ckpt)
     return ckpt
 
@@ -50,7 +50,8 @@ def _reference_names(num_layers: int) -> set[str]:
     return {n for g in formats.GROUPS for n in formats.reference_shapes(config, g)}
 
 
-def _lower_case(path: str) -> bool:
+def lower_case(path: str) -> bool:
+    """Google's naming: a directory named `cased_*` (or holding `_cased`) is cased."""
     name = os.path.basename(os.path.normpath(path)).lower()
     return not (name.startswith("cased") or "_cased" in name or "-cased" in name)
 

@@ -488,3 +488,20 @@ WINDOW_CASES = [
      [*SST2_FRESH, "--gin_param=FinetuneConfig.window_pooling = 'sum'"],
      "FinetuneConfig.window_pooling='sum' is unknown; use one of mean, max"),
 ]
+
+
+# ------------------------------------------------------------------------------------------
+# Task family plugins: a --family_module that cannot be imported (tests/test_bad_inputs.py
+# test_a_missing_family_module_is_refused_before_anything_is_written).
+# ------------------------------------------------------------------------------------------
+_NO_PLUGIN = "--family_module=no_such_family_plugin"
+_NO_PLUGIN_LINE = "--family_module: cannot import the task family module 'no_such_family_plugin'"
+FAMILY_CASES = [
+    ("finetune family module missing", [*SST2_FRESH, _NO_PLUGIN], _NO_PLUGIN_LINE),
+    ("export family module missing",
+     ["export", "--model_dir={existing}", "--output={fresh}", _NO_PLUGIN], _NO_PLUGIN_LINE),
+    ("predict family module missing",
+     ["predict", "--model_dir={existing}", "--input={lines.txt}", _NO_PLUGIN], _NO_PLUGIN_LINE),
+    ("evaluate family module missing", ["evaluate", "--model_dir={existing}", _NO_PLUGIN],
+     _NO_PLUGIN_LINE),
+]

@@ -536,3 +536,18 @@ def test_finetune_options_refused_before_anything_is_written(case, args, expecte
     capsys.readouterr()
     rc = cli.main(["bert-train", *fill(args, paths)])
     assert_refusal(case, rc, capsys.readouterr().err, expected, paths, digests)
+
+
+# ------------------------------------------------------------------------------------------
+# Task family plugins (bad_input_cases.FAMILY_CASES).
+# ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("case, args, expected", bad_input_cases.FAMILY_CASES,
+                         ids=[c[0] for c in bad_input_cases.FAMILY_CASES])
+def test_a_missing_family_module_is_refused_before_anything_is_written(case, args, expected,
+                                                                       paths, digests, capsys):
+    from bert_trainer import cli  # noqa: PLC0415
+
+    reset()
+    capsys.readouterr()
+    rc = cli.main(["bert-train", *fill(args, paths)])
+    assert_refusal(case, rc, capsys.readouterr().err, expected, paths, digests)

@@ -63,16 +63,18 @@ class Predictor:
     Attributes:
       input_names: the text inputs, in TSV column order, e.g. ("text", "text_b").
       fn: {name: string tensor [b]} -> {output name: tensor [b, ...]}.
-      family: the task family that formats the answers (a name is looked up).
+      family: the name of the task family that formats the answers (given a `Family`, its
+        name is kept; `answers` is the family object).
     """
 
     input_names: tuple[str, ...]
     fn: Callable
-    family: Family | str
+    family: str
 
     def __post_init__(self):
-        if isinstance(self.family, str):
-            self.family = registry.get_family(self.family)
+        if isinstance(self.family, Family):
+            self.family = self.family.name
+        self.answers = registry.get_family(self.family)  # Unknown names fail here.
 
     def __call__(self, batch: dict[str, list[str]]) -> dict[str, np.ndarray]:
         import tensorflow as tf  # Lazy: parsing inputs needs no TensorFlow.
@@ -201,7 +203,7 @@ def _answer_batch(predictor: Predictor, pending: list, write) -> int:
     batch = {name: [inputs[name] for _, inputs in pending] for name in predictor.input_names}
     outputs = predictor(batch)
     for i, (line, inputs) in enumerate(pending):
-        record = {"line": line, **inputs, **format_answer(predictor.family, outputs, i)}
+        record = {"line": line, **inputs, **predictor.answers.format_answer(outputs, i)}
         write(json.dumps(record, ensure_ascii=False) + "\n")
     return len(pending)
 

@@ -69,14 +69,31 @@ def test_operative_config_reparses_to_the_same_run(tiny_run, pretraining_data):
 
 
 @pytest.mark.slow
-def test_init_checkpoint_fixes_the_encoder_and_the_vocab(tiny_run):
-    gin.parse_config("build_encoder.hidden_size = 999")  # ignored: the checkpoint decides
-    encoder_fn, info = common.encoder_source(str(tiny_run["dir"] / f"ckpt-{STEPS}"))
-    encoder = encoder_fn()
-    assert encoder.hidden_size == 64 and info.encoder_config["hidden_size"] == 64
-    assert info.vocab_file == str(tiny_run["dir"] / "vocab.txt")
-    encoder_fn, info = common.encoder_source(None)
-    assert info is None and encoder_fn is configurables.build_encoder
+def test_init_checkpoint_fixes_the_encoder_and_the_vocab(tiny_run, pretraining_data, tmp_path,
+                                                         monkeypatch):
+    import tensorflow as tf  # noqa: PLC0415
+
+    from bert_trainer.commands import pretrain  # noqa: PLC0415
+
+    monkeypatch.setattr(common, "get_strategy", tf.distribute.get_strategy)  # no flags parsed
+
+    common.parse_gin(["configs/smoke.gin"], [
+        "build_encoder.hidden_size = 999",  # ignored: the checkpoint decides
+        f"build_encoder.vocab_size = {pretraining_data['vocab_size']}",
+        f"TrainerConfig.init_checkpoint = '{tiny_run['dir'] / f'ckpt-{STEPS}'}'",
+        f"PretrainingConfig.train_data = '{pretraining_data['train']}'"])
+    trainer = pretrain._build_trainer(str(tmp_path / "warm"))
+    task = trainer.task
+    assert task.encoder_fn().hidden_size == 64
+    assert task.checkpoint.format == "bert_train"
+    assert task.config.vocab_file == str(tiny_run["dir"] / "vocab.txt")
+    assert (trainer.config.eval_steps, trainer.config.eval_interval) == (0, None)  # no eval data
+    # Derived values are passed as arguments and recorded, not bound into gin.
+    assert trainer.derived_bindings == (
+        f"PretrainingConfig.vocab_file = {str(tiny_run['dir'] / 'vocab.txt')!r}",
+        "TrainerConfig.eval_steps = 0", "TrainerConfig.eval_interval = None")
+    assert not common.gin_is_bound("PretrainingConfig.vocab_file")
+    assert gin.query_parameter("TrainerConfig.eval_steps") == 10  # smoke.gin's, as parsed
 
 
 # ------------------------------------------------------------------------------- errors

@@ -277,34 +277,6 @@ def get_strategy():
     return strategies.get_strategy(FLAGS.strategy, tpu_address=FLAGS.tpu)
 
 
-def encoder_source(init_checkpoint: str | None):
-    """Where the encoder's architecture comes from: the init checkpoint's model info or gin.
-
-    A bert-train model directory (or a checkpoint prefix inside one) holds bert_train.json,
-    which fixes the architecture the weights fit; otherwise the gin-configured
-    `build_encoder()` is used.
-
-    Args:
-        init_checkpoint: --init_checkpoint, a model directory or a checkpoint prefix, or None.
-
-    Returns:
-        (encoder_fn, info): a no-argument callable building the encoder, and the
-        `model_dir.ModelInfo` it was read from (None when the encoder comes from gin).
-    """
-    from bert_trainer import configurables  # noqa: PLC0415
-    from bert_trainer.checkpoints import model_dir  # noqa: PLC0415
-
-    if init_checkpoint:
-        directory = (init_checkpoint if os.path.isdir(init_checkpoint)
-                     else os.path.dirname(init_checkpoint))
-        if os.path.isfile(os.path.join(directory, model_dir.MODEL_INFO_FILE)):
-            info = model_dir.read_model_info(directory)
-            logging.info("Encoder architecture from %s (build_encoder bindings are ignored)",
-                         os.path.join(directory, model_dir.MODEL_INFO_FILE))
-            return (lambda: model_dir.build_encoder(info)), info
-    return configurables.build_encoder, None
-
-
 def train_and_report(trainer, command: str) -> int:
     """Runs `trainer.train_and_evaluate()`, prints a one-line summary, returns the exit code.
 

@@ -53,29 +53,49 @@ def main(argv):
 
 
 def _build_trainer(model_dir: str):
-    """Builds the task, the configs and the Trainer from the parsed gin config."""
-    import gin  # noqa: PLC0415 (TensorFlow-heavy imports stay out of --help)
+    """Builds the task, the configs and the Trainer from the parsed gin config.
+
+    The init checkpoint is resolved once: a bert-train model directory fixes the encoder's
+    architecture and (unless bound) the vocabulary, and the same resolved checkpoint
+    warm-starts the model. Settings the command derives (that vocabulary; no evaluation
+    without eval data) are passed to the configs as arguments, leaving gin as parsed, and are
+    recorded in the operative config.
+    """
+    import functools  # noqa: PLC0415
 
     from bert_trainer import configurables  # noqa: PLC0415
+    from bert_trainer.interop import resolve  # noqa: PLC0415
     from bert_trainer.tasks.pretraining import PretrainingTask  # noqa: PLC0415
     from bert_trainer.training.trainer import Trainer  # noqa: PLC0415
 
+    def configured(configurable, what: str, **derived):
+        return common.build_configured(functools.partial(configurable, **derived), what)
+
     config = common.build_configured(configurables.TrainerConfig, "TrainerConfig")
-    encoder_fn, info = common.encoder_source(config.init_checkpoint)
-    vocab_bound = common.gin_is_bound("PretrainingConfig.vocab_file")
-    if info is not None and info.vocab_file and not vocab_bound:
-        gin.bind_parameter("PretrainingConfig.vocab_file", info.vocab_file)
-    task_config = common.build_configured(configurables.PretrainingConfig, "PretrainingConfig")
+    checkpoint = (resolve.as_resolved(config.init_checkpoint) if config.init_checkpoint
+                  else None)
+    derived = {}
+    encoder_fn = configurables.build_encoder
+    if checkpoint is not None and checkpoint.info is not None:
+        logging.info("Encoder architecture from %s (build_encoder bindings are ignored)",
+                     checkpoint.directory)
+        encoder_fn = checkpoint.build_encoder
+        if checkpoint.vocab_file and not common.gin_is_bound("PretrainingConfig.vocab_file"):
+            derived["PretrainingConfig"] = {"vocab_file": checkpoint.vocab_file}
+    task_config = configured(configurables.PretrainingConfig, "PretrainingConfig",
+                             **derived.get("PretrainingConfig", {}))
     if task_config.eval_data is None and config.eval_steps != 0:
         if config.best_metric:
             raise UserError(f"TrainerConfig.best_metric={config.best_metric!r} needs eval data; "
                             "pass --eval_data=GLOB")
-        # Recorded as bindings so that the operative config says what the run did.
-        gin.bind_parameter("TrainerConfig.eval_steps", 0)
-        gin.bind_parameter("TrainerConfig.eval_interval", None)
-        config = common.build_configured(configurables.TrainerConfig, "TrainerConfig")
+        derived["TrainerConfig"] = {"eval_steps": 0, "eval_interval": None}
+        config = configured(configurables.TrainerConfig, "TrainerConfig",
+                            **derived["TrainerConfig"])
         logging.warning("No eval data (--eval_data or PretrainingConfig.eval_data): "
                         "training without evaluation")
     optimizer = common.build_configured(configurables.OptimizerConfig, "OptimizerConfig")
-    return Trainer(PretrainingTask(task_config, encoder_fn), model_dir, config=config,
-                   optimizer=optimizer, strategy=common.get_strategy())
+    bindings = tuple(common.gin_binding(f"{what}.{name}", value)
+                     for what, values in derived.items() for name, value in values.items())
+    return Trainer(PretrainingTask(task_config, encoder_fn, checkpoint=checkpoint), model_dir,
+                   config=config, optimizer=optimizer, strategy=common.get_strategy(),
+                   derived_bindings=bindings)

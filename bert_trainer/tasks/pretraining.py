@@ -111,15 +111,19 @@ class PretrainingTask(Task):
     Args:
         config: data and masking settings.
         encoder_fn: builds a fresh encoder (called once, in `build_model`).
+        checkpoint: the init checkpoint, already resolved by the caller (`initialize` reuses
+            it instead of reading the path again); None: `initialize` resolves its argument.
     """
 
     name = TASK_NAME
     train_split = "train"
     eval_split = "eval"
 
-    def __init__(self, config: PretrainingConfig, encoder_fn: Callable[[], keras.Model]):
+    def __init__(self, config: PretrainingConfig, encoder_fn: Callable[[], keras.Model], *,
+                 checkpoint: "resolve.ResolvedCheckpoint | None" = None):
         self.config = config
         self.encoder_fn = encoder_fn
+        self.checkpoint = checkpoint  # the init checkpoint the command resolved, if any
         self.loss_names = (("loss", "mlm_loss", "nsp_loss") if config.use_next_sentence_label
                            else ("loss", "mlm_loss"))
         self._masking_vocab = None
@@ -252,7 +256,10 @@ class PretrainingTask(Task):
           model: the model from `build_model`.
           init_checkpoint: an `interop.resolve.ResolvedCheckpoint` or a path to resolve.
         """
-        checkpoint = resolve.as_resolved(init_checkpoint)
+        checkpoint = init_checkpoint
+        if self.checkpoint is not None and init_checkpoint == self.checkpoint.path:
+            checkpoint = self.checkpoint  # resolved once, by the command
+        checkpoint = resolve.as_resolved(checkpoint)
         report = checkpoint.load(encoder=model.encoder, masked_lm=model.masked_lm,
                                  next_sentence=model.next_sentence)
         logging.info("Warm start from %s: loaded %d variables, left %d initialized%s",

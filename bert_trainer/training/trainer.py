@@ -40,11 +40,9 @@ import os
 import time
 
 import keras
-import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from bert_trainer import ops
 from bert_trainer.checkpoints import best, resume
 from bert_trainer.errors import UserError
 from bert_trainer.tasks.base import Task
@@ -61,8 +59,9 @@ from bert_trainer.training import (
     throughput,
 )
 from bert_trainer.training.config import NonFiniteError, RunResult, TrainerConfig
+from bert_trainer.training.evaluation import Evaluator
 from bert_trainer.training.preemption import Preempted
-from bert_trainer.training.train_step import TrainStep, checked_losses, metric_results
+from bert_trainer.training.train_step import TrainStep
 
 __all__ = ["NonFiniteError", "Preempted", "RunResult", "Trainer", "TrainerConfig"]
 
@@ -108,7 +107,6 @@ class Trainer:
                                                      enabled=self.is_chief)
         self._eval_writer = summaries.SummaryWriter(os.path.join(model_dir, "eval"),
                                                     enabled=self.is_chief)
-        self._eval_step = tf.function(self._eval_step_body, reduce_retracing=True)
 
     # ----------------------------------------------------------------------------- building
 
@@ -132,8 +130,8 @@ class Trainer:
                                    jit_compile=cfg.jit_compile, stop_flag=self._stop_flag)
             self._rollbacks = rollback.Rollbacks(cfg.nonfinite_policy, cfg.max_rollbacks,
                                                  accumulation)
-            self._eval_metrics = list(task.build_metrics(training=False))
-            self._eval_loss_means = {n: keras.metrics.Mean(name=n) for n in task.loss_names}
+            self._evaluator = Evaluator(task, self.model, self.strategy,
+                                        fused_kernels=self._step.fused_kernels)
         self.global_step = self._step.global_step
         # Steps whose batches were dropped by NaN rollbacks (see rollback.py).
         self.skipped_steps = self._rollbacks.skipped_steps
@@ -406,18 +404,6 @@ class Trainer:
 
     # ------------------------------------------------------------------------- evaluation
 
-    def _eval_step_body(self, batch):
-        outputs = self.strategy.run(self._eval_replica, args=(batch,))
-        return {k: self.strategy.gather(v, axis=0) for k, v in outputs.items()}
-
-    def _eval_replica(self, features):
-        outputs = self.model(self.task.model_inputs(features), training=False)
-        losses = checked_losses(self.task, self.task.build_losses(features, outputs))
-        for n, per_example in losses.items():
-            self._eval_loss_means[n].update_state(per_example)
-        self.task.update_metrics(self._eval_metrics, features, outputs)
-        return dict(self.task.eval_step_outputs(features, outputs))
-
     def evaluate(self) -> dict[str, float]:
         """Evaluates the current weights on the task's eval split (`config.eval_steps` batches).
 
@@ -425,23 +411,7 @@ class Trainer:
             {name: value}: the mean per-example losses, the streaming metrics and the task's
             host-side `aggregate_eval` metrics. Also written to `model_dir/eval`.
         """
-        for metric in [*self._eval_loss_means.values(), *self._eval_metrics]:
-            metric.reset_state()
-        dataset = self.strategy.distribute_datasets_from_function(
-            lambda ctx: self.task.build_inputs(self.task.eval_split, ctx, is_training=False))
-        gathered: dict[str, list[np.ndarray]] = {}
-        limit = self.config.eval_steps or None
-        for i, batch in enumerate(dataset):
-            if limit is not None and i >= limit:
-                break
-            with ops.fused_kernels(self._step.fused_kernels):  # as the training step's
-                step_outputs = self._eval_step(batch)
-            for name, value in step_outputs.items():
-                gathered.setdefault(name, []).append(value.numpy())
-        results = {n: float(m.result()) for n, m in self._eval_loss_means.items()}
-        results.update(metric_results(self._eval_metrics))
-        arrays = {name: np.concatenate(parts) for name, parts in gathered.items()}
-        results.update({k: float(v) for k, v in self.task.aggregate_eval(arrays).items()})
+        results = self._evaluator.run(self.config.eval_steps)
         step = int(self.global_step.numpy())
         with self._storage("TensorBoard summaries", self._eval_writer.directory):
             self._eval_writer.scalars(results, step)

@@ -111,7 +111,7 @@ def test_renumbered_encoder_ops_keep_names_and_restore_exactly(tmp_path):
 
 
 def test_old_object_graph_checkpoint_still_warm_starts(tmp_path):
-    """A session-1 trainer checkpoint (model object graph + optimizer) restores every weight."""
+    """A trainer checkpoint of the first layout (model object graph + optimizer) restores every weight."""
     source = BertClassifier(BertEncoder(**TINY), num_classes=3)
     prefix = _trainer_like_save(source, tmp_path, source)  # the old layout: the model itself
     graph, _ = checkpoint_layout.read_object_graph(prefix)
@@ -163,7 +163,7 @@ def test_task_initialize_reads_stable_names_and_names_a_mismatch(tmp_path):
 
 
 def _old_layout_toy_run(directory) -> str:
-    """A model_dir whose ckpt-2 has the session-1 layout (the model's own object graph)."""
+    """A model_dir whose ckpt-2 has the first layout (the model's own object graph)."""
     manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=ToyTask().build_model()),
                                          str(directory), 1, checkpoint_name="ckpt")
     return manager.save(2)

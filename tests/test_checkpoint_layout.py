@@ -111,7 +111,7 @@ def test_renumbered_encoder_ops_keep_names_and_restore_exactly(tmp_path):
 
 
 def test_old_object_graph_checkpoint_still_warm_starts(tmp_path):
-    """A trainer checkpoint of the first layout (model object graph + optimizer) restores every weight."""
+    """A first-layout trainer checkpoint (model object graph + optimizer) restores every weight."""
     source = BertClassifier(BertEncoder(**TINY), num_classes=3)
     prefix = _trainer_like_save(source, tmp_path, source)  # the old layout: the model itself
     graph, _ = checkpoint_layout.read_object_graph(prefix)

@@ -4,6 +4,7 @@
     model_dir.py  the bert-train model directory: bert_train.json, vocab.txt, ckpt-N, warm starts
     resume.py     which checkpoint of a model_dir to restore, integrity and architecture checks
     best.py       the best checkpoint by an eval metric, kept in model_dir/best/
+    storage.py    writes of checkpoints and run files that fail cleanly (no partial files)
 
 Reading a checkpoint of any format (bert-train, Hugging Face, Google TF1) for a warm start is
 `bert_trainer.interop.resolve.resolve_checkpoint`, which builds on these modules.

@@ -180,7 +180,7 @@ def _report(task, model_dir: str, results: dict, step: int, prefix: str,
     """
     from bert_trainer.errors import storage_fault  # noqa: PLC0415
     from bert_trainer.tasks import finetuning  # noqa: PLC0415
-    from bert_trainer.training import storage  # noqa: PLC0415
+    from bert_trainer.checkpoints import storage  # noqa: PLC0415
 
     print(f"bert-train evaluate: task {task.name}, checkpoint {prefix} (step {step})")
     width = max(map(len, results), default=0)

@@ -391,7 +391,7 @@ def _train_and_report(trainer, label: str = "") -> int:
 
     from bert_trainer.errors import EXIT_NONFINITE  # noqa: PLC0415
     from bert_trainer.tasks import finetuning  # noqa: PLC0415
-    from bert_trainer.training import storage  # noqa: PLC0415
+    from bert_trainer.checkpoints import storage  # noqa: PLC0415
     from bert_trainer.training.trainer import NonFiniteError  # noqa: PLC0415
 
     try:

@@ -45,7 +45,7 @@ import tensorflow as tf
 from absl import logging
 
 from bert_trainer import ops
-from bert_trainer.checkpoints import best, resume
+from bert_trainer.checkpoints import best, resume, storage
 from bert_trainer.errors import UserError
 from bert_trainer.tasks.base import Task
 from bert_trainer.training import (
@@ -55,7 +55,6 @@ from bert_trainer.training import (
     preemption,
     rollback,
     run_lock,
-    storage,
     strategies,
     summaries,
     throughput,

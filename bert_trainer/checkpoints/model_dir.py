@@ -340,6 +340,20 @@ def _describe_task(task: dict) -> str:
     return f"task {task.get('name')!r}" + (f" (labels {labels})" if labels else "")
 
 
+def trained_task(model_dir: str) -> dict | None:
+    """The task entry of a model_dir that a run has trained: it holds checkpoints and a
+    bert_train.json. None for a fresh directory, or one written by convert (no task).
+
+    Raises:
+      UserError: bert_train.json is unreadable (see `read_model_info`).
+    """
+    if not (os.path.isfile(os.path.join(model_dir, MODEL_INFO_FILE))
+            and _has_checkpoints(model_dir)):
+        return None
+    task = read_model_info(model_dir).task
+    return task if isinstance(task, dict) else None
+
+
 def _has_checkpoints(directory: str) -> bool:
     return (os.path.isfile(os.path.join(directory, "checkpoint"))
             or bool(glob.glob(os.path.join(glob.escape(directory), f"{CHECKPOINT_NAME}-*.index"))))

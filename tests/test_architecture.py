@@ -28,12 +28,6 @@ FORBIDDEN_FOR_LIBRARY = (
     "bert_trainer.data", "bert_trainer.cli", "bert_trainer.predict", "bert_trainer.demo")
 FORBIDDEN_THIRD_PARTY = ("gin",)
 
-# KNOWN, TO BE REMOVED AT MERGE: encoders/pretrained.py imports interop and model_dir (which
-# import encoders back). It moves into interop/ in a parallel change; when it has, this
-# allowance fails as stale and is deleted. No other exception is allowed.
-KNOWN_MISPLACED_MODULE = "bert_trainer.encoders.pretrained"
-
-
 @dataclasses.dataclass(frozen=True)
 class Edge:
     source: str  # the importing module, e.g. "bert_trainer.layers.dropout"
@@ -155,12 +149,12 @@ def _describe(cycles, key, deferred: bool) -> str:
     return "\n".join(lines)
 
 
-def _graph(key, deferred: bool, skip=()) -> dict[str, set[str]]:
+def _graph(key, deferred: bool) -> dict[str, set[str]]:
     graph = collections.defaultdict(set)
     for module, edges in EDGES.items():
         for edge in edges:
             if (edge.target in MODULES and (deferred or not edge.deferred)
-                    and module not in skip and key(module) != key(edge.target)):
+                    and key(module) != key(edge.target)):
                 graph[key(module)].add(key(edge.target))
     return graph
 
@@ -185,9 +179,7 @@ def test_no_import_cycle_between_modules_at_import_time():
 
 
 def test_no_import_cycle_between_modules_counting_function_level_imports():
-    assert KNOWN_MISPLACED_MODULE in MODULES, (
-        f"{KNOWN_MISPLACED_MODULE} is gone: delete KNOWN_MISPLACED_MODULE and its uses here")
-    cycles = _cycles(_graph(lambda m: m, deferred=True, skip={KNOWN_MISPLACED_MODULE}))
+    cycles = _cycles(_graph(lambda m: m, deferred=True))
     assert not cycles, "import cycles:\n" + _describe(cycles, lambda m: m, deferred=True)
 
 
@@ -197,13 +189,8 @@ def test_no_import_cycle_between_parts_of_the_package_at_import_time():
     assert not cycles, "import cycles between parts:\n" + _describe(cycles, _part, deferred=False)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "two function-level imports point up and close cycles: model_dir -> tasks.multi_seed "
-    "(refusing a multi-seed parent; tasks import model_dir) and data.windows -> model_dir "
-    "(check_resume; tasks import data); when both go (strict: an XPASS fails), delete this "
-    "mark"))
 def test_no_import_cycle_between_parts_of_the_package_counting_function_level_imports():
-    graph = _graph(_part, deferred=True, skip={KNOWN_MISPLACED_MODULE})
+    graph = _graph(_part, deferred=True)
     cycles = _cycles(graph)
     assert not cycles, "import cycles between parts:\n" + _describe(cycles, _part, deferred=True)
 
@@ -215,7 +202,7 @@ def test_the_layer_library_imports_nothing_above_it(library):
     siblings = tuple(f"bert_trainer.{b}" for a, b in SIBLINGS if a == library)
     forbidden = FORBIDDEN_FOR_LIBRARY + above + siblings
     bad = [edge for module, edges in EDGES.items()
-           if _part(module) == f"bert_trainer.{library}" and module != KNOWN_MISPLACED_MODULE
+           if _part(module) == f"bert_trainer.{library}"
            for edge in edges
            if edge.target in FORBIDDEN_THIRD_PARTY
            or any(edge.target == f or edge.target.startswith(f + ".") for f in forbidden)]
@@ -229,11 +216,3 @@ def test_nothing_outside_the_demo_imports_it():
            for edge in edges if _part(edge.target) == "bert_trainer.demo"]
     assert not bad, "\n".join(f"    {edge}" for edge in bad)
     assert {"bert_trainer.demo.corpus", "bert_trainer.demo.task"} <= set(MODULES)
-
-
-def test_the_known_misplaced_module_is_what_breaks_the_rules():
-    # The allowance covers exactly one file, for exactly these reasons; nothing else hides.
-    assert KNOWN_MISPLACED_MODULE in MODULES, (
-        f"{KNOWN_MISPLACED_MODULE} is gone: delete KNOWN_MISPLACED_MODULE and its uses here")
-    targets = {_part(edge.target) for edge in EDGES[KNOWN_MISPLACED_MODULE]}
-    assert {"bert_trainer.interop", "bert_trainer.model_dir"} <= targets

@@ -24,8 +24,9 @@ from robust_testing import (
 )
 from toy_task import ToyConfig
 
+from bert_trainer.checkpoints import storage
 from bert_trainer.errors import EXIT_USER_ERROR, UserError
-from bert_trainer.training import OptimizerConfig, Trainer, TrainerConfig, run_lock, storage
+from bert_trainer.training import OptimizerConfig, Trainer, TrainerConfig, run_lock
 
 # ~1.5 MB per checkpoint (embeddings and their two Adam slots): far more than the small files.
 TOY = dict(vocab_size=2000, hidden_size=64)

@@ -11,12 +11,11 @@ import tensorflow as tf
 from export_testing import TAGS, VOCAB, best_span_score, build_model, write_vocab
 from numerics import assert_close
 
-from bert_trainer import features
+from bert_trainer import features, serving
 from bert_trainer.errors import UserError
-from bert_trainer.export import serving
-from bert_trainer.export.serving import byte_to_char
 from bert_trainer.features import END_LOGITS, LOGITS, START_LOGITS
 from bert_trainer.metrics.tagging import get_entities
+from bert_trainer.serving import byte_to_char
 from bert_trainer.tasks.classification import serving as classifier_serving
 from bert_trainer.tasks.classification.data import text_features
 from bert_trainer.tasks.classification.serving import ClassifierServing

@@ -9,8 +9,7 @@ import tensorflow as tf
 from conftest import require_fused_kernels
 from toy_task import ToyConfig, ToyTask
 
-from bert_trainer import ops
-from bert_trainer.export import serving
+from bert_trainer import ops, serving
 from bert_trainer.layers import Dropout
 from bert_trainer.training.optimization import OptimizerConfig
 from bert_trainer.training.trainer import Trainer, TrainerConfig

@@ -14,8 +14,8 @@ import os
 import tensorflow as tf
 from absl import logging
 
+from bert_trainer.checkpoints import storage
 from bert_trainer.errors import UserError
-from bert_trainer.training import storage
 
 BEST_DIR = "best"
 BEST_METRIC_FILE = "best_metric.json"

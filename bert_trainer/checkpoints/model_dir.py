@@ -41,7 +41,7 @@ import shutil
 import keras
 import tensorflow as tf
 
-from bert_trainer.checkpoints import layout
+from bert_trainer.checkpoints import layout, multi_seed_dir
 from bert_trainer.errors import UserError
 
 MODEL_INFO_FILE = "bert_train.json"
@@ -124,9 +124,7 @@ def read_model_info(model_dir: str) -> ModelInfo:
     """Reads model_dir/bert_train.json; UserError naming the file when absent or invalid."""
     path = os.path.join(model_dir, MODEL_INFO_FILE)
     if not os.path.isfile(path):
-        from bert_trainer.tasks import multi_seed  # noqa: PLC0415 (it reads model directories)
-
-        multi_seed.refuse_parent(model_dir)  # its models are its seed-N directories
+        multi_seed_dir.refuse_parent(model_dir)  # its models are its seed-N directories
         raise UserError(f"{path} does not exist; {model_dir} is not a bert-train model "
                         "directory (convert other checkpoints with 'bert-train convert')")
     try:
@@ -340,6 +338,20 @@ def _runtime_key(key: str) -> bool:
 def _describe_task(task: dict) -> str:
     labels = task.get("label_names")
     return f"task {task.get('name')!r}" + (f" (labels {labels})" if labels else "")
+
+
+def trained_task(model_dir: str) -> dict | None:
+    """The task entry of a model_dir that a run has trained: it holds checkpoints and a
+    bert_train.json. None for a fresh directory, or one written by convert (no task).
+
+    Raises:
+      UserError: bert_train.json is unreadable (see `read_model_info`).
+    """
+    if not (os.path.isfile(os.path.join(model_dir, MODEL_INFO_FILE))
+            and _has_checkpoints(model_dir)):
+        return None
+    task = read_model_info(model_dir).task
+    return task if isinstance(task, dict) else None
 
 
 def _has_checkpoints(directory: str) -> bool:

@@ -178,9 +178,9 @@ def _report(task, model_dir: str, results: dict, step: int, prefix: str,
     Raises:
       UserError: a write failed (a full disk, a refused write); the metrics are printed first.
     """
+    from bert_trainer.checkpoints import storage  # noqa: PLC0415
     from bert_trainer.errors import storage_fault  # noqa: PLC0415
     from bert_trainer.tasks import finetuning  # noqa: PLC0415
-    from bert_trainer.training import storage  # noqa: PLC0415
 
     print(f"bert-train evaluate: task {task.name}, checkpoint {prefix} (step {step})")
     width = max(map(len, results), default=0)

@@ -20,8 +20,6 @@ windows texts by itself.
 """
 
 import dataclasses
-import glob
-import os
 
 import numpy as np
 import tensorflow as tf
@@ -198,25 +196,20 @@ def row_features(windows: Windows, example_index=None) -> dict:
             WINDOW_START: tf.cast(windows.start, tf.int32)}
 
 
-def check_resume(model_dir: str, task: dict) -> None:
+def check_resume(model_dir: str, stored: dict | None, task: dict) -> None:
     """Refuses to resume a model_dir trained on other rows: another `long_texts` or
     `doc_stride` (the pooling only combines outputs, so it may change).
 
     Args:
-      model_dir: the run's directory; one without checkpoints, or whose bert_train.json
-        records no windowing (written before windows), passes.
+      model_dir: the run's directory (named in the error).
+      stored: the task entry its bert_train.json records (`model_dir.trained_task`); None for
+        a fresh directory, and one that records no windowing (written before windows), passes.
       task: the task entry the new run would write (`task_info()`).
 
     Raises:
       UserError: naming the option, the stored value, the new one and the way out.
     """
-    from bert_trainer.checkpoints import model_dir as model_dir_lib  # noqa: PLC0415
-
-    checkpoints = os.path.join(glob.escape(model_dir), f"{model_dir_lib.CHECKPOINT_NAME}-*.index")
-    if not (os.path.isfile(os.path.join(model_dir, model_dir_lib.MODEL_INFO_FILE))
-            and glob.glob(checkpoints)):
-        return
-    stored = (model_dir_lib.read_model_info(model_dir).task or {}).get("windows") or {}
+    stored = (stored or {}).get("windows") or {}
     new = task.get("windows") or {}
     for name in ("long_texts", "doc_stride"):
         if name in stored and name in new and stored[name] != new[name]:

@@ -25,10 +25,11 @@ unless the model was fine-tuned with FinetuneConfig.long_texts = "truncate"; SQu
 contexts.
 
 Modules:
-  serving.py    `ServingModule` base, `EncoderServing`, `TaskServing` (each family's serving
-                module subclasses it: `bert_trainer/tasks/<family>/serving.py`)
   exporter.py   model_dir -> the family's serving module -> SavedModel (`export_saved_model`)
   predict.py    `bert-train predict`: inputs in, the family's JSON answers out
+
+The serving-module base (`ServingModule`, `EncoderServing`, `TaskServing`, the signature
+names) is `bert_trainer/serving.py`, below the task families that subclass it.
 """
 
 from bert_trainer.export.exporter import build_serving_module, export_saved_model

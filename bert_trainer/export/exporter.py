@@ -25,7 +25,7 @@ from bert_trainer.checkpoints import layout as checkpoint_layout
 from bert_trainer.checkpoints import model_dir as model_dir_lib
 from bert_trainer.checkpoints.best import BEST_DIR
 from bert_trainer.errors import UserError
-from bert_trainer.export.serving import EncoderServing, ServingModule
+from bert_trainer.serving import EncoderServing, ServingModule
 from bert_trainer.tasks import registry
 
 ENCODER_FAMILIES = (None, "pretraining")

@@ -109,7 +109,7 @@ class Family(ExampleReader):
         raise NotImplementedError
 
     def serving_module(self, model, task: dict, **common):
-        """The text-in serving module (an `export.serving.TaskServing`) of a restored model.
+        """The text-in serving module (an `bert_trainer.serving.TaskServing`) of a restored model.
 
         Args:
           model: from `head_model`, restored.

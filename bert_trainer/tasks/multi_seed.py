@@ -33,7 +33,9 @@ checkpoint (a seed trained to the end is only evaluated again).
 A multi-seed MODEL_DIR belongs to one run: its seeds share one configuration (the flags in
 multi_seed.json; a rerun with others is refused, adding seeds is not), a single-seed run's
 directory is refused as a multi-seed parent and the reverse, and commands that read one model
-(evaluate, export, predict) are told to pass `--model_dir=MODEL_DIR/seed-N`.
+(evaluate, export, predict) are told to pass `--model_dir=MODEL_DIR/seed-N`. Reading that
+layout and deciding whose a directory is lives with the model directory
+(`bert_trainer/checkpoints/multi_seed_dir.py`); its names are re-exported here.
 """
 
 import json
@@ -45,14 +47,27 @@ import statistics
 import numpy as np
 
 from bert_trainer import outputs
+from bert_trainer.checkpoints.multi_seed_dir import (
+    EVAL_RESULTS_FILE,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    MANIFEST_FILE,
+    check_multi_seed_dir,
+    check_single_run_dir,
+    read_manifest,
+    refuse_parent,
+    seed_dir,
+)
 from bert_trainer.errors import UserError
 
-MANIFEST_FILE = "multi_seed.json"
-EVAL_RESULTS_FILE = "eval_results.json"  # the same name as a single run's (finetuning.py)
-FORMAT_NAME, FORMAT_VERSION = "bert_train_multi_seed", 1
 STD_KIND = "sample standard deviation (n - 1 denominator)"
-_SEED_DIR = re.compile(r"seed-(\d+)")
 _INIT_STREAM, _DATA_STREAM = 0, 1
+
+__all__ = [
+    "EVAL_RESULTS_FILE", "FORMAT_NAME", "FORMAT_VERSION", "MANIFEST_FILE", "STD_KIND",
+    "aggregate", "check_multi_seed_dir", "check_single_run_dir", "derived_seeds",
+    "finished_results", "format_metric", "gin_bindings", "parse_seeds", "read_manifest",
+    "refuse_parent", "seed_dir", "write_manifest", "write_results"]
 
 
 # -- which seeds --------------------------------------------------------------------------
@@ -112,108 +127,7 @@ def gin_bindings(seed: int) -> list[str]:
             f"FinetuneConfig.seed = {derived['data_seed']}"]
 
 
-def seed_dir(model_dir: str, seed: int) -> str:
-    """MODEL_DIR/seed-N: the model directory of one seed's run."""
-    return os.path.join(model_dir, f"seed-{seed}")
-
-
-# -- whose directory ----------------------------------------------------------------------
-
-def read_manifest(model_dir: str) -> dict | None:
-    """MODEL_DIR/multi_seed.json, or None when MODEL_DIR is not a multi-seed run's.
-
-    Raises:
-      UserError: the file exists but is not a multi-seed manifest (names the file).
-    """
-    path = os.path.join(model_dir, MANIFEST_FILE)
-    if not os.path.isfile(path):
-        return None
-    try:
-        with open(path, encoding="utf-8") as f:
-            manifest = json.load(f)
-    except (OSError, ValueError) as e:
-        raise UserError(f"{path} cannot be read ({e}); restore it, or use another "
-                        "--model_dir") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
-        raise UserError(f"{path}: 'format' must be '{FORMAT_NAME}'; restore it, or use "
-                        "another --model_dir")
-    return manifest
-
-
-def _manifest_seeds(manifest: dict) -> list[int]:
-    return sorted(int(s) for s in manifest.get("seeds", {}) if str(s).isdigit())
-
-
-def _seeds_flag(seeds: list[int]) -> str:
-    return "--seeds=" + ",".join(map(str, seeds))
-
-
-def refuse_parent(model_dir: str) -> None:
-    """Refuses MODEL_DIR of a multi-seed run where one model directory is expected.
-
-    `evaluate`, `export` and `predict` read one model; a multi-seed run's models are its
-    seed-N directories.
-
-    Raises:
-      UserError: naming `--model_dir=MODEL_DIR/seed-N` and the seeds' combined results.
-    """
-    manifest = read_manifest(model_dir)
-    if manifest is None:
-        return
-    seeds = _manifest_seeds(manifest) or [1]
-    raise UserError(f"--model_dir={model_dir} holds a multi-seed run (seeds "
-                    f"{', '.join(map(str, seeds))}); pass one seed's model directory, e.g. "
-                    f"--model_dir={seed_dir(model_dir, seeds[0])} (all seeds' metrics: "
-                    f"{os.path.join(model_dir, EVAL_RESULTS_FILE)})")
-
-
-def check_single_run_dir(model_dir: str) -> None:
-    """Refuses a single-seed finetune in a multi-seed run's directory or in one of its seeds.
-
-    Raises:
-      UserError: MODEL_DIR holds a multi-seed run, or is its seed-N directory (a seed is
-        resumed by rerunning the multi-seed command, which binds that seed's streams).
-    """
-    manifest = read_manifest(model_dir)
-    if manifest is not None:
-        raise UserError(f"--model_dir={model_dir} holds a multi-seed run; resume it with "
-                        f"{_seeds_flag(_manifest_seeds(manifest))}, or choose another "
-                        "--model_dir")
-    parent, name = os.path.split(os.path.normpath(model_dir))
-    found = _SEED_DIR.fullmatch(name)
-    if found and read_manifest(parent) is not None:
-        raise UserError(f"--model_dir={model_dir} is seed {found.group(1)} of the multi-seed "
-                        f"run in {parent}; resume it with --seeds={found.group(1)} "
-                        f"--model_dir={parent}")
-
-
-def check_multi_seed_dir(model_dir: str, config: dict) -> dict | None:
-    """Checks that MODEL_DIR can hold this multi-seed run; returns its manifest, if any.
-
-    Args:
-      model_dir: the parent directory (may not exist yet).
-      config: the run's configuration (JSON values): every seed of one run shares it.
-
-    Raises:
-      UserError: MODEL_DIR holds a single-seed run's model, or a multi-seed run with another
-        configuration (the first differing key is named).
-    """
-    manifest = read_manifest(model_dir)
-    if manifest is None:
-        if outputs.is_model_dir(model_dir):
-            raise UserError(f"--model_dir={model_dir} holds a single-seed finetune run "
-                            "(bert_train.json, checkpoints); a multi-seed run needs its own "
-                            "--model_dir (or drop --seeds/--num_seeds to resume that run)")
-        return None
-    stored = manifest.get("config", {})
-    for key in sorted(set(stored) | set(config)):
-        if stored.get(key) != config.get(key):
-            raise UserError(f"--model_dir={model_dir} is a multi-seed run with {key}="
-                            f"{stored.get(key)!r}; this run asks for {key}={config.get(key)!r}; "
-                            "the seeds of one run share one configuration: use another "
-                            "--model_dir")
-    return manifest
-
+# -- the manifest -------------------------------------------------------------------------
 
 def write_manifest(model_dir: str, config: dict, seeds: list[int],
                    previous: dict | None) -> str:

@@ -11,9 +11,9 @@
     strategies.py    get_strategy(name), the chief-only-writes rule
     determinism.py   seeds and deterministic ops
     run_lock.py      one run per model_dir: the lock file naming its holder, stale ones taken over
-    storage.py       writes that fail cleanly on a full disk or a refused write (no partial files)
 
-Resuming, checkpoint integrity and the best checkpoint live in `bert_trainer.checkpoints`.
+Resuming, checkpoint integrity, the best checkpoint and writes that fail cleanly on a full disk
+(`storage.py`) live in `bert_trainer.checkpoints`.
 """
 
 from bert_trainer.errors import Preempted

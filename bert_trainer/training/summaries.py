@@ -12,7 +12,7 @@ import gin
 import tensorflow as tf
 from absl import logging
 
-from bert_trainer.training import storage
+from bert_trainer.checkpoints import storage
 
 OPERATIVE_CONFIG_FILE = "operative_config.gin"
 

@@ -26,8 +26,8 @@ Robustness:
   good checkpoint and drops the refused step's input (`rollback.py` has the protocol).
 * One run per model_dir (`run_lock.py`), and a resume as another task refused before the
   restore (`Task.check_resume`).
-* A full disk or a refused write (`storage.py`): the partial files of that write are removed
-  and one `UserError` names the path and the last good checkpoint.
+* A full disk or a refused write (`checkpoints/storage.py`): the partial files of that write
+  are removed and one `UserError` names the path and the last good checkpoint.
 
 Telemetry (`throughput.py`): besides losses and metrics, TensorBoard gets examples/s,
 tokens/s, the padding fraction, model GFLOP/s and MFU, all counted inside the compiled step
@@ -43,7 +43,7 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from bert_trainer.checkpoints import best, resume
+from bert_trainer.checkpoints import best, resume, storage
 from bert_trainer.errors import UserError
 from bert_trainer.tasks.base import Task
 from bert_trainer.training import (
@@ -53,7 +53,6 @@ from bert_trainer.training import (
     preemption,
     rollback,
     run_lock,
-    storage,
     strategies,
     summaries,
     throughput,

@@ -21,8 +21,8 @@ from bert_trainer import features as F
 from bert_trainer.data import sources
 from bert_trainer.data.task_data import validated_stream
 from bert_trainer.errors import UserError
-from bert_trainer.export.serving import TEXT, TaskServing, text_input_spec
 from bert_trainer.models.encoder_model import EncoderModel
+from bert_trainer.serving import TEXT, TaskServing, text_input_spec
 from bert_trainer.tasks.family import Family, decode
 from bert_trainer.tasks.finetuning import FinetuningTask
 from bert_trainer.tasks.registry import register_family

@@ -9,8 +9,8 @@ import tensorflow as tf
 
 from bert_trainer.data import windows
 from bert_trainer.errors import UserError
-from bert_trainer.export.serving import TEXT, TEXT_B, TaskServing, text_input_spec
 from bert_trainer.features import LOGITS
+from bert_trainer.serving import TEXT, TEXT_B, TaskServing, text_input_spec
 from bert_trainer.tasks.classification.data import text_features, window_features
 
 PROBABILITIES, LABEL_INDEX, LABEL_NAME = "probabilities", "label_index", "label_name"

@@ -19,6 +19,7 @@ import numpy as np
 from keras import ops
 
 from bert_trainer import features as F
+from bert_trainer.checkpoints import model_dir as model_dir_lib
 from bert_trainer.data import windows
 from bert_trainer.errors import UserError
 from bert_trainer.features import LOGITS
@@ -154,4 +155,5 @@ class SentenceClassificationTask(FinetuningTask):
         """`FinetuningTask.check_resume`, and the windowing too: a resumed run must read the
         same rows (a directory written before windows records none and is not compared)."""
         super().check_resume(model_dir)
-        windows.check_resume(model_dir, self.task_info())
+        windows.check_resume(model_dir, model_dir_lib.trained_task(model_dir),
+                             self.task_info())

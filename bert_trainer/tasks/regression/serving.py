@@ -1,6 +1,6 @@
 """Sentence (pair) regression on raw text: one score per input, in graph."""
 
-from bert_trainer.export.serving import SCORE
+from bert_trainer.serving import SCORE
 from bert_trainer.tasks.classification.serving import ClassifierServing
 
 

@@ -21,8 +21,8 @@ character span in the original context (end exclusive; -1 when there is no answe
 import tensorflow as tf
 
 from bert_trainer.errors import UserError
-from bert_trainer.export.serving import SCORE, TaskServing, byte_to_char
 from bert_trainer.features import END_LOGITS, START_LOGITS
+from bert_trainer.serving import SCORE, TaskServing, byte_to_char
 
 QUESTION, CONTEXT = "question", "context"
 ANSWER, START, END = "answer", "start", "end"

@@ -22,8 +22,8 @@ import tensorflow as tf
 
 from bert_trainer.data import windows
 from bert_trainer.errors import UserError
-from bert_trainer.export.serving import TEXT, TaskServing, byte_to_char
 from bert_trainer.features import LOGITS
+from bert_trainer.serving import TEXT, TaskServing, byte_to_char
 
 OUTSIDE = "O"
 ENTITY_TYPE, ENTITY_TEXT = "entity_type", "entity_text"

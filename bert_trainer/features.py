@@ -23,6 +23,12 @@ END_POSITIONS = "end_positions"      # QA [batch] int32
 # Token tagging uses LABEL_IDS with shape [batch, seq]; -1 marks positions the loss ignores.
 IGNORE_LABEL = -1
 
+# Sequence to sequence. The source is packed as the encoder inputs ([CLS] source [SEP]); the
+# target sequence is [CLS] target [SEP] (Rothe et al.'s BERT2BERT convention: [CLS] starts
+# decoding, [SEP] ends it). The decoder reads [CLS] target and predicts target [SEP]; 0 pads.
+DECODER_INPUT_IDS = "decoder_input_ids"  # [batch, target_len] int32
+TARGET_IDS = "target_ids"                # [batch, target_len] int32, 0 = padding (no loss)
+
 # Encoder outputs.
 SEQUENCE_OUTPUT = "sequence_output"
 POOLED_OUTPUT = "pooled_output"
@@ -37,6 +43,9 @@ NEXT_SENTENCE_LOGITS = "next_sentence_logits"    # [batch, num_next_sentence_lab
 LOGITS = "logits"                                # classifier [batch, C]; tagger [batch, seq, C]
 START_LOGITS = "start_logits"                    # [batch, seq] float32
 END_LOGITS = "end_logits"                        # [batch, seq] float32
+# Seq2seq: LOGITS is [batch, target_len, vocab] float32; decoding returns these.
+DECODED_IDS = "decoded_ids"                      # [batch, length] int32 (no [CLS]; 0 after end)
+DECODED_SCORES = "decoded_scores"                # [batch] float32 (length-normalized log-prob)
 
 # google-research/bert TFRecord names (static-masked pretraining data), mapped to ours.
 GOOGLE_BERT_NAMES = {

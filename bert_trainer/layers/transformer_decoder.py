@@ -81,9 +81,38 @@ class TransformerDecoder(TransformerEncoder):
             inner_dropout=inner_dropout, **kwargs)
         self.use_cross_attention = use_cross_attention
 
+    def share_weights_with(self, encoder_layer):
+        """Uses `encoder_layer`'s self-attention, feed-forward network and layer norms as this
+        block's own (the same variables: "BERTShare"); only the cross-attention is new.
+        Call before the block is built.
+
+        Args:
+          encoder_layer: a built `TransformerEncoder` of the decoder's width.
+        """
+        if self.built:
+            raise ValueError(f"TransformerDecoder '{self.name}': share weights before building")
+        if not encoder_layer.built or encoder_layer.norm_first != self.norm_first:
+            raise ValueError(f"TransformerDecoder '{self.name}': the shared encoder layer must "
+                             "be built, with the same norm_first")
+        self._shared_block = encoder_layer
+
     def build(self, input_shape):
-        # The encoder's build makes the self-attention and the feed-forward network.
-        super().build(input_shape)
+        shared = getattr(self, "_shared_block", None)
+        if shared is None:
+            # The encoder's build makes the self-attention and the feed-forward network.
+            super().build(input_shape)
+        else:
+            for name in ("attention_layer", "attention_layer_norm", "intermediate_dense",
+                         "output_dense", "output_layer_norm"):
+                setattr(self, name, getattr(shared, name))
+            # The dropouts stay this block's own (its rates).
+            policy = self.dtype_policy
+            self.attention_output_dropout = Dropout(
+                self.output_dropout, name="attention_output_dropout", dtype=policy)
+            self.inner_dropout_layer = Dropout(
+                self.inner_dropout, name="inner_dropout", dtype=policy)
+            self.output_dropout_layer = Dropout(
+                self.output_dropout, name="output_dropout", dtype=policy)
         data_shape = _data_shape(input_shape)
         hidden = data_shape[-1]
         self.cross_attention = None

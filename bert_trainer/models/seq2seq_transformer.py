@@ -235,7 +235,8 @@ class Seq2SeqTransformer(EncoderModel):
         return self._logits(x)[:, 0, :], new_cache
 
     def _embed_targets(self, ids, index=None, training=None):
-        """`[batch, t]` ids at positions `index + [0, t)` (None: from 0)."""
+        """Target embeddings: `[batch, t]` ids at positions `index + [0, t)` (None: from 0)
+        -> `[batch, t, hidden]`."""
         word = self.target_embeddings(ids)  # (batch, t, width)
         if index is None:
             positions = self.target_position_embedding(word)

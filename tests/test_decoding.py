@@ -43,7 +43,7 @@ def _second_order(table, max_length):
     log_table = _log(table)
 
     def step_fn(ids, index, state):
-        history = decoding._write(state["history"], index, ids)  # tokens fed, [n, L]
+        history = decoding.write_at(state["history"], index, ids)  # tokens fed, [n, L]
         before = tf.where(index > 0, tf.gather(history, tf.maximum(index - 1, 0), axis=1), 0)
         logits = tf.gather_nd(log_table, tf.stack([before, ids], -1))
         return logits, {"history": history, "calls": state["calls"] + 1}

@@ -52,8 +52,12 @@ def _check_length(max_decode_length):
     return max_decode_length
 
 
-def _write(ids, index, tokens):
-    """ids [..., L] with `tokens` [...] written at position `index` (XLA-friendly: no scatter)."""
+def write_at(ids, index, tokens):
+    """`ids` [..., L] with `tokens` [...] written at position `index` (a scalar).
+
+    A select rather than a scatter: static shapes, XLA-friendly; step functions that keep a
+    prefix in their state use it too.
+    """
     at_index = tf.range(tf.shape(ids)[-1]) == index
     return tf.where(at_index, tokens[..., None], ids)
 
@@ -83,7 +87,7 @@ def _decode_one_path(step_fn, initial_ids, initial_state, max_decode_length, end
         log_prob += tf.where(finished, 0.0, token_log_prob)
         lengths += tf.cast(~finished, tf.int32)
         finished |= token == end_id
-        return index + 1, token, _write(ids, index, token), log_prob, lengths, finished, state
+        return index + 1, token, write_at(ids, index, token), log_prob, lengths, finished, state
 
     def cond(index, last, ids, log_prob, lengths, finished, state):
         return tf.logical_not(tf.reduce_all(finished))
@@ -266,7 +270,7 @@ def beam_search(step_fn, initial_ids, initial_state, *, vocab_size, beam_size, l
         candidates = tf.reshape(alive_log_prob[:, :, None] + log_probs, [batch, k * vocab_size])
         top_log_prob, top_index = tf.math.top_k(candidates, 2 * k)  # [batch, 2k]
         top_beam, top_token = top_index // vocab_size, top_index % vocab_size
-        top_ids = _write(tf.gather(alive_ids, top_beam, batch_dims=1), index, top_token)
+        top_ids = write_at(tf.gather(alive_ids, top_beam, batch_dims=1), index, top_token)
         ends = top_token == end_id
 
         # Finished: an end token within the first k candidates (so one beam stays greedy), not

@@ -32,7 +32,7 @@ def test_learned_vocab_reserves_specials_and_covers_the_text(speeches, tmp_path)
     text = "Fellow citizens, we observe today not a victory of party but a celebration."
     ids = tok.tokenize([text])
     assert tok.detokenize(ids).numpy()[0].decode() == (
-        "fellow citizens , we observe today not a victory of party but a celebration .")
+        "fellow citizens, we observe today not a victory of party but a celebration.")
     words = open(speeches.split(",")[2], encoding="utf-8").read()
     pieces = tok.tokenize([words]).flat_values.numpy()
     assert (pieces == tok.unk_id).mean() < 0.005

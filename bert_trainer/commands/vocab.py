@@ -1,4 +1,4 @@
-"""`bert-train vocab`: learn a WordPiece vocabulary (vocab.txt) from text or pair files.
+r"""`bert-train vocab`: learn a WordPiece vocabulary (vocab.txt) from text or pair files.
 
 Uses tensorflow-text's BERT vocabulary learner; [PAD] [UNK] [CLS] [SEP] [MASK] come first
 ([PAD] is id 0). Examples:
@@ -6,7 +6,7 @@ Uses tensorflow-text's BERT vocabulary learner; [PAD] [UNK] [CLS] [SEP] [MASK] c
   bert-train vocab --input='corpus/*.txt' --vocab_size=30522 --output=vocab.txt
   # one joint cased vocabulary (accents kept) from both sides of a translation pair file:
   bert-train vocab --input=spa_eng/train.tsv --columns=english,spanish --lower_case=false \
-      --vocab_size=8000 --output=vocab.txt
+    --vocab_size=8000 --output=vocab.txt
 """
 
 import sys

@@ -19,6 +19,10 @@ The word level (`tokenize_words`, for whole-word masking and NER) is derived fro
 a piece whose vocabulary entry starts with `##` continues the previous word, every other piece
 starts a word. This is exactly WordPiece's own rule, so it agrees with
 `tensorflow_text.BertTokenizer`'s `[batch, (words), (pieces)]` output.
+
+`detokenize` goes back to readable text in-graph (a SavedModel can serve it): pieces joined by
+that same rule, then `restore_spacing` removes the spaces the basic tokenizer put around
+punctuation, as Hugging Face's `clean_up_tokenization` and the Moses detokenizer do.
 """
 
 import os

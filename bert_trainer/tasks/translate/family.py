@@ -74,6 +74,9 @@ class TranslateFamily(Family):
     input_orders = ((translate_serving.INPUT,),)
     answer_outputs = (translate_serving.TRANSLATION, translate_serving.SCORE)
 
+    def __init__(self):
+        self._headers_logged = set()  # files whose header detection was logged
+
     def presets(self):
         return (
             TaskData(name="ted_hrlr_translate/pt_to_en", reader=self,
@@ -129,7 +132,8 @@ class TranslateFamily(Family):
         if isinstance(columns.text, str) or isinstance(columns.text_b, str):
             return True  # columns named by header
         header = first is not None and looks_like_header(first[1], (columns.text, columns.text_b))
-        if header:
+        if header and path not in self._headers_logged:
+            self._headers_logged.add(path)
             logging.info("%s: line %d names the columns %s: read as a header (--noheader reads "
                          "it as a pair)", path, first[0], first[1])
         return header

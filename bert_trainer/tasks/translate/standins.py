@@ -50,6 +50,12 @@ class StandInSeq2Seq(keras.Model):
                 "n1": keras.layers.LayerNormalization(name=f"n1_{i}"),
                 "n2": keras.layers.LayerNormalization(name=f"n2_{i}"),
                 "n3": keras.layers.LayerNormalization(name=f"n3_{i}")})
+        # Built here, as the package's models are (a first call would record float input
+        # specs that a SavedModel then traces).
+        self.built = True
+        ids = tf.ones((1, 2), tf.int32)
+        self.call({F.INPUT_WORD_IDS: ids, F.INPUT_MASK: ids, F.INPUT_TYPE_IDS: 0 * ids,
+                   F.DECODER_INPUT_IDS: ids})
 
     @property
     def vocab_size(self) -> int:

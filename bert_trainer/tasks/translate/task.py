@@ -105,10 +105,15 @@ def build_model(encoder: keras.Model, config: TranslateConfig) -> keras.Model:
         raise UserError(f"TranslateConfig.max_target_length={config.max_target_length} exceeds "
                         f"the model's max_sequence_length={limit} (the decoder has the "
                         f"encoder's positions); use max_target_length <= {limit}")
-    return parts.Seq2SeqTransformer(
+    model = parts.Seq2SeqTransformer(
         encoder, num_decoder_layers=config.num_decoder_layers, share_embeddings=True,
         position_encoding=config.position_encoding, max_target_length=config.max_target_length,
         share_encoder_decoder=config.share_encoder_decoder, name="seq2seq_transformer")
+    if not model.built:  # Every variable must exist for the optimizer and the checkpoint.
+        ids = np.ones((1, 2), np.int32)
+        model({F.INPUT_WORD_IDS: ids, F.INPUT_MASK: ids, F.INPUT_TYPE_IDS: 0 * ids,
+               F.DECODER_INPUT_IDS: ids}, training=False)
+    return model
 
 
 def text_like_vocabulary(text: str, lower_case: bool) -> str:

@@ -4,7 +4,6 @@
   data.py      the tokenizing pair pipeline (encoder inputs, decoder inputs and targets)
   task.py      `TranslationTask`: `Seq2SeqTransformer`, label-smoothed loss, BLEU
   serving.py   `TranslateServing`: source text in, translation and score out
-  parts.py     the model, decoding, BLEU and warm start it builds on (standins.py: fallbacks)
 """
 
 from bert_trainer.tasks.registry import register_family

@@ -9,8 +9,8 @@ export runs with tensorflow and tensorflow-text only.
 import tensorflow as tf
 
 from bert_trainer import features
+from bert_trainer.models.seq2seq_generation import translate
 from bert_trainer.serving import ENCODE, SERVING_DEFAULT, TaskServing, text_input_spec
-from bert_trainer.tasks.translate import parts
 from bert_trainer.tasks.translate.data import source_features
 
 INPUT, TRANSLATION, SCORE = "input", "translation", "score"
@@ -49,7 +49,7 @@ class TranslateServing(TaskServing):
 
     def _translate(self, text):
         inputs = source_features(self.tokenizer, text, self.seq_length)
-        decoded = parts.translate(
+        decoded = translate(
             self.model, inputs, beam_size=self.beam_size, length_penalty=self.length_penalty,
             max_decode_length=self.max_decode_length, start_id=self.tokenizer.cls_id,
             end_id=self.tokenizer.sep_id)

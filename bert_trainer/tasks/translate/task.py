@@ -28,9 +28,12 @@ from keras import ops
 
 from bert_trainer import features as F
 from bert_trainer.errors import UserError, require_positive_ints
+from bert_trainer.interop.bert2bert import warm_start_seq2seq
+from bert_trainer.metrics.bleu import corpus_bleu
+from bert_trainer.models import Seq2SeqTransformer
+from bert_trainer.models.seq2seq_generation import translate
 from bert_trainer.tasks.finetuning import DataConfig, EncoderSpec, FinetuneConfig, FinetuningTask
 from bert_trainer.tasks.translate import data as translate_data
-from bert_trainer.tasks.translate import parts
 
 POSITION_ENCODINGS = ("learned", "sinusoidal")
 
@@ -105,10 +108,14 @@ def build_model(encoder: keras.Model, config: TranslateConfig) -> keras.Model:
         raise UserError(f"TranslateConfig.max_target_length={config.max_target_length} exceeds "
                         f"the model's max_sequence_length={limit} (the decoder has the "
                         f"encoder's positions); use max_target_length <= {limit}")
-    model = parts.Seq2SeqTransformer(
-        encoder, num_decoder_layers=config.num_decoder_layers, share_embeddings=True,
-        position_encoding=config.position_encoding, max_target_length=config.max_target_length,
-        share_encoder_decoder=config.share_encoder_decoder, name="seq2seq_transformer")
+    try:
+        model = Seq2SeqTransformer(
+            encoder, num_decoder_layers=config.num_decoder_layers, share_embeddings=True,
+            position_encoding=config.position_encoding,
+            max_target_length=config.max_target_length,
+            share_encoder_decoder=config.share_encoder_decoder, name="seq2seq_transformer")
+    except ValueError as e:  # options that do not fit the encoder (e.g. BERTShare's layers)
+        raise UserError(f"TranslateConfig: {e}") from None
     if not model.built:  # Every variable must exist for the optimizer and the checkpoint.
         ids = np.ones((1, 2), np.int32)
         model({F.INPUT_WORD_IDS: ids, F.INPUT_MASK: ids, F.INPUT_TYPE_IDS: 0 * ids,
@@ -181,7 +188,7 @@ class TranslationTask(FinetuningTask):
         metrics[0].update_state(targets, outputs[F.LOGITS], sample_weight=mask)
 
     def eval_step_outputs(self, features, outputs):
-        decoded = parts.translate(
+        decoded = translate(
             self.model, {name: features[name] for name in F.ENCODER_INPUTS},
             beam_size=self.translate.eval_beams, length_penalty=self.translate.length_penalty,
             max_decode_length=self.translate.decode_length, start_id=self.tokenizer.cls_id,
@@ -207,7 +214,7 @@ class TranslationTask(FinetuningTask):
         lower = self.tokenizer.lower_case
         refs = [text_like_vocabulary(references[int(i)], lower)
                 for i in gathered[translate_data.EXAMPLE_INDEX]]
-        bleu = parts.corpus_bleu(hypotheses, refs)
+        bleu = corpus_bleu(hypotheses, refs)
         logging.info("BLEU %.2f on %d pairs; e.g. %r -> %r", bleu.score, len(refs),
                      refs[0], hypotheses[0])
         return {"bleu": float(bleu.score), "num_examples": float(len(refs))}
@@ -215,8 +222,8 @@ class TranslationTask(FinetuningTask):
     def initialize(self, model, init_checkpoint):
         """BERT2BERT warm start: see `interop.bert2bert.warm_start_seq2seq`."""
         checkpoint = self._resolved(init_checkpoint)
-        report = parts.warm_start_seq2seq(model, checkpoint,
-                                          share=self.translate.share_encoder_decoder)
+        report = warm_start_seq2seq(model, checkpoint,
+                                    share=self.translate.share_encoder_decoder)
         logging.info("Warm start from %s: loaded %d variables; left initialized: %d %s",
                      checkpoint.path, len(report["loaded"]), len(report["initialized"]),
                      report["initialized"])

@@ -47,8 +47,8 @@ class TranslateServing(TaskServing):
         return {SERVING_DEFAULT: self._text_spec(), ENCODE: (self._encode,
                                                              super()._specs()[ENCODE][1])}
 
-    def _translate(self, text):
-        inputs = source_features(self.tokenizer, text, self.seq_length)
+    def _translate(self, input):  # noqa: A002 (the signature's input name: predict calls by it)
+        inputs = source_features(self.tokenizer, input, self.seq_length)
         decoded = translate(
             self.model, inputs, beam_size=self.beam_size, length_penalty=self.length_penalty,
             max_decode_length=self.max_decode_length, start_id=self.tokenizer.cls_id,

@@ -551,3 +551,30 @@ def test_a_missing_family_module_is_refused_before_anything_is_written(case, arg
     capsys.readouterr()
     rc = cli.main(["bert-train", *fill(args, paths)])
     assert_refusal(case, rc, capsys.readouterr().err, expected, paths, digests)
+
+
+# ------------------------------------------------------------------------------------------
+# Translation (bad_input_cases.TRANSLATE_CASES).
+# ------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def translate_paths(paths, tmp_path_factory):
+    """`paths` plus the translate pair files of the cases."""
+    root = tmp_path_factory.mktemp("translate_inputs")
+    extra = {}
+    for name, text in bad_input_cases.TRANSLATE_FILES.items():
+        (root / name).write_text(text, encoding="utf-8")
+        extra[name] = str(root / name)
+    return {**paths, **extra}
+
+
+@pytest.mark.parametrize("case, args, expected", bad_input_cases.TRANSLATE_CASES,
+                         ids=[c[0] for c in bad_input_cases.TRANSLATE_CASES])
+def test_translate_bad_input_refused_before_anything_is_written(case, args, expected,
+                                                                translate_paths, digests,
+                                                                capsys):
+    from bert_trainer import cli  # noqa: PLC0415
+
+    reset()
+    capsys.readouterr()
+    rc = cli.main(["bert-train", *fill(args, translate_paths)])
+    assert_refusal(case, rc, capsys.readouterr().err, expected, translate_paths, digests)

@@ -167,3 +167,35 @@ def test_serving_translates_text_as_the_task_decodes(files):
         {k: v.numpy() for k, v in out.items()}, 1)
     assert set(answer) == {"translation", "score"} and isinstance(answer["translation"], str)
     assert dataclasses.is_dataclass(task.translate)
+
+
+def test_warm_start_is_bert2bert_and_reported(tiny_pretrained, files):
+    from bert_trainer.tasks.finetuning import spec_from_checkpoint  # noqa: PLC0415
+
+    spec = spec_from_checkpoint(tiny_pretrained["dir"])
+    td = registry.resolve_task_data("translate")
+    task = registry.build_task(td, spec, config=FinetuneConfig(seq_length=32),
+                               data=DataConfig(train_file=files["pairs"]),
+                               translate=TranslateConfig(max_target_length=16))
+    model = task.build_model()
+    task.initialize(model, tiny_pretrained["dir"])
+    report = task.warm_start_report
+    for got, want in zip(model.encoder.weights, tiny_pretrained["encoder_weights"], strict=True):
+        np.testing.assert_array_equal(got.numpy(), want)
+    # The decoder's first feed-forward layer is the encoder's; its cross-attention is fresh.
+    decoder, encoder_layer = model.decoder_layers[0], model.encoder.transformer_layers[0]
+    np.testing.assert_array_equal(decoder.intermediate_dense.kernel.numpy(),
+                                  encoder_layer.intermediate_dense.kernel.numpy())
+    assert any("cross_attention" in p for p in report["initialized"])
+    assert not any("cross_attention" in p for p in report["loaded"])
+    assert len(report["loaded"]) + len(report["initialized"]) == len(model.weights)
+
+
+def test_predict_reads_a_pair_file_by_its_header():
+    from bert_trainer.export.predict_inputs import read_inputs  # noqa: PLC0415
+
+    lines = [b"english\tspanish\n", b"Go.\tVe.\n", b"\n", b"Hi.\tHola.\n"]
+    assert list(read_inputs(lines, "tsv", ("input",))) == [(2, {"input": "Go."}),
+                                                           (4, {"input": "Hi."})]
+    lines = [b"id\tsource\ttarget\n", "7\tRun!\t¡Corre!\n".encode()]
+    assert list(read_inputs(lines, "tsv", ("input",))) == [(2, {"input": "Run!"})]

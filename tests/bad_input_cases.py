@@ -546,4 +546,46 @@ VOCAB_PAIR_CASES = [
      "--columns=a,b,c must name one or two columns"),
     ("vocab pairs no columns", [*_PAIR_VOCAB, "--input={pairs.tsv}", "--columns="],
      "--columns= must name one or two columns"),
+
+
+# Translation (tests/test_bad_inputs.py test_translate_bad_input_refused_before_anything_is_
+# written): pair files and the translate options. TRANSLATE_FILES are written beside the
+# sweep's files.
+# ------------------------------------------------------------------------------------------
+TRANSLATE_FILES = {
+    "pairs.tsv": "english\tspanish\n" + "Go.\tVe.\nHi.\tHola.\nRun!\t¡Corre!\n" * 4,
+    "pairs_one_column.tsv": "Go.\nHi.\nRun!\n",
+    "pairs_empty_target.tsv": "english\tspanish\nGo.\tVe.\nHi.\t \nRun!\t¡Corre!\n",
+}
+TRANSLATE = ["finetune", "--task=translate", "--init_checkpoint={pretrained}",
+             "--model_dir={fresh}", "--seq_length=32", "--batch_size=4", "--train_steps=2",
+             "--train_file={pairs.tsv}", "--eval_file={pairs.tsv}"]
+TRANSLATE_CASES = [
+    ("translate pair file with one column", [*TRANSLATE, "--train_file={pairs_one_column.tsv}"],
+     "{pairs_one_column.tsv}:1: one column; a translate file holds a source and a target "
+     "column"),
+    ("translate empty target", [*TRANSLATE, "--train_file={pairs_empty_target.tsv}"],
+     "{pairs_empty_target.tsv}:3: empty target; every pair needs a source and a target text"),
+    ("translate empty target in the eval file",
+     [*TRANSLATE, "--eval_file={pairs_empty_target.tsv}"],
+     "{pairs_empty_target.tsv}:3: empty target"),
+    ("translate missing source column", [*TRANSLATE, "--source_column=french"],
+     "{pairs.tsv}:1: header has no column 'french'"),
+    ("translate source longer than the positions", [*TRANSLATE, "--seq_length=128"],
+     "seq_length=128 exceeds the encoder's max_sequence_length=64"),
+    ("translate target longer than the positions",
+     [*TRANSLATE, "--gin_param=TranslateConfig.max_target_length = 128"],
+     "TranslateConfig.max_target_length=128 exceeds the encoder's max_sequence_length=64"),
+    ("translate classification column flag", [*TRANSLATE, "--text_column=english"],
+     "--text_column does not apply to translate tasks; their columns are --source_column, "
+     "--target_column"),
+    ("classification translate column flag",
+     [*SST2_FRESH, "--source_column=sentence"],
+     "--source_column does not apply to classification tasks"),
+    ("translate label smoothing out of range",
+     [*TRANSLATE, "--gin_param=TranslateConfig.label_smoothing = 1.5"],
+     "TranslateConfig.label_smoothing=1.5 must be in [0, 1)"),
+    ("translate decode beyond the targets",
+     [*TRANSLATE, "--gin_param=TranslateConfig.max_decode_length = 100"],
+     "TranslateConfig.max_decode_length=100 exceeds max_target_length=64"),
 ]

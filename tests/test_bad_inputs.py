@@ -579,3 +579,30 @@ def test_vocab_refuses_bad_pair_files_before_writing(case, args, expected, pair_
     assert_one_line(case, rc, capsys.readouterr().err, fill([expected], pair_inputs)[0])
     assert tree_digest(pair_inputs["root"]) == before
     assert not os.path.exists(pair_inputs["out"])
+
+
+# ------------------------------------------------------------------------------------------
+# Translation (bad_input_cases.TRANSLATE_CASES).
+# ------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def translate_paths(paths, tmp_path_factory):
+    """`paths` plus the translate pair files of the cases."""
+    root = tmp_path_factory.mktemp("translate_inputs")
+    extra = {}
+    for name, text in bad_input_cases.TRANSLATE_FILES.items():
+        (root / name).write_text(text, encoding="utf-8")
+        extra[name] = str(root / name)
+    return {**paths, **extra}
+
+
+@pytest.mark.parametrize("case, args, expected", bad_input_cases.TRANSLATE_CASES,
+                         ids=[c[0] for c in bad_input_cases.TRANSLATE_CASES])
+def test_translate_bad_input_refused_before_anything_is_written(case, args, expected,
+                                                                translate_paths, digests,
+                                                                capsys):
+    from bert_trainer import cli  # noqa: PLC0415
+
+    reset()
+    capsys.readouterr()
+    rc = cli.main(["bert-train", *fill(args, translate_paths)])
+    assert_refusal(case, rc, capsys.readouterr().err, expected, translate_paths, digests)

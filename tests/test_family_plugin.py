@@ -53,8 +53,8 @@ def test_register_family_explicitly(clean_registry, tmp_path):
         bad.write_text("no label\n", encoding="utf-8")
         td.load("train", file=str(bad))
     # The column flags are classification's: refused for this family, by its attributes.
-    with pytest.raises(UserError, match="column flags .* apply to classification and "
-                                        "regression files, not to task 'length_parity'"):
+    with pytest.raises(UserError, match="column flags .* apply to classification, regression "
+                                        "and translate files, not to task 'length_parity'"):
         registry.resolve_task_data("length_parity", text_column="x")
 
 

@@ -8,7 +8,8 @@ from bert_trainer.errors import UserError
 from bert_trainer.tasks import registry
 
 ALL_TASKS = ["cola", "conll2003", "imdb", "mnli", "mrpc", "qnli", "qqp", "rte", "squad",
-             "squad_v2", "sst2", "stsb", "wnli"]
+             "squad_v2", "sst2", "stsb", "ted_hrlr_translate/pt_to_en", "wmt14_translate/de-en",
+             "wnli"]
 
 
 def _rows(dataset):

@@ -67,6 +67,10 @@ flags.DEFINE_string("text_column", None, "TSV/CSV header name (or 0-based index)
 flags.DEFINE_string("text_b_column", None, "Column of the second text of a pair.")
 flags.DEFINE_string("label_column", None, "Column of the label; default: the task's preset, "
                     "else 'label'.")
+flags.DEFINE_string("source_column", None, "translate: TSV/CSV header name (or 0-based index) "
+                    "or JSONL key of the source text; default: the first column ('source').")
+flags.DEFINE_string("target_column", None, "translate: column of the target text; default: "
+                    "the second column ('target').")
 flags.DEFINE_boolean("header", None, "Whether TSV/CSV files start with a header row "
                      "(default: the task's preset, else yes).")
 flags.DEFINE_list("label_names", None, "Class names (tags) in id order; default: the task's, "
@@ -95,6 +99,7 @@ flags.DEFINE_enum("window_pooling", None, ["mean", "max"], "How a text's window 
                   "(classification, regression; FinetuneConfig.window_pooling, default mean).")
 
 FLAGS = flags.FLAGS
+COLUMN_FLAGS = ("text_column", "text_b_column", "label_column", "source_column", "target_column")
 
 
 def _flag_bindings() -> list[str]:
@@ -269,8 +274,8 @@ def _run_config(gin_files: list[str]) -> dict:
             "gin_files": [common.resolve_gin_file(f) for f in gin_files],
             "gin_params": list(FLAGS.gin_param), "flag_bindings": _flag_bindings(),
             "max_train_examples": FLAGS.max_train_examples,
-            "max_eval_examples": FLAGS.max_eval_examples, "text_column": FLAGS.text_column,
-            "text_b_column": FLAGS.text_b_column, "label_column": FLAGS.label_column,
+            "max_eval_examples": FLAGS.max_eval_examples,
+            **{name: getattr(FLAGS, name) for name in COLUMN_FLAGS},
             "header": FLAGS.header,
             "label_names": list(FLAGS.label_names) if FLAGS.label_names else None,
             "skip_bad_rows": FLAGS.skip_bad_rows}
@@ -311,14 +316,33 @@ def _build_task():
         max_train_examples=FLAGS.max_train_examples, max_eval_examples=FLAGS.max_eval_examples,
         skip_bad_rows=FLAGS.skip_bad_rows)
     task_data = registry.resolve_task_data(
-        FLAGS.task, text_column=FLAGS.text_column, text_b_column=FLAGS.text_b_column,
-        label_column=FLAGS.label_column, has_header=FLAGS.header, label_names=FLAGS.label_names,
+        FLAGS.task, **_column_arguments(registry.family_of(FLAGS.task)),
+        has_header=FLAGS.header, label_names=FLAGS.label_names,
         train_file=FLAGS.train_file, skip_bad_rows=FLAGS.skip_bad_rows)
     config = common.build_configured(configurables.FinetuneConfig, "FinetuneConfig")
     options = {key: common.build_configured(configurables.configurable(config_class),
                                             config_class.__name__)
                for key, config_class in task_data.reader.gin_configs.items()}
     return registry.build_task(task_data, _encoder_spec(), config=config, data=data, **options)
+
+
+def _column_arguments(family) -> dict:
+    """The column flags given, as the `resolve_task_data` arguments the family maps them to
+    (`Family.column_flags`); a column flag of another family is refused, naming the family's."""
+    from bert_trainer.errors import UserError  # noqa: PLC0415
+
+    given = {name: getattr(FLAGS, name) for name in COLUMN_FLAGS
+             if getattr(FLAGS, name) is not None}
+    if not given:
+        return {}
+    if not family.reads_columns:  # resolve_task_data names the families that read columns
+        return {"text_column": next(iter(given.values()))}
+    foreign = [name for name in given if name not in family.column_flags]
+    if foreign:
+        own = ", ".join(f"--{name}" for name in family.column_flags)
+        raise UserError(f"--{foreign[0]} does not apply to {family.name} tasks; their columns "
+                        f"are {own}")
+    return {family.column_flags[name]: value for name, value in given.items()}
 
 
 def _check_inputs(task) -> None:

@@ -37,6 +37,7 @@ HEADER_ALIASES = {
                          ("question1", "question2"), ("premise", "hypothesis"),
                          ("question", "sentence"), ("#1 String", "#2 String")),
     ("question", "context"): (("question", "passage"),),
+    ("input",): (("source",), ("english",)),  # a translation pair file (spa_eng's header)
 }
 
 

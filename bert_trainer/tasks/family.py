@@ -36,6 +36,8 @@ class Family(ExampleReader):
       local_tasks: task names that read your own files only (`--train_file/--eval_file`).
       local_file_format: the file format those tasks read; None: by the file's extension.
       reads_columns: `--text_column`, `--text_b_column`, `--label_column`, `--header` apply.
+      column_flags: the `finetune` flags that map the columns of the family's files, each to
+        the `registry.resolve_task_data` argument it sets (families that read columns).
       truncates: `--long_texts=truncate` applies (else the family always windows).
       window_pooling: `--window_pooling` applies.
       doc_stride_binding: the gin parameter that `--doc_stride` binds.
@@ -53,6 +55,8 @@ class Family(ExampleReader):
     local_tasks: tuple[str, ...] = ()
     local_file_format: str | None = None
     reads_columns: bool = False
+    column_flags: dict = {"text_column": "text_column", "text_b_column": "text_b_column",
+                          "label_column": "label_column"}
     truncates: bool = True
     window_pooling: bool = False
     doc_stride_binding: str = "FinetuneConfig.doc_stride"

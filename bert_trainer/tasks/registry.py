@@ -34,6 +34,7 @@ BUILT_IN = {
     "regression": "bert_trainer.tasks.regression",
     "squad": "bert_trainer.tasks.squad",
     "tagging": "bert_trainer.tasks.tagging",
+    "translate": "bert_trainer.tasks.translate",
 }
 ENV_VAR = "BERT_TRAIN_FAMILIES"
 ENTRY_POINT_GROUP = "bert_train.families"

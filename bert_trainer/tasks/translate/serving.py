@@ -1,0 +1,57 @@
+"""Translation on raw text: source strings in, translated strings and their scores out.
+
+The source is tokenized and packed as in fine-tuning (`data.source_features`, cut to
+`seq_length`), decoded in graph (`seq2seq_generation.translate`: beam search with the
+key/value cache, greedy when `beam_size` is 1) and detokenized (`Tokenizer.detokenize`), so an
+export runs with tensorflow and tensorflow-text only.
+"""
+
+import tensorflow as tf
+
+from bert_trainer import features
+from bert_trainer.models.seq2seq_generation import translate
+from bert_trainer.serving import ENCODE, SERVING_DEFAULT, TaskServing, text_input_spec
+from bert_trainer.tasks.translate.data import source_features
+
+INPUT, TRANSLATION, SCORE = "input", "translation", "score"
+
+
+class TranslateServing(TaskServing):
+    """`serving_default(input [b] string)` -> translation string [b], score float32 [b].
+
+    Args:
+      model: a `Seq2SeqTransformer`.
+      beam_size: beams (1: greedy).
+      length_penalty: beam search's length penalty alpha.
+      max_decode_length: longest translation in pieces.
+      **kwargs: `ServingModule` arguments (vocab_file, lower_case, seq_length).
+
+    The score is the best beam's (length-normalized) log-probability. Besides
+    `serving_default`, the export has the encoder's `encode` signature.
+    """
+
+    family = "translate"
+
+    def __init__(self, model, *, beam_size: int = 4, length_penalty: float = 0.6,
+                 max_decode_length: int = 64, **kwargs):
+        super().__init__(model, **kwargs)
+        self.beam_size = int(beam_size)
+        self.length_penalty = float(length_penalty)
+        self.max_decode_length = int(max_decode_length)
+
+    def _text_spec(self):
+        return self._translate, [text_input_spec(INPUT)]
+
+    def _specs(self) -> dict:
+        # No serving_ids: the model also reads decoder inputs; `encode` is the encoder's.
+        return {SERVING_DEFAULT: self._text_spec(), ENCODE: (self._encode,
+                                                             super()._specs()[ENCODE][1])}
+
+    def _translate(self, input):  # noqa: A002 (the signature's input name: predict calls by it)
+        inputs = source_features(self.tokenizer, input, self.seq_length)
+        decoded = translate(
+            self.model, inputs, beam_size=self.beam_size, length_penalty=self.length_penalty,
+            max_decode_length=self.max_decode_length, start_id=self.tokenizer.cls_id,
+            end_id=self.tokenizer.sep_id)
+        return {TRANSLATION: self.tokenizer.detokenize(decoded[features.DECODED_IDS]),
+                SCORE: tf.cast(decoded[features.DECODED_SCORES], tf.float32)}

@@ -13,11 +13,13 @@ from bert_trainer.layers.masked_lm import MaskedLM
 from bert_trainer.layers.multi_head_attention import MultiHeadAttention
 from bert_trainer.layers.on_device_embedding import OnDeviceEmbedding
 from bert_trainer.layers.position_embedding import PositionEmbedding
-from bert_trainer.layers.self_attention_mask import SelfAttentionMask
+from bert_trainer.layers.self_attention_mask import CausalAttentionMask, SelfAttentionMask
 from bert_trainer.layers.sinusoidal_position_encoding import SinusoidalPositionEncoding
+from bert_trainer.layers.transformer_decoder import TransformerDecoder
 from bert_trainer.layers.transformer_encoder import TransformerEncoder
 
 __all__ = [
+    "CausalAttentionMask",
     "Dropout",
     "LayerNormalization",
     "MaskedLM",
@@ -26,6 +28,7 @@ __all__ = [
     "PositionEmbedding",
     "SelfAttentionMask",
     "SinusoidalPositionEncoding",
+    "TransformerDecoder",
     "TransformerEncoder",
     "gelu",
 ]

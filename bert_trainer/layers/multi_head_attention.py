@@ -102,11 +102,68 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         """The lean computation; with `packing`, key and value (and a rank-2 query) are its
         packed `[tokens, width]` rows, unpacked around the attention itself."""
         q, k, v = self._project(query, key, value, packing)  # (batch, heads, seq, dim) each
+        query_packing = packing if len(query.shape) == 2 else None
+        return self._attend(q, k, v, attention_mask, training, query_packing)
+
+    def _attend(self, q, k, v, attention_mask, training, packing=None):
+        """Attention of projected heads (`q` pre-scaled), through the output projection."""
         scores = ops.matmul(q, ops.swapaxes(k, -1, -2))  # (batch, heads, target, source)
         probs = self._probabilities(scores, attention_mask, training)
         context = ops.matmul(probs, v)  # (batch, heads, target, head_dim)
-        query_packing = packing if len(query.shape) == 2 else None
-        return self._output_projection(context, query_packing)  # (batch, target, out)
+        return self._output_projection(context, packing)  # (batch, target, out)
+
+    # --- The lean path in pieces, for callers that keep projected keys and values (the
+    # key/value cache of incremental decoding): the same computation as `call`, split where
+    # the cache sits.
+
+    def project_heads(self, query, key=None, value=None):
+        """Projects Q (pre-scaled by `1/sqrt(head_dim)`), K and V as the lean call does.
+
+        Args:
+          query: `[batch, target, width]`.
+          key, value: `[batch, source, width]`; `None` uses `query` (self-attention: one
+            fused matmul for the three).
+
+        Returns:
+          `(q, k, v)`, each `[batch, heads, seq, head_dim]` in the compute dtype.
+        """
+        self._check_lean()
+        key = query if key is None else key
+        value = key if value is None else value
+        return tuple(self._project(query, key, value))
+
+    def project_query(self, query):
+        """Q of `query` `[batch, target, width]`, pre-scaled: `[batch, heads, target, head_dim]`."""
+        self._check_lean()
+        (q,) = self._fused_projection(query, [self.query_dense], [1.0 / math.sqrt(self.key_dim)])
+        return q
+
+    def project_key_value(self, source):
+        """K and V of `source` `[batch, source, width]` in one matmul: two
+        `[batch, heads, source, head_dim]` tensors (computed once, attended to many times)."""
+        self._check_lean()
+        return tuple(self._fused_projection(source, [self.key_dense, self.value_dense], [1, 1]))
+
+    def attend(self, q, k, v, attention_mask=None, training=None):
+        """Attention of projected heads, as the lean call computes it after projecting.
+
+        Args:
+          q: `[batch, heads, target, head_dim]` from `project_query`/`project_heads`.
+          k, v: `[batch, heads, source, head_dim]`.
+          attention_mask: `[batch or 1, target or 1, source]`; nonzero = may attend.
+          training: enables dropout on the probabilities.
+
+        Returns:
+          `[batch, target, out]`.
+        """
+        self._check_lean()
+        return self._attend(q, k, v, attention_mask, training)
+
+    def _check_lean(self):
+        if not self._lean:
+            raise ValueError(f"MultiHeadAttention '{self.name}': projected heads need the lean "
+                             "path (no attention_axes, gate, sliding window, value_dim or "
+                             "flash attention)")
 
     def _probabilities(self, scores, attention_mask, training):
         """dropout(softmax(scores + mask bias)), with the dropout sublayer's rate, seed and

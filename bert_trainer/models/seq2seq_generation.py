@@ -1,0 +1,147 @@
+"""Translation with an encoder-decoder model: encode once, then greedy or beam search.
+
+The model needs the sequence-to-sequence API of `Seq2SeqTransformer`:
+
+    encode(inputs) -> (encoder_output [b, s, h], encoder_mask [b, s])
+    init_cache(batch_size, max_length) -> nest of batch-major tensors
+    decode_step(token_ids [b], index, cache, encoder_output, encoder_mask)
+        -> (logits [b, vocab] float32, new_cache)
+    vocab_size, max_target_length (None: no limit)
+
+and, for `use_cache=False` only, either `decode(decoder_input_ids [b, t], encoder_output,
+encoder_mask) -> logits [b, t, vocab]` or the teacher-forcing `call` (which then encodes the
+source again every step).
+"""
+
+import inspect
+
+import tensorflow as tf
+
+from bert_trainer import features
+from bert_trainer.models import decoding
+
+_OUTPUT = "encoder_output"
+_MASK = "encoder_mask"
+
+
+def _check(model, beam_size, max_decode_length):
+    limit = getattr(model, "max_target_length", None)
+    if isinstance(max_decode_length, int) and limit is not None and max_decode_length > limit:
+        raise ValueError(f"max_decode_length={max_decode_length} exceeds the model's "
+                         f"max_target_length={limit}: lower it or build the model longer")
+    if not isinstance(beam_size, int) or beam_size < 1:
+        raise ValueError(f"beam_size must be an int >= 1, got {beam_size!r}")
+
+
+def _init_cache(model, batch, max_decode_length, encoder_output):
+    """The model's empty cache; with the encoder output where init_cache takes it, so that the
+    cross-attention keys and values are projected once instead of every step."""
+    if "encoder_output" in inspect.signature(model.init_cache).parameters:
+        return model.init_cache(batch, max_decode_length, encoder_output=encoder_output), True
+    return model.init_cache(batch, max_decode_length), False
+
+
+def cached_step(model, max_decode_length, encoder_output, encoder_mask):
+    """step_fn and initial state decoding one token a step with the model's key/value cache.
+
+    Args:
+      model: the sequence-to-sequence model.
+      max_decode_length: Python int, positions the cache holds.
+      encoder_output: [b, s, h] from `model.encode`.
+      encoder_mask: [b, s] from `model.encode`.
+
+    Returns:
+      (step_fn, initial_state) for `decoding`.
+    """
+    batch = tf.shape(encoder_output)[0]
+    cache, projected = _init_cache(model, batch, max_decode_length, encoder_output)
+    # Beam search tiles every state tensor to the beams: leave out the encoder output when
+    # the cache already holds what the steps need of it.
+    state = {"cache": cache, _MASK: encoder_mask}
+    if not projected:
+        state[_OUTPUT] = encoder_output
+
+    def step_fn(ids, index, state):
+        logits, cache = model.decode_step(ids, index, state["cache"], state.get(_OUTPUT),
+                                          state[_MASK])
+        return logits, {**state, "cache": cache}
+    return step_fn, state
+
+
+def uncached_step(model, max_decode_length, encoder_output, encoder_mask, encoder_inputs):
+    """step_fn and initial state running the whole decoder on the prefix at every step.
+
+    The baseline the cache is measured against (and a check of it): the same logits, with
+    O(t) decoder positions computed at step t instead of one.
+
+    Args:
+      model, max_decode_length, encoder_output, encoder_mask: as `cached_step`.
+      encoder_inputs: the encoder's input dict; used only by a model without `decode`.
+
+    Returns:
+      (step_fn, initial_state) for `decoding`.
+    """
+    batch = tf.shape(encoder_output)[0]
+    state = {"prefix": tf.zeros([batch, max_decode_length], tf.int32)}
+    if hasattr(model, "decode"):
+        state.update({_OUTPUT: encoder_output, _MASK: encoder_mask})
+    else:
+        state["inputs"] = dict(encoder_inputs)
+
+    def step_fn(ids, index, state):
+        prefix = decoding.write_at(state["prefix"], index, ids)  # decoder input so far
+        visible = prefix[:, :index + 1]
+        if "inputs" in state:
+            logits = model({**state["inputs"], features.DECODER_INPUT_IDS: visible},
+                           training=False)[features.LOGITS]
+        else:
+            logits = model.decode(visible, state[_OUTPUT], state[_MASK])
+        return tf.cast(logits[:, -1], tf.float32), {**state, "prefix": prefix}
+    return step_fn, state
+
+
+def translate(model, encoder_inputs, *, beam_size=4, length_penalty=0.6, max_decode_length,
+              start_id, end_id, use_cache=True):
+    """Decodes the target of each source row, in the graph.
+
+    Encodes once; beam search then tiles the encoder output, its mask and the cache to the
+    beams. beam_size=1 runs greedy search (beam search with one beam gives the same).
+
+    Args:
+      model: the sequence-to-sequence model (see the module docstring).
+      encoder_inputs: dict of the encoder inputs (`input_word_ids`, `input_mask`,
+        `input_type_ids`), each [b, s].
+      beam_size: Python int >= 1.
+      length_penalty: alpha of ((5 + length) / 6) ** alpha, in the scores (and, for beams,
+        in their ranking).
+      max_decode_length: Python int, the most target tokens (end token included); at most
+        the model's max_target_length.
+      start_id: the token fed first (the id of [CLS]).
+      end_id: the token that ends a target (the id of [SEP]).
+      use_cache: False re-runs the decoder on the whole prefix each step (slow; a baseline).
+
+    Returns:
+      {DECODED_IDS: [b, max_decode_length] int32 (no start token, the end token kept, 0 after
+      it), DECODED_SCORES: [b] float32 length-penalized log-probability}: the best hypothesis.
+
+    Raises:
+      ValueError: max_decode_length beyond the model's positions, or beam_size < 1.
+    """
+    _check(model, beam_size, max_decode_length)
+    encoder_output, encoder_mask = model.encode(encoder_inputs, training=False)
+    if use_cache:
+        step_fn, state = cached_step(model, max_decode_length, encoder_output, encoder_mask)
+    else:
+        step_fn, state = uncached_step(model, max_decode_length, encoder_output, encoder_mask,
+                                       encoder_inputs)
+    initial_ids = tf.fill([tf.shape(encoder_output)[0]], tf.cast(start_id, tf.int32))
+    if beam_size == 1:
+        ids, scores = decoding.greedy_search(
+            step_fn, initial_ids, state, max_decode_length=max_decode_length, end_id=end_id,
+            length_penalty=length_penalty)
+    else:
+        ids, scores = decoding.beam_search(
+            step_fn, initial_ids, state, vocab_size=int(model.vocab_size), beam_size=beam_size,
+            length_penalty=length_penalty, max_decode_length=max_decode_length, end_id=end_id)
+        ids, scores = ids[:, 0], scores[:, 0]
+    return {features.DECODED_IDS: ids, features.DECODED_SCORES: scores}

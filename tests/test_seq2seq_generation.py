@@ -1,0 +1,173 @@
+"""translate(): cached decoding equals uncached decoding and a loop over the teacher-forcing
+call, on small fake models that obey the sequence-to-sequence API (and on a real
+Seq2SeqTransformer where the models package has one)."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bert_trainer import features
+from bert_trainer.models import seq2seq_generation
+
+VOCAB, HIDDEN, START, END = 9, 8, 1, 2
+
+
+class FakeSeq2Seq:
+    """Logits from the mean embedding of every target token so far, its position and the
+    masked mean of the encoder output: any history or masking mistake changes them."""
+
+    vocab_size = VOCAB
+    max_target_length = 8
+
+    def __init__(self, seed=0):
+        rng = np.random.default_rng(seed)
+        self.embed = tf.constant(rng.normal(size=(VOCAB, HIDDEN)), tf.float32)
+        self.out = tf.constant(rng.normal(size=(HIDDEN, VOCAB)) * 3, tf.float32)
+        self.position = tf.constant(rng.normal(size=(HIDDEN,)), tf.float32)
+        # Never pad or start; the end token often enough that rows end at different steps.
+        self.bias = tf.constant([-30.0, -30.0, 0.5] + [0.0] * (VOCAB - 3))
+        self.step_encoder_outputs = []  # what decode_step received, per trace
+
+    def encode(self, inputs, training=None):
+        ids, mask = inputs[features.INPUT_WORD_IDS], inputs[features.INPUT_MASK]
+        return tf.gather(self.embed, ids) * 1.5, mask
+
+    def _pooled(self, encoder_output, encoder_mask):
+        mask = tf.cast(encoder_mask, tf.float32)[..., None]
+        return tf.reduce_sum(encoder_output * mask, -2) / tf.reduce_sum(mask, -2)
+
+    def _logits(self, summed, count, pooled):
+        count = tf.cast(count, tf.float32)
+        return tf.tanh(summed / count + pooled + self.position * count / 4) @ self.out + self.bias
+
+    def init_cache(self, batch_size, max_length):
+        return {"sum": tf.zeros([batch_size, HIDDEN])}
+
+    def decode_step(self, token_ids, index, cache, encoder_output, encoder_mask):
+        self.step_encoder_outputs.append(encoder_output)
+        return self._step(token_ids, index, cache, encoder_output, encoder_mask)
+
+    def _step(self, token_ids, index, cache, encoder_output, encoder_mask):
+        summed = cache["sum"] + tf.gather(self.embed, token_ids)
+        return (self._logits(summed, index + 1, self._pooled(encoder_output, encoder_mask)),
+                {"sum": summed})
+
+    def __call__(self, inputs, training=None):
+        """Teacher forcing: {"logits": [b, t, vocab]}."""
+        encoder_output, encoder_mask = self.encode(inputs)
+        return {features.LOGITS: self._decode(inputs[features.DECODER_INPUT_IDS],
+                                              encoder_output, encoder_mask)}
+
+    def _decode(self, decoder_input_ids, encoder_output, encoder_mask):
+        summed = tf.cumsum(tf.gather(self.embed, decoder_input_ids), axis=1)
+        count = tf.range(1, tf.shape(decoder_input_ids)[1] + 1)[None, :, None]
+        return self._logits(summed, count, self._pooled(encoder_output, encoder_mask)[:, None])
+
+
+class FakeWithDecode(FakeSeq2Seq):
+    """Has the decoder-only pass the uncached path prefers over re-encoding."""
+
+    def decode(self, decoder_input_ids, encoder_output, encoder_mask):
+        return self._decode(decoder_input_ids, encoder_output, encoder_mask)
+
+
+class FakeProjected(FakeSeq2Seq):
+    """Keeps what the steps need of the encoder output in its cache (as cross-attention
+    keys and values are), so decode_step gets no encoder output."""
+
+    def init_cache(self, batch_size, max_length, encoder_output=None):
+        cache = super().init_cache(batch_size, max_length)
+        cache["encoder_output"] = encoder_output
+        return cache
+
+    def decode_step(self, token_ids, index, cache, encoder_output, encoder_mask):
+        self.step_encoder_outputs.append(encoder_output)
+        logits, new = self._step(token_ids, index, {"sum": cache["sum"]},
+                                          cache["encoder_output"], encoder_mask)
+        return logits, {**new, "encoder_output": cache["encoder_output"]}
+
+
+def _sources(seed=3, batch=4, length=6):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(3, VOCAB, size=(batch, length)).astype(np.int32)
+    lengths = rng.integers(2, length + 1, size=batch)
+    mask = (np.arange(length)[None] < lengths[:, None]).astype(np.int32)
+    return {features.INPUT_WORD_IDS: tf.constant(ids * mask), features.INPUT_MASK:
+            tf.constant(mask), features.INPUT_TYPE_IDS: tf.zeros_like(mask)}
+
+
+def _translate(model, inputs, **kwargs):
+    kwargs = {"beam_size": 4, "length_penalty": 0.6, "max_decode_length": 7,
+              "start_id": START, "end_id": END, **kwargs}
+    out = seq2seq_generation.translate(model, inputs, **kwargs)
+    return out[features.DECODED_IDS].numpy(), out[features.DECODED_SCORES].numpy()
+
+
+def greedy_by_teacher_forcing(model, inputs, max_decode_length):
+    """Greedy decoding by calling the model on the growing prefix, no cache: the reference."""
+    batch = inputs[features.INPUT_WORD_IDS].shape[0]
+    prefix = np.full((batch, 1), START, np.int32)
+    ids = np.zeros((batch, max_decode_length), np.int32)
+    scores, done = np.zeros(batch), np.zeros(batch, bool)
+    for t in range(max_decode_length):
+        logits = model({**inputs, features.DECODER_INPUT_IDS: tf.constant(prefix)},
+                       training=False)[features.LOGITS][:, -1]
+        log_probs = tf.nn.log_softmax(logits).numpy()
+        token = np.where(done, 0, log_probs.argmax(-1))
+        scores += np.where(done, 0.0, log_probs.max(-1))
+        ids[:, t] = token
+        done |= token == END
+        prefix = np.concatenate([prefix, token[:, None].astype(np.int32)], 1)
+    return ids, scores
+
+
+@pytest.mark.parametrize("seed", [0, 4, 7])
+def test_greedy_translation_equals_the_teacher_forcing_loop(seed):
+    model, inputs = FakeSeq2Seq(seed), _sources(seed)
+    expected_ids, expected_scores = greedy_by_teacher_forcing(model, inputs, 7)
+    ids, scores = _translate(model, inputs, beam_size=1, length_penalty=0.0)
+    np.testing.assert_array_equal(ids, expected_ids)
+    np.testing.assert_allclose(scores, expected_scores, rtol=1e-5, atol=1e-5)
+    assert (ids == END).any(), "the test must see rows end early"
+
+
+@pytest.mark.parametrize("beam_size", [1, 4])
+@pytest.mark.parametrize("model_class", [FakeSeq2Seq, FakeWithDecode])
+def test_cached_equals_uncached(model_class, beam_size):
+    model, inputs = model_class(4), _sources(4)
+    ids, scores = _translate(model, inputs, beam_size=beam_size)
+    uncached_ids, uncached_scores = _translate(model, inputs, beam_size=beam_size,
+                                               use_cache=False)
+    np.testing.assert_array_equal(ids, uncached_ids)
+    np.testing.assert_allclose(scores, uncached_scores, rtol=1e-5, atol=1e-6)
+
+
+def test_the_encoder_output_stays_out_of_the_beams_when_the_cache_holds_it():
+    plain, projected = FakeSeq2Seq(6), FakeProjected(6)
+    inputs = _sources(6)
+    for beam_size in (1, 3):
+        np.testing.assert_array_equal(_translate(plain, inputs, beam_size=beam_size)[0],
+                                      _translate(projected, inputs, beam_size=beam_size)[0])
+    assert projected.step_encoder_outputs and all(
+        output is None for output in projected.step_encoder_outputs)
+
+
+def test_translate_in_a_tf_function_with_unknown_shapes():
+    model, inputs = FakeSeq2Seq(7), _sources(7)
+    spec = {name: tf.TensorSpec([None, None], tf.int32) for name in inputs}
+    graph = tf.function(lambda x: seq2seq_generation.translate(
+        model, x, beam_size=3, max_decode_length=6, start_id=START, end_id=END),
+        input_signature=[spec])
+    out = graph(inputs)
+    assert out[features.DECODED_IDS].dtype == tf.int32 and out[features.DECODED_IDS].shape == (4, 6)
+    assert out[features.DECODED_SCORES].dtype == tf.float32
+    ids, scores = _translate(model, inputs, beam_size=3, max_decode_length=6)
+    np.testing.assert_array_equal(out[features.DECODED_IDS], ids)
+    np.testing.assert_allclose(out[features.DECODED_SCORES], scores, rtol=1e-6)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"max_decode_length": 9}, "max_target_length=8"), ({"beam_size": 0}, "beam_size")])
+def test_bad_settings_name_the_fix(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        _translate(FakeSeq2Seq(), _sources(), **kwargs)

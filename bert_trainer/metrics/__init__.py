@@ -1,5 +1,6 @@
 """Host-side evaluation metrics (numpy and plain Python; no TensorFlow).
 
+- `bleu`: corpus BLEU as sacreBLEU defines it (`corpus_bleu`).
 - `classification`: accuracy, F1, Matthews correlation, Pearson, Spearman, and `compute`.
 - `squad`: the official SQuAD v1.1/v2.0 exact match and F1 (`squad_evaluate`).
 - `tagging`: conlleval/seqeval entity-level F1 (`entity_f1`) and entity extraction.
@@ -8,6 +9,6 @@ The modules are imported by name (`from bert_trainer.metrics import squad`) beca
 defines its own `f1`.
 """
 
-from bert_trainer.metrics import classification, squad, tagging
+from bert_trainer.metrics import bleu, classification, squad, tagging
 
-__all__ = ["classification", "squad", "tagging"]
+__all__ = ["bleu", "classification", "squad", "tagging"]

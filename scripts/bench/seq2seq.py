@@ -241,7 +241,7 @@ def parse_args(argv):
     p.add_argument("--step_warmup", type=int, default=3, help="untimed steps per model")
     p.add_argument("--step_rounds", type=int, default=5, help="A/B rounds of the step section")
     p.add_argument("--step_steps", type=int, default=5, help="steps per model per round")
-    p.add_argument("--b2b_steps", type=int, default=2000,
+    p.add_argument("--b2b_steps", type=int, default=1000,
                    help="training steps of each model in the bert2bert section")
     p.add_argument("--b2b_turn_steps", type=int, default=200, help="steps per turn there")
     p.add_argument("--beam_size", type=int, default=4)

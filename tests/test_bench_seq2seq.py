@@ -4,6 +4,7 @@ The smoke run trains tiny models for seconds in worker processes; its numbers me
 but its JSON and README block must be complete and consistent.
 """
 
+import importlib.util
 import json
 import pathlib
 import subprocess
@@ -106,6 +107,10 @@ def test_targets_compare_the_right_rows():
     assert seq2seq_report.targets(results)[1]["value"] is None
 
 
+def _has_module(name: str) -> bool:
+    return importlib.util.find_spec(name) is not None
+
+
 def _has_seq2seq_model() -> bool:
     import bert_trainer.models
 
@@ -123,7 +128,7 @@ def smoke(tmp_path_factory):
         [sys.executable, str(REPO / "scripts" / "bench" / "seq2seq.py"), "--smoke",
          "--output", str(out / "results.json"), "--table", str(table),
          "--log", str(out / "workers.log")],
-        capture_output=True, text=True, timeout=900, cwd=REPO)
+        capture_output=True, text=True, timeout=1500, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:] + (out / "workers.log").read_text()[-3000:]
     return json.loads((out / "results.json").read_text()), table.read_text()
 
@@ -148,8 +153,18 @@ def test_smoke_run_measures_every_row(smoke):
     assert budget["bert_train"]["status"] == expected, budget["bert_train"].get("note")
     if expected == "ok":
         assert set(budget["bert_train"]["decoded"]) == {"greedy", "beam2"}
-    assert {r["implementation"] for r in results["bert2bert"]} == {"bert2bert",
-                                                                  "bert2bert_scratch"}
+    b2b = {r["implementation"]: r for r in results["bert2bert"]}
+    assert set(b2b) == {"bert2bert", "bert2bert_scratch"}
+    assert b2b["bert2bert_scratch"]["status"] == expected, b2b["bert2bert_scratch"].get("note")
+    warm = "ok" if expected == "ok" and _has_module("bert_trainer.interop.bert2bert") else (
+        "skipped")
+    assert b2b["bert2bert"]["status"] == warm, b2b["bert2bert"].get("note")
+    for row in b2b.values():
+        if row["status"] == "ok":  # Both train exactly the same steps.
+            assert row["steps"] == results["settings"]["b2b_steps"]
+    if warm == "ok":
+        assert b2b["bert2bert"]["loaded_variables"] > 0
+        assert b2b["bert2bert_scratch"]["loaded_variables"] == 0
 
 
 @pytest.mark.slow

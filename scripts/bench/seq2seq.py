@@ -28,6 +28,7 @@ import json
 import math
 import os
 import pathlib
+import shutil
 import sys
 import tempfile
 
@@ -58,8 +59,14 @@ def _prepare(args, workdir: str) -> dict:
     shared = pathlib.Path(args.shared_dir) / "data" / "spa_eng"
     train = data_lib.read_pairs(str(shared / "train.tsv"), args.train_pairs)
     dev = data_lib.read_pairs(str(shared / "dev.tsv"), args.dev_pairs)
-    say(f"seq2seq: {len(train):,} training pairs, {len(dev):,} dev pairs; learning the vocab")
-    vocab = data_lib.learn_joint_vocab(train, args.vocab_size, workdir)
+    if args.vocab_file:
+        vocab = args.vocab_file
+    else:  # All pairs: minutes on 2 cores (--vocab_file skips it).
+        say(f"seq2seq: learning a joint vocabulary from {len(train):,} training pairs")
+        vocab = data_lib.learn_joint_vocab(train, args.vocab_size, workdir)
+        if args.keep_vocab:
+            shutil.copyfile(vocab, args.keep_vocab)
+    say(f"seq2seq: {len(train):,} training pairs, {len(dev):,} dev pairs")
     sets = {"joint": (vocab, False)}
     if "bert2bert" in args.only and args.minilm_dir:
         sets["minilm"] = (os.path.join(args.minilm_dir, "vocab.txt"), True)
@@ -233,6 +240,11 @@ def parse_args(argv):
     p.add_argument("--max_length", type=int, default=64,
                    help="longest source and target in word pieces (longer ones are cut)")
     p.add_argument("--vocab_size", type=int, default=8000, help="the joint vocabulary's size")
+    p.add_argument("--vocab_file", default=None,
+                   help="a cased joint vocabulary to use instead of learning one (e.g. what "
+                        "--keep_vocab saved, or `bert-train vocab` made)")
+    p.add_argument("--keep_vocab", default=None,
+                   help="also save the learned vocabulary here, for --vocab_file next time")
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--warmup_steps", type=int, default=1000,
                    help="learning-rate warm-up of the Transformers")
@@ -274,6 +286,8 @@ def parse_args(argv):
         p.error(f"--size={args.size}: give L/H/A/F, e.g. 4/256/4/1024")
     if not (pathlib.Path(args.shared_dir) / "data" / "spa_eng" / "train.tsv").is_file():
         p.error(f"--shared_dir={args.shared_dir} has no data/spa_eng/train.tsv")
+    if args.vocab_file and not os.path.isfile(args.vocab_file):
+        p.error(f"--vocab_file={args.vocab_file} is not a file")
     args.minilm_dir = args.minilm_dir or _minilm_dir()
     return args
 

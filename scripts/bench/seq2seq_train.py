@@ -225,6 +225,7 @@ def build_budget(kind: str, data_file: str, dev_file: str, vocab_file: str, lowe
     # not training. It counts as a step.
     float(train_step(next(stream)))
     totals = {"steps": 1, "train_seconds": 0.0}
+    credit = [1]  # The build's step, taken off the first turn of a fixed step count.
 
     def run(n: int) -> dict:
         if n == 0:
@@ -232,7 +233,7 @@ def build_budget(kind: str, data_file: str, dev_file: str, vocab_file: str, lowe
                                         max_length=max_length, beam_size=beam_size,
                                         length_penalty=length_penalty), **totals}
         start, steps, loss = time.perf_counter(), 0, None
-        target = -n - 1 if n < 0 and totals["steps"] == 1 else -n  # The build's step counts.
+        target = -n - credit.pop() if n < 0 and credit else -n
         while (steps < target) if n < 0 else (steps == 0 or time.perf_counter() - start < n):
             loss = float(train_step(next(stream)))  # float(): the clock sees finished steps.
             steps += 1

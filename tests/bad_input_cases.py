@@ -505,3 +505,45 @@ FAMILY_CASES = [
     ("evaluate family module missing", ["evaluate", "--model_dir={existing}", _NO_PLUGIN],
      _NO_PLUGIN_LINE),
 ]
+
+
+# ------------------------------------------------------------------------------------------
+# `vocab --columns`: pair files (tests/test_bad_inputs.py
+# test_vocab_refuses_bad_pair_files_before_writing; placeholders are VOCAB_PAIR_FILES and
+# {out}, a directory that must still not exist afterwards).
+# ------------------------------------------------------------------------------------------
+VOCAB_PAIR_FILES = {
+    "pairs.tsv": "english\tspanish\nWhere is it?\t¿Dónde está?\n",
+    "pairs_empty.tsv": "",
+    "pairs_header_only.tsv": "english\tspanish\n",
+    "pairs_one_column.tsv": "Hi.\tHola.\nalone\n",
+    "pairs_missing_key.jsonl": '{"en": "Hi."}\n',
+    "pairs.conll": "EU B-ORG\n",
+}
+_PAIR_VOCAB = ["vocab", "--output={out}/vocab.txt", "--lower_case=false"]
+VOCAB_PAIR_CASES = [
+    ("vocab pairs missing column",
+     [*_PAIR_VOCAB, "--input={pairs.tsv}", "--columns=english,french"],
+     "{pairs.tsv}:1: header has no column 'french' (it has ['english', 'spanish'])"),
+    ("vocab pairs empty file",
+     [*_PAIR_VOCAB, "--input={pairs_empty.tsv}", "--columns=english,spanish"],
+     "input file {pairs_empty.tsv} is empty"),
+    ("vocab pairs header only",
+     [*_PAIR_VOCAB, "--input={pairs_header_only.tsv}", "--columns=english,spanish"],
+     "{pairs_header_only.tsv} holds no examples"),
+    ("vocab pairs one column",
+     [*_PAIR_VOCAB, "--input={pairs_one_column.tsv}", "--columns=0,1"],
+     "{pairs_one_column.tsv}:2: expected at least 2 columns, found 1"),
+    ("vocab pairs JSONL key missing",
+     [*_PAIR_VOCAB, "--input={pairs_missing_key.jsonl}", "--columns=en,es"],
+     "{pairs_missing_key.jsonl}:1: object lacks the keys ['es']"),
+    ("vocab pairs JSONL indices",
+     [*_PAIR_VOCAB, "--input={pairs_missing_key.jsonl}", "--columns=0,1"],
+     "JSONL rows are objects; give --columns as their keys"),
+    ("vocab pairs not a table", [*_PAIR_VOCAB, "--input={pairs.conll}", "--columns=0,1"],
+     "--columns reads TSV, CSV or JSONL files"),
+    ("vocab pairs three columns", [*_PAIR_VOCAB, "--input={pairs.tsv}", "--columns=a,b,c"],
+     "--columns=a,b,c must name one or two columns"),
+    ("vocab pairs no columns", [*_PAIR_VOCAB, "--input={pairs.tsv}", "--columns="],
+     "--columns= must name one or two columns"),
+]

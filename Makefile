@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test test-fast test-kernels-off lint demo bench clean
+.PHONY: install test test-fast test-kernels-off lint demo bench bench-seq2seq clean
 
 install: $(STAMP)
 
@@ -46,6 +46,13 @@ demo: install
 bench: install
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) scripts/benchmark.py --output benchmarks/results.json --table benchmarks/README.md
+
+# Translation: bert-train's Seq2SeqTransformer against the course's GRU models and keras-hub
+# (benchmarks/README.md, "Sequence to sequence"). Over 2 hours on 2 cores: not part of `bench`.
+bench-seq2seq: install
+	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) scripts/bench/seq2seq.py --output benchmarks/results_seq2seq.json \
+		--table benchmarks/README.md
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache runs/demo

@@ -36,6 +36,8 @@ def _builders() -> dict:
         "tokenizer": "bench.tokenizer_bench:build",
         "bert_train_finetune": "bench.finetune_step:build",
         "torch_finetune": "bench.torch_finetune:build",
+        "seq2seq_step": "bench.seq2seq_train:build_step",
+        "seq2seq_budget": "bench.seq2seq_train:build_budget",
     }
 
 

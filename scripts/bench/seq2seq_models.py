@@ -1,0 +1,202 @@
+"""The seq2seq benchmark's models: the course's RNNs, keras-hub's Transformer and bert-train's.
+
+Each builder returns a keras.Model whose `call(batch, training)` takes the benchmark's batch
+dict (`seq2seq_data.batch`) and returns logits [batch, target_len, vocab] (teacher forcing).
+
+- `GruSeq2Seq`: the course's encoder-decoder: embedding 64, GRU 64, the encoder's last state
+  starts the decoder. With `attention=True`, Bahdanau's additive attention over the encoder
+  states, queried by the decoder GRU's outputs (as TensorFlow's NMT tutorial does, so teacher
+  forcing is one parallel pass), its context joined to the GRU output before the projection.
+  `decode_step` runs one step for greedy decoding.
+- `keras_hub_transformer`: the keras.io English-Spanish example's structure
+  (TokenAndPositionEmbedding -> TransformerEncoder; TokenAndPositionEmbedding ->
+  TransformerDecoder -> Dropout -> Dense), with as many layers, heads and widths as ours.
+- `bert_train_transformer`: `bert_trainer.models.Seq2SeqTransformer` on a `BertEncoder`.
+"""
+
+import dataclasses
+
+import keras
+import tensorflow as tf
+
+from bert_trainer import features
+
+
+@dataclasses.dataclass(frozen=True)
+class Size:
+    """A Transformer size shared by both halves."""
+
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    inner_dim: int
+
+    @classmethod
+    def parse(cls, text: str) -> "Size":
+        """From "L/H/A/F", e.g. "4/256/4/1024"."""
+        return cls(*(int(x) for x in text.split("/")))
+
+    def __str__(self) -> str:
+        return (f"L{self.num_layers}/H{self.hidden_size}/A{self.num_attention_heads}/"
+                f"F{self.inner_dim}")
+
+
+class NotAvailable(RuntimeError):
+    """bert-train code the benchmark needs is not there yet (the row is skipped)."""
+
+    # The worker reports "NotAvailable: <message>", which the harness reads as "skipped".
+
+
+class GruSeq2Seq(keras.Model):
+    """GRU encoder-decoder, optionally with Bahdanau (additive) attention.
+
+    Args:
+      vocab_size: the joint vocabulary (separate source and target embedding tables).
+      embedding_dim, units: 64 and 64 in the course.
+      attention: add Bahdanau attention.
+    """
+
+    def __init__(self, vocab_size: int, embedding_dim: int = 64, units: int = 64,
+                 attention: bool = False, **kwargs):
+        super().__init__(**kwargs)
+        self.source_embedding = keras.layers.Embedding(vocab_size, embedding_dim)
+        self.target_embedding = keras.layers.Embedding(vocab_size, embedding_dim)
+        self.encoder_gru = keras.layers.GRU(units, return_sequences=True, return_state=True)
+        self.decoder_gru = keras.layers.GRU(units, return_sequences=True, return_state=True)
+        self.attention = keras.layers.AdditiveAttention() if attention else None
+        self.combine = keras.layers.Dense(units, activation="tanh") if attention else None
+        self.output_dense = keras.layers.Dense(vocab_size)
+
+    def encode(self, batch: dict):
+        """(encoder states [b, s, units], last state [b, units], source mask [b, s] bool)."""
+        ids = batch[features.INPUT_WORD_IDS]
+        mask = tf.not_equal(ids, 0)
+        states, last = self.encoder_gru(self.source_embedding(ids), mask=mask)
+        return states, last, mask
+
+    def _project(self, outputs, states, mask):
+        if self.attention is not None:
+            context = self.attention([outputs, states], mask=[None, mask])
+            outputs = self.combine(tf.concat([context, outputs], axis=-1))
+        return self.output_dense(outputs)
+
+    def call(self, batch: dict, training=None):
+        states, last, mask = self.encode(batch)
+        ids = batch[features.DECODER_INPUT_IDS]
+        outputs, _ = self.decoder_gru(self.target_embedding(ids), initial_state=last,
+                                      mask=tf.not_equal(ids, 0), training=training)
+        return self._project(outputs, states, mask)
+
+    def decode_step(self, ids, state, states, mask):
+        """One greedy step: ids [b] -> (logits [b, vocab], new state [b, units])."""
+        outputs, state = self.decoder_gru(self.target_embedding(ids[:, None]),
+                                          initial_state=state)
+        return self._project(outputs, states, mask)[:, 0], state
+
+
+def gru_decoder(model: GruSeq2Seq, *, max_length: int, start_id: int, end_id: int):
+    """batch -> decoded ids, in a tf.function (one trace: the batches have one shape)."""
+
+    @tf.function(reduce_retracing=True)
+    def decode(batch):
+        states, state, mask = model.encode(batch)
+        ids = tf.fill([tf.shape(states)[0]], start_id)
+        done = tf.zeros_like(ids, tf.bool)
+        out = tf.TensorArray(tf.int32, size=max_length)
+        for i in tf.range(max_length):
+            logits, state = model.decode_step(ids, state, states, mask)
+            ids = tf.argmax(logits, axis=-1, output_type=tf.int32)
+            out = out.write(i, tf.where(done, 0, ids))
+            done = done | tf.equal(ids, end_id)
+        return tf.transpose(out.stack())
+
+    return decode
+
+
+def keras_hub_transformer(vocab_size: int, size: Size, max_length: int,
+                          dropout: float) -> keras.Model:
+    """The keras.io English-Spanish Transformer with `size` layers and widths (GELU, LN 1e-12).
+
+    Args:
+      vocab_size: the joint vocabulary (separate source and target tables, as in keras.io).
+      size: layers of each half, hidden width, heads, feed-forward width.
+      max_length: rows of the position tables.
+      dropout: of every sublayer and before the output projection.
+    """
+    import keras_hub  # noqa: PLC0415 (only the workers that build it import it)
+
+    layer_args = dict(intermediate_dim=size.inner_dim, num_heads=size.num_attention_heads,
+                      dropout=dropout, activation="gelu", layer_norm_epsilon=1e-12)
+    source = keras.Input((None,), dtype="int32", name=features.INPUT_WORD_IDS)
+    target = keras.Input((None,), dtype="int32", name=features.DECODER_INPUT_IDS)
+    x = keras_hub.layers.TokenAndPositionEmbedding(
+        vocab_size, max_length, size.hidden_size, mask_zero=True)(source)
+    for _ in range(size.num_layers):
+        x = keras_hub.layers.TransformerEncoder(**layer_args)(x)
+    y = keras_hub.layers.TokenAndPositionEmbedding(
+        vocab_size, max_length, size.hidden_size, mask_zero=True)(target)
+    for _ in range(size.num_layers):
+        y = keras_hub.layers.TransformerDecoder(**layer_args)(y, x)
+    y = keras.layers.Dropout(dropout)(y)
+    logits = keras.layers.Dense(vocab_size)(y)
+    model = keras.Model([source, target], logits, name="keras_hub_seq2seq")
+
+    class Wrapped(keras.Model):  # Takes the benchmark's batch dict like the others.
+        def __init__(self):
+            super().__init__(name="keras_hub_transformer")
+            self.inner = model
+
+        def call(self, batch, training=None):
+            return self.inner([batch[features.INPUT_WORD_IDS],
+                               batch[features.DECODER_INPUT_IDS]], training=training)
+
+    return Wrapped()
+
+
+def _seq2seq_class():
+    try:
+        from bert_trainer.models import Seq2SeqTransformer  # noqa: PLC0415
+    except ImportError as e:
+        raise NotAvailable(f"bert_trainer.models.Seq2SeqTransformer ({e})") from None
+    return Seq2SeqTransformer
+
+
+def bert_train_transformer(vocab_size: int, size: Size, max_length: int,
+                           dropout: float) -> keras.Model:
+    """bert-train's Seq2SeqTransformer (shared embeddings, tied projection, learned positions)."""
+    from bert_trainer.encoders import BertEncoder  # noqa: PLC0415
+
+    encoder = BertEncoder(
+        vocab_size=vocab_size, hidden_size=size.hidden_size, num_layers=size.num_layers,
+        num_attention_heads=size.num_attention_heads, inner_dim=size.inner_dim,
+        max_sequence_length=max_length, type_vocab_size=2, output_dropout=dropout,
+        attention_dropout=dropout)
+    return _seq2seq_class()(encoder, max_target_length=max_length)
+
+
+def bert2bert(minilm_dir: str, max_length: int, warm_start: bool) -> tuple[keras.Model, dict]:
+    """Seq2SeqTransformer of the checkpoint's size; its weights from it when `warm_start`.
+
+    Returns:
+      (model, report): report lists the loaded and freshly initialized variables (empty lists
+      from scratch).
+    """
+    from bert_trainer.interop.resolve import resolve_checkpoint  # noqa: PLC0415
+
+    checkpoint = resolve_checkpoint(minilm_dir)
+    model = _seq2seq_class()(checkpoint.build_encoder(), max_target_length=max_length)
+    if not warm_start:
+        return model, {"loaded": [], "initialized": []}
+    try:
+        from bert_trainer.interop.bert2bert import warm_start_seq2seq  # noqa: PLC0415
+    except ImportError as e:
+        raise NotAvailable(f"bert_trainer.interop.bert2bert ({e})") from None
+    return model, warm_start_seq2seq(model, checkpoint)
+
+
+def logits_of(model: keras.Model, batch: dict, training) -> tf.Tensor:
+    """float32 logits whatever the model returns (a tensor or bert-train's {"logits"})."""
+    out = model(batch, training=training)
+    if isinstance(out, dict):
+        out = out[features.LOGITS]
+    return tf.cast(out, tf.float32)

@@ -1,0 +1,180 @@
+"""The seq2seq benchmark (scripts/bench/seq2seq.py): data, loss, parameter counts, a --smoke run.
+
+The smoke run trains tiny models for seconds in worker processes; its numbers mean nothing,
+but its JSON and README block must be complete and consistent.
+"""
+
+import importlib.util
+import json
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+
+from bench import seq2seq_data as data_lib  # noqa: E402
+from bench import seq2seq_models, seq2seq_report, seq2seq_train  # noqa: E402
+
+from bert_trainer import features  # noqa: E402
+
+PAIRS = [("Go.", "Ve."), ("I am hungry.", "Tengo hambre."), ("Who?", "¿Quién?"),
+         ("The cat is black.", "El gato es negro."), ("Run!", "¡Corre!"), ("Hi.", "Hola.")]
+
+
+@pytest.fixture(scope="module")
+def vocab(tmp_path_factory):
+    return data_lib.learn_joint_vocab(PAIRS * 20, 200, str(tmp_path_factory.mktemp("vocab")))
+
+
+def test_encode_follows_the_token_convention(vocab):
+    from bert_trainer.data.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer(vocab, lower_case=False)
+    encoded = data_lib.encode(tokenizer, PAIRS, max_length=6)
+    cls, sep = tokenizer.cls_id, tokenizer.sep_id
+    for src, dec, tgt, (source, target) in zip(encoded.sources, encoded.decoder_inputs,
+                                               encoded.targets, PAIRS, strict=True):
+        pieces = tokenizer.tokenize([source]).to_list()[0]
+        assert src.tolist() == [cls, *pieces[:4], sep]  # Cut to max_length with the markers.
+        assert tgt.tolist() == [*tokenizer.tokenize([target]).to_list()[0][:5], sep]
+        assert dec[0] == cls and dec[1:].tolist() == tgt[:-1].tolist()
+        assert len(dec) <= 6
+    assert "¿" in tokenizer.vocab and "Ve" in tokenizer.vocab  # Cased, accents kept.
+    batch = data_lib.batch(encoded, [0, 3])
+    assert batch[features.INPUT_WORD_IDS].shape[1] % data_lib.BUCKET_MULTIPLE == 0
+    np.testing.assert_array_equal(batch[features.INPUT_MASK],
+                                  batch[features.INPUT_WORD_IDS] != 0)
+    assert batch[features.TARGET_IDS].shape == batch[features.DECODER_INPUT_IDS].shape
+
+
+def test_save_load_round_trip_and_bucketed_batches_are_full(vocab, tmp_path):
+    from bert_trainer.data.tokenizer import Tokenizer
+
+    encoded = data_lib.encode(Tokenizer(vocab, lower_case=False), PAIRS * 40, max_length=16)
+    data_lib.save(str(tmp_path / "e.npz"), encoded)
+    loaded = data_lib.load(str(tmp_path / "e.npz"))
+    assert [s.tolist() for s in loaded.targets] == [s.tolist() for s in encoded.targets]
+    assert loaded.references == encoded.references
+    order = data_lib.bucketed_order(loaded, 8, seed=1)
+    assert len(order) == 240 // 8 and all(len(b) == 8 for b in order)
+    assert sorted(i for b in order for i in b) == list(range(240))
+    # Sorted by length within a window: most batches hold one target length.
+    uniform = sum(len({len(loaded.targets[i]) for i in b}) == 1 for b in order)
+    assert uniform >= len(order) - 5
+
+
+def test_smoothed_cross_entropy_matches_a_direct_computation():
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(2, 3, 5)).astype(np.float32)
+    targets = np.array([[1, 4, 0], [2, 0, 0]], np.int32)
+    log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    expected, count = 0.0, 0
+    for b, t in zip(*np.nonzero(targets), strict=True):
+        q = np.full(5, 0.1 / 5)
+        q[targets[b, t]] += 0.9
+        expected -= (q * log_p[b, t]).sum()
+        count += 1
+    got = seq2seq_train.smoothed_cross_entropy(tf.constant(targets), tf.constant(logits), 0.1)
+    assert float(got) == pytest.approx(expected / count, rel=1e-5)
+
+
+@pytest.mark.parametrize("attention,extra", [(False, 0), (True, 64 + (128 * 64 + 64))])
+def test_gru_baselines_have_the_course_sizes(attention, extra):
+    vocab = 100
+    model = seq2seq_models.GruSeq2Seq(vocab, attention=attention)
+    ids = np.array([[2, 7, 3, 0]], np.int32)
+    logits = model({features.INPUT_WORD_IDS: ids, features.DECODER_INPUT_IDS: ids[:, :3]})
+    assert logits.shape == (1, 3, vocab)
+    gru = 3 * (64 * 64 + 64 * 64 + 2 * 64)  # Keras GRU, reset_after: two bias vectors.
+    assert model.count_params() == 2 * vocab * 64 + 2 * gru + 65 * vocab + extra
+
+
+def test_targets_compare_the_right_rows():
+    results = {
+        "step": [{"implementation": "bert_train", "status": "ok", "step_time_s": 0.2},
+                 {"implementation": "keras_hub", "status": "ok", "step_time_s": 0.5}],
+        "budget": [{"implementation": k, "status": "ok", "decoded": {"greedy": {"bleu": b}}}
+                   for k, b in (("gru", 8.0), ("bahdanau", 12.5), ("bert_train", 25.0))]}
+    step, bleu = seq2seq_report.targets(results)
+    assert step["value"] == pytest.approx(2.5) and step["met"] is True
+    assert bleu["value"] == pytest.approx(12.5) and bleu["met"] is True
+    results["budget"][2]["status"] = "skipped"
+    assert seq2seq_report.targets(results)[1]["value"] is None
+
+
+def _has_module(name: str) -> bool:
+    return importlib.util.find_spec(name) is not None
+
+
+def _has_seq2seq_model() -> bool:
+    import bert_trainer.models
+
+    return hasattr(bert_trainer.models, "Seq2SeqTransformer")
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench_seq2seq")
+    table = out / "README.md"
+    from bench import seq2seq_report as r
+
+    table.write_text(f"# Benchmarks\nprose\n{r.BEGIN}\nold\n{r.END}\nmore prose\n")
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "bench" / "seq2seq.py"), "--smoke",
+         "--output", str(out / "results.json"), "--table", str(table),
+         "--log", str(out / "workers.log")],
+        capture_output=True, text=True, timeout=1500, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:] + (out / "workers.log").read_text()[-3000:]
+    return json.loads((out / "results.json").read_text()), table.read_text()
+
+
+@pytest.mark.slow
+def test_smoke_run_measures_every_row(smoke):
+    results, text = smoke
+    assert results["settings"]["smoke"] is True and results["vocab_size"] > 100
+    expected = "ok" if _has_seq2seq_model() else "skipped"
+    step = {r["implementation"]: r for r in results["step"]}
+    assert step["keras_hub"]["status"] == "ok" and step["keras_hub"]["step_time_s"] > 0
+    assert len(step["keras_hub"]["step_times_s"]) == results["settings"]["step_rounds"]
+    assert step["bert_train"]["status"] == expected, step["bert_train"].get("note")
+    budget = {r["implementation"]: r for r in results["budget"]}
+    for kind in ("gru", "bahdanau"):
+        row = budget[kind]
+        assert row["status"] == "ok" and row["steps"] >= 2 and row["train_seconds"] > 0
+        assert 0.0 <= row["decoded"]["greedy"]["bleu"] <= 100.0
+        gru = 3 * (64 * 64 + 64 * 64 + 2 * 64)
+        extra = 64 + 128 * 64 + 64 if kind == "bahdanau" else 0
+        assert row["params"] == 193 * results["vocab_size"] + 2 * gru + extra
+    assert budget["bert_train"]["status"] == expected, budget["bert_train"].get("note")
+    if expected == "ok":
+        assert set(budget["bert_train"]["decoded"]) == {"greedy", "beam2"}
+    b2b = {r["implementation"]: r for r in results["bert2bert"]}
+    assert set(b2b) == {"bert2bert", "bert2bert_scratch"}
+    assert b2b["bert2bert_scratch"]["status"] == expected, b2b["bert2bert_scratch"].get("note")
+    warm = "ok" if expected == "ok" and _has_module("bert_trainer.interop.bert2bert") else (
+        "skipped")
+    assert b2b["bert2bert"]["status"] == warm, b2b["bert2bert"].get("note")
+    for row in b2b.values():
+        if row["status"] == "ok":  # Both train exactly the same steps.
+            assert row["steps"] == results["settings"]["b2b_steps"]
+    if warm == "ok":
+        assert b2b["bert2bert"]["loaded_variables"] > 0
+        assert b2b["bert2bert_scratch"]["loaded_variables"] == 0
+
+
+@pytest.mark.slow
+def test_smoke_table_replaces_only_its_block(smoke):
+    results, text = smoke
+    assert text.startswith("# Benchmarks\nprose\n") and text.endswith("more prose\n")
+    assert "\nold\n" not in text and "Smoke run: the numbers mean nothing" in text
+    for label in ("GRU encoder-decoder (course)", "GRU + Bahdanau attention (course)",
+                  "keras-hub TransformerEncoder/Decoder", "BERT2BERT warm started from MiniLM"):
+        assert label in text, label
+    assert [t["name"] for t in results["targets"]] == [
+        "training step: keras-hub time / bert-train time",
+        "dev BLEU: bert-train minus the better GRU model"]

@@ -546,8 +546,10 @@ VOCAB_PAIR_CASES = [
      "--columns=a,b,c must name one or two columns"),
     ("vocab pairs no columns", [*_PAIR_VOCAB, "--input={pairs.tsv}", "--columns="],
      "--columns= must name one or two columns"),
+]
 
 
+# ------------------------------------------------------------------------------------------
 # Translation (tests/test_bad_inputs.py test_translate_bad_input_refused_before_anything_is_
 # written): pair files and the translate options. TRANSLATE_FILES are written beside the
 # sweep's files.

@@ -194,3 +194,24 @@ def test_mixed_bfloat16_trains_and_decodes():
                for g in grads if g is not None)
     steps = _step_logits(model, inputs, cross_cache=True)
     np.testing.assert_allclose(steps, np.asarray(logits), rtol=0.1, atol=0.1)
+
+
+@pytest.mark.parametrize("options", [{}, {"share_encoder_decoder": True}])
+def test_bert_train_checkpoint_layout_round_trip(tmp_path, options):
+    from bert_trainer.checkpoints import layout  # noqa: PLC0415
+
+    model = _model(**options)
+    names = layout.variable_names(model)
+    assert len(names) == len({id(v) for v in model.weights})  # shared variables named once
+    assert "encoder/word_embeddings/embeddings" in names
+    assert any(name.startswith("decoder_layer_1/cross_attention/") for name in names), names
+    prefix = tf.train.Checkpoint(model=layout.model_trackable(model)).write(
+        str(tmp_path / "ckpt"))
+    keras.utils.set_random_seed(11)
+    clone = _model(**options)
+    inputs = _inputs(6)
+    assert np.abs(np.asarray(clone(inputs)[features.LOGITS])
+                  - np.asarray(model(inputs)[features.LOGITS])).max() > 1e-3
+    layout.restore_model(clone, prefix)
+    np.testing.assert_allclose(np.asarray(clone(inputs)[features.LOGITS]),
+                               np.asarray(model(inputs)[features.LOGITS]), rtol=1e-6, atol=1e-6)

@@ -54,12 +54,13 @@ def test_cache_equals_full_causal_pass(norm_first, cross_cache):
     np.testing.assert_allclose(chunked, full, rtol=1e-5, atol=1e-5)
 
 
-def test_cache_under_tf_function_with_static_shapes():
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_cache_under_tf_function_with_static_shapes(jit_compile):
     layer = _decoder()
     x, enc, mask = _data(1)
     full = np.asarray(layer(x, encoder_output=enc, encoder_mask=mask))
 
-    @tf.function(jit_compile=False)
+    @tf.function(jit_compile=jit_compile)
     def decode_all(x, enc, mask):
         cache = layer.init_cache(BATCH, TARGET, encoder_output=enc)
 
@@ -185,3 +186,16 @@ def test_mixed_precision_cache_matches_full_pass(policy):
     np.testing.assert_allclose(steps.astype("float32"), np.asarray(full, "float32"),
                                rtol=tol, atol=tol)
     assert np.isfinite(np.asarray(full, "float32")).all()
+
+
+def test_dropout_applies_in_training_only():
+    layer = _decoder(output_dropout=0.3, attention_dropout=0.3, inner_dropout=0.3)
+    plain = _decoder()
+    plain.set_weights(layer.get_weights())
+    x, enc, mask = _data(8)
+    inference = np.asarray(layer(x, encoder_output=enc, encoder_mask=mask, training=False))
+    np.testing.assert_allclose(inference, np.asarray(plain(x, encoder_output=enc,
+                                                           encoder_mask=mask)),
+                               rtol=1e-6, atol=1e-6)
+    trained = np.asarray(layer(x, encoder_output=enc, encoder_mask=mask, training=True))
+    assert np.abs(trained - inference).max() > 1e-2

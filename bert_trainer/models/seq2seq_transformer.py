@@ -36,7 +36,8 @@ class Seq2SeqTransformer(EncoderModel):
     Public sublayers: `encoder`, `target_embeddings` (the encoder's `word_embeddings` when
     shared), `target_position_embedding`, `target_embeddings_layer_norm`,
     `target_embedding_projection` (None unless the shared table is factorized),
-    `decoder_layers`, `output_transform` (None unless factorized), `output_bias`.
+    `decoder_layers`, `output_transform` (None unless factorized), `output_projection`
+    (its `bias`: `output_bias`).
 
     Args:
       encoder: a `BertEncoder` (any size; `output_range` must be None).
@@ -95,8 +96,8 @@ class Seq2SeqTransformer(EncoderModel):
                 width, kernel_initializer=clone_initializer(self.initializer),
                 name="output_transform", dtype=dtype)
             self.output_transform.build((None, hidden))
-        self.output_bias = self.add_weight(name="output_bias", shape=(encoder.vocab_size,),
-                                           initializer="zeros")
+        self.output_projection = _TiedOutputProjection(name="output_projection", dtype=dtype)
+        self.output_projection.build((None, None, width), encoder.vocab_size)
         self.built = True  # every layer is built above
 
     @staticmethod
@@ -234,7 +235,8 @@ class Seq2SeqTransformer(EncoderModel):
         return self._logits(x)[:, 0, :], new_cache
 
     def _embed_targets(self, ids, index=None, training=None):
-        """`[batch, t]` ids at positions `index + [0, t)` (None: from 0)."""
+        """Target embeddings: `[batch, t]` ids at positions `index + [0, t)` (None: from 0)
+        -> `[batch, t, hidden]`."""
         word = self.target_embeddings(ids)  # (batch, t, width)
         if index is None:
             positions = self.target_position_embedding(word)
@@ -260,13 +262,12 @@ class Seq2SeqTransformer(EncoderModel):
         """float32 logits `[batch, t, vocab]`: `x` projected on the target embedding table."""
         if self.output_transform is not None:
             x = self.output_transform(x)  # (batch, t, width)
-        table = ops.cast(self.target_embeddings.embeddings, self.compute_dtype)
-        shape = ops.shape(x)
-        # 2-D, then a bias add in float32 (BiasAdd: TensorFlow fuses it into the matmul).
-        rows = ops.reshape(ops.cast(x, self.compute_dtype), (-1, x.shape[-1]))
-        logits = ops.matmul(rows, ops.transpose(table))  # (batch * t, vocab)
-        logits = ops.add(ops.cast(logits, "float32"), ops.cast(self.output_bias, "float32"))
-        return ops.reshape(logits, (shape[0], shape[1], -1))
+        return self.output_projection(x, self.target_embeddings.embeddings)
+
+    @property
+    def output_bias(self):
+        """The `[vocab]` bias of the output projection."""
+        return self.output_projection.bias
 
     def training_flops(self, inputs, outputs):
         """float32 scalar: model FLOPs of a training call (forward + backward): the encoder
@@ -292,3 +293,24 @@ class Seq2SeqTransformer(EncoderModel):
                       max_target_length=self._max_target_length,
                       share_encoder_decoder=self.share_encoder_decoder)
         return config
+
+
+class _TiedOutputProjection(keras.layers.Layer):
+    """`x @ table^T + bias` in float32: the output projection tied to an embedding table.
+
+    A layer of its own so the bias has a stable variable path (`output_projection/bias`),
+    whatever the model's name. Made by `Seq2SeqTransformer` only (not serialized alone).
+    """
+
+    def build(self, input_shape, vocab_size=None):
+        self.bias = self.add_weight(name="bias", shape=(vocab_size,), initializer="zeros")
+        self.built = True
+
+    def call(self, x, table):
+        table = ops.cast(table, self.compute_dtype)
+        shape = ops.shape(x)
+        # 2-D, then a bias add in float32 (BiasAdd: TensorFlow fuses it into the matmul).
+        rows = ops.reshape(ops.cast(x, self.compute_dtype), (-1, x.shape[-1]))
+        logits = ops.matmul(rows, ops.transpose(table))  # (batch * t, vocab)
+        logits = ops.add(ops.cast(logits, "float32"), ops.cast(self.bias, "float32"))
+        return ops.reshape(logits, (shape[0], shape[1], -1))

@@ -1,13 +1,15 @@
 """translate(): cached decoding equals uncached decoding and a loop over the teacher-forcing
-call, on small fake models that obey the sequence-to-sequence API (and on a real
-Seq2SeqTransformer where the models package has one)."""
+call, on small fake models that obey the sequence-to-sequence API and on a tiny
+Seq2SeqTransformer."""
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from bert_trainer import features
-from bert_trainer.models import seq2seq_generation
+from bert_trainer.encoders import BertEncoder
+from bert_trainer.models import Seq2SeqTransformer, seq2seq_generation
 
 VOCAB, HIDDEN, START, END = 9, 8, 1, 2
 
@@ -87,9 +89,9 @@ class FakeProjected(FakeSeq2Seq):
         return logits, {**new, "encoder_output": cache["encoder_output"]}
 
 
-def _sources(seed=3, batch=4, length=6):
+def _sources(seed=3, batch=4, length=6, vocab=VOCAB):
     rng = np.random.default_rng(seed)
-    ids = rng.integers(3, VOCAB, size=(batch, length)).astype(np.int32)
+    ids = rng.integers(3, vocab, size=(batch, length)).astype(np.int32)
     lengths = rng.integers(2, length + 1, size=batch)
     mask = (np.arange(length)[None] < lengths[:, None]).astype(np.int32)
     return {features.INPUT_WORD_IDS: tf.constant(ids * mask), features.INPUT_MASK:
@@ -171,3 +173,59 @@ def test_translate_in_a_tf_function_with_unknown_shapes():
 def test_bad_settings_name_the_fix(kwargs, message):
     with pytest.raises(ValueError, match=message):
         _translate(FakeSeq2Seq(), _sources(), **kwargs)
+
+
+REAL_VOCAB = 40
+BIAS_SCALE, STDDEV = 0.5, 0.3
+
+
+def _tiny_transformer(position_encoding="learned"):
+    """A real Seq2SeqTransformer, 2 layers of 32; weights wide enough (stddev 0.3) that the
+    next-token distributions are peaked and float32 noise flips no argmax."""
+    encoder = BertEncoder(vocab_size=REAL_VOCAB, hidden_size=32, num_layers=2,
+                          num_attention_heads=4, inner_dim=64, max_sequence_length=16,
+                          type_vocab_size=2, output_dropout=0.0, attention_dropout=0.0,
+                          initializer=keras.initializers.TruncatedNormal(stddev=STDDEV, seed=1))
+    model = Seq2SeqTransformer(encoder, position_encoding=position_encoding,
+                               max_target_length=10)
+    # Pad and start never come out; a random bias per word against the tied table's pull to
+    # repeat the last token (random decoders still repeat a lot).
+    bias = np.random.default_rng(2).normal(size=REAL_VOCAB) * BIAS_SCALE
+    bias[[0, 1, END]] = [-30.0, -30.0, -1.0]
+    model.output_bias.assign(bias)
+    return model
+
+
+@pytest.mark.parametrize("position_encoding", ["learned", "sinusoidal"])
+def test_real_model_greedy_translation_equals_the_teacher_forcing_loop(position_encoding):
+    model, inputs = _tiny_transformer(position_encoding), _sources(8, vocab=REAL_VOCAB)
+    expected_ids, expected_scores = greedy_by_teacher_forcing(model, inputs, 9)
+    ids, scores = _translate(model, inputs, beam_size=1, length_penalty=0.0,
+                             max_decode_length=9)
+    np.testing.assert_array_equal(ids, expected_ids)
+    np.testing.assert_allclose(scores, expected_scores, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_real_model_cached_equals_uncached(beam_size):
+    model, inputs = _tiny_transformer(), _sources(8, vocab=REAL_VOCAB)
+    ids, scores = _translate(model, inputs, beam_size=beam_size, max_decode_length=10)
+    uncached_ids, uncached_scores = _translate(model, inputs, beam_size=beam_size,
+                                               max_decode_length=10, use_cache=False)
+    np.testing.assert_array_equal(ids, uncached_ids)
+    np.testing.assert_allclose(scores, uncached_scores, rtol=1e-4, atol=1e-4)
+    assert (ids != ids[:, :1]).any(), "the test must see more than one token repeated"
+    if beam_size == 4:
+        assert (ids == END).any(), "the test must see a row end early"
+
+
+def test_real_model_translation_in_a_tf_function():
+    model, inputs = _tiny_transformer(), _sources(8, vocab=REAL_VOCAB)
+    spec = {name: tf.TensorSpec([None, None], tf.int32) for name in inputs}
+    graph = tf.function(lambda x: seq2seq_generation.translate(
+        model, x, beam_size=4, max_decode_length=10, start_id=START, end_id=END),
+        input_signature=[spec])
+    out = graph(inputs)
+    ids, scores = _translate(model, inputs, beam_size=4, max_decode_length=10)
+    np.testing.assert_array_equal(out[features.DECODED_IDS], ids)
+    np.testing.assert_allclose(out[features.DECODED_SCORES], scores, rtol=1e-5, atol=1e-5)

@@ -178,17 +178,31 @@ class Seq2SeqTransformer(EncoderModel):
         if features.DECODER_INPUT_IDS not in inputs:
             raise ValueError(f"{self.name}: the features lack {features.DECODER_INPUT_IDS!r}")
         encoder_output, encoder_mask = self.encode(inputs, training=training)
-        ids = inputs[features.DECODER_INPUT_IDS]
-        length = ids.shape[1]
+        return {features.LOGITS: self.decode(inputs[features.DECODER_INPUT_IDS], encoder_output,
+                                             encoder_mask, training=training)}
+
+    def decode(self, decoder_input_ids, encoder_output, encoder_mask, training=None):
+        """The decoder over a whole target prefix, without a cache (teacher forcing, and the
+        uncached decoding baseline, which must not pay for the encoder again).
+
+        Args:
+          decoder_input_ids: int `[batch, t]`.
+          encoder_output, encoder_mask: from `encode`.
+          training: enables dropout.
+
+        Returns:
+          float32 logits `[batch, t, vocab]`.
+        """
+        length = decoder_input_ids.shape[1]
         if (self.position_encoding == "learned" and length is not None
                 and length > self._max_target_length):
             raise ValueError(f"{self.name}: decoder_input_ids has length {length}, longer than "
                              f"max_target_length={self._max_target_length}")
-        x = self._embed_targets(ids, training=training)
+        x = self._embed_targets(decoder_input_ids, training=training)
         for layer in self.decoder_layers:
             x = layer(x, encoder_output=encoder_output, encoder_mask=encoder_mask,
                       training=training)
-        return {features.LOGITS: self._logits(x)}
+        return self._logits(x)
 
     def init_cache(self, batch_size, max_length, encoder_output=None):
         """Empty key/value caches of every decoder layer for `decode_step`.

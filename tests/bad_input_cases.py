@@ -508,29 +508,71 @@ FAMILY_CASES = [
 
 
 # ------------------------------------------------------------------------------------------
+# `vocab --columns`: pair files (tests/test_bad_inputs.py
+# test_vocab_refuses_bad_pair_files_before_writing; placeholders are VOCAB_PAIR_FILES and
+# {out}, a directory that must still not exist afterwards).
+# ------------------------------------------------------------------------------------------
+VOCAB_PAIR_FILES = {
+    "pairs.tsv": "english\tspanish\nWhere is it?\t¿Dónde está?\n",
+    "pairs_empty.tsv": "",
+    "pairs_header_only.tsv": "english\tspanish\n",
+    "pairs_one_column.tsv": "Hi.\tHola.\nalone\n",
+    "pairs_missing_key.jsonl": '{"en": "Hi."}\n',
+    "pairs.conll": "EU B-ORG\n",
+}
+_PAIR_VOCAB = ["vocab", "--output={out}/vocab.txt", "--lower_case=false"]
+VOCAB_PAIR_CASES = [
+    ("vocab pairs missing column",
+     [*_PAIR_VOCAB, "--input={pairs.tsv}", "--columns=english,french"],
+     "{pairs.tsv}:1: header has no column 'french' (it has ['english', 'spanish'])"),
+    ("vocab pairs empty file",
+     [*_PAIR_VOCAB, "--input={pairs_empty.tsv}", "--columns=english,spanish"],
+     "input file {pairs_empty.tsv} is empty"),
+    ("vocab pairs header only",
+     [*_PAIR_VOCAB, "--input={pairs_header_only.tsv}", "--columns=english,spanish"],
+     "{pairs_header_only.tsv} holds no examples"),
+    ("vocab pairs one column",
+     [*_PAIR_VOCAB, "--input={pairs_one_column.tsv}", "--columns=0,1"],
+     "{pairs_one_column.tsv}:2: expected at least 2 columns, found 1"),
+    ("vocab pairs JSONL key missing",
+     [*_PAIR_VOCAB, "--input={pairs_missing_key.jsonl}", "--columns=en,es"],
+     "{pairs_missing_key.jsonl}:1: object lacks the keys ['es']"),
+    ("vocab pairs JSONL indices",
+     [*_PAIR_VOCAB, "--input={pairs_missing_key.jsonl}", "--columns=0,1"],
+     "JSONL rows are objects; give --columns as their keys"),
+    ("vocab pairs not a table", [*_PAIR_VOCAB, "--input={pairs.conll}", "--columns=0,1"],
+     "--columns reads TSV, CSV or JSONL files"),
+    ("vocab pairs three columns", [*_PAIR_VOCAB, "--input={pairs.tsv}", "--columns=a,b,c"],
+     "--columns=a,b,c must name one or two columns"),
+    ("vocab pairs no columns", [*_PAIR_VOCAB, "--input={pairs.tsv}", "--columns="],
+     "--columns= must name one or two columns"),
+]
+
+
+# ------------------------------------------------------------------------------------------
 # Translation (tests/test_bad_inputs.py test_translate_bad_input_refused_before_anything_is_
 # written): pair files and the translate options. TRANSLATE_FILES are written beside the
 # sweep's files.
 # ------------------------------------------------------------------------------------------
 TRANSLATE_FILES = {
-    "pairs.tsv": "english\tspanish\n" + "Go.\tVe.\nHi.\tHola.\nRun!\t¡Corre!\n" * 4,
-    "pairs_one_column.tsv": "Go.\nHi.\nRun!\n",
-    "pairs_empty_target.tsv": "english\tspanish\nGo.\tVe.\nHi.\t \nRun!\t¡Corre!\n",
+    "tr_pairs.tsv": "english\tspanish\n" + "Go.\tVe.\nHi.\tHola.\nRun!\t¡Corre!\n" * 4,
+    "tr_pairs_one_column.tsv": "Go.\nHi.\nRun!\n",
+    "tr_pairs_empty_target.tsv": "english\tspanish\nGo.\tVe.\nHi.\t \nRun!\t¡Corre!\n",
 }
 TRANSLATE = ["finetune", "--task=translate", "--init_checkpoint={pretrained}",
              "--model_dir={fresh}", "--seq_length=32", "--batch_size=4", "--train_steps=2",
-             "--train_file={pairs.tsv}", "--eval_file={pairs.tsv}"]
+             "--train_file={tr_pairs.tsv}", "--eval_file={tr_pairs.tsv}"]
 TRANSLATE_CASES = [
-    ("translate pair file with one column", [*TRANSLATE, "--train_file={pairs_one_column.tsv}"],
-     "{pairs_one_column.tsv}:1: one column; a translate file holds a source and a target "
+    ("translate pair file with one column", [*TRANSLATE, "--train_file={tr_pairs_one_column.tsv}"],
+     "{tr_pairs_one_column.tsv}:1: one column; a translate file holds a source and a target "
      "column"),
-    ("translate empty target", [*TRANSLATE, "--train_file={pairs_empty_target.tsv}"],
-     "{pairs_empty_target.tsv}:3: empty target; every pair needs a source and a target text"),
+    ("translate empty target", [*TRANSLATE, "--train_file={tr_pairs_empty_target.tsv}"],
+     "{tr_pairs_empty_target.tsv}:3: empty target; every pair needs a source and a target text"),
     ("translate empty target in the eval file",
-     [*TRANSLATE, "--eval_file={pairs_empty_target.tsv}"],
-     "{pairs_empty_target.tsv}:3: empty target"),
+     [*TRANSLATE, "--eval_file={tr_pairs_empty_target.tsv}"],
+     "{tr_pairs_empty_target.tsv}:3: empty target"),
     ("translate missing source column", [*TRANSLATE, "--source_column=french"],
-     "{pairs.tsv}:1: header has no column 'french'"),
+     "{tr_pairs.tsv}:1: header has no column 'french'"),
     ("translate source longer than the positions", [*TRANSLATE, "--seq_length=128"],
      "seq_length=128 exceeds the encoder's max_sequence_length=64"),
     ("translate target longer than the positions",

@@ -554,6 +554,34 @@ def test_a_missing_family_module_is_refused_before_anything_is_written(case, arg
 
 
 # ------------------------------------------------------------------------------------------
+# `vocab --columns` on bad pair files (bad_input_cases.VOCAB_PAIR_CASES): refused before
+# anything is written, the input files untouched.
+# ------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def pair_inputs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pair_inputs")
+    paths = {"root": str(root), "out": str(root / "out")}
+    for name, text in bad_input_cases.VOCAB_PAIR_FILES.items():
+        (root / name).write_text(text, encoding="utf-8")
+        paths[name] = str(root / name)
+    return paths
+
+
+@pytest.mark.parametrize("case, args, expected", bad_input_cases.VOCAB_PAIR_CASES,
+                         ids=[c[0] for c in bad_input_cases.VOCAB_PAIR_CASES])
+def test_vocab_refuses_bad_pair_files_before_writing(case, args, expected, pair_inputs,
+                                                     capsys):
+    from bert_trainer import cli  # noqa: PLC0415
+
+    before = tree_digest(pair_inputs["root"])
+    capsys.readouterr()
+    rc = cli.main(["bert-train", *fill(args, pair_inputs)])
+    assert_one_line(case, rc, capsys.readouterr().err, fill([expected], pair_inputs)[0])
+    assert tree_digest(pair_inputs["root"]) == before
+    assert not os.path.exists(pair_inputs["out"])
+
+
+# ------------------------------------------------------------------------------------------
 # Translation (bad_input_cases.TRANSLATE_CASES).
 # ------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")

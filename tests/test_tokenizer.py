@@ -137,7 +137,7 @@ def test_words_in_graph(minilm_tokenizer):
 
 def test_detokenize_joins_pieces(minilm_tokenizer):
     ids = minilm_tokenizer.tokenize(["Unflinchingly bleak, Héllo!"])
-    assert minilm_tokenizer.detokenize(ids).numpy().tolist() == [b"unflinchingly bleak , hello !"]
+    assert minilm_tokenizer.detokenize(ids).numpy().tolist() == [b"unflinchingly bleak, hello!"]
 
 
 def test_pack_pair_truncates_longer_segment_first(minilm_tokenizer):

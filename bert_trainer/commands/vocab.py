@@ -1,9 +1,12 @@
-"""`bert-train vocab`: learn a WordPiece vocabulary (vocab.txt) from text files.
+r"""`bert-train vocab`: learn a WordPiece vocabulary (vocab.txt) from text or pair files.
 
 Uses tensorflow-text's BERT vocabulary learner; [PAD] [UNK] [CLS] [SEP] [MASK] come first
-([PAD] is id 0). Example:
+([PAD] is id 0). Examples:
 
   bert-train vocab --input='corpus/*.txt' --vocab_size=30522 --output=vocab.txt
+  # one joint cased vocabulary (accents kept) from both sides of a translation pair file:
+  bert-train vocab --input=spa_eng/train.tsv --columns=english,spanish --lower_case=false \
+    --vocab_size=8000 --output=vocab.txt
 """
 
 import sys
@@ -21,11 +24,17 @@ SHARED_FLAGS = shared_flags.declare(
     overwrite=Usage(False, "Replace an existing --output that is a vocabulary (nothing else)."),
     lower_case=Usage(True, "Lower-case and strip accents (uncased model)."),
     encoding_errors=Usage("strict", "Lines that are not UTF-8: fail, replace bad bytes, or "
-                          "skip the line."))
+                          "skip the line (text files; --columns tables must be UTF-8)."),
+    skip_bad_rows=Usage(False, "With --columns: skip rows lacking a column instead of failing."))
 flags.DEFINE_integer("vocab_size", 30522, "Most tokens in the vocabulary (specials included).")
 flags.DEFINE_integer("min_token_count", 10,
                      "Lowest count the learner's threshold search tries (tensorflow-text's "
                      "lower_thresh); lower it for a small corpus that gives too few tokens.")
+
+flags.DEFINE_list("columns", None,
+                  "Read --input as TSV/CSV/JSONL tables (.txt as TSV) and learn from these one "
+                  "or two columns: header names, 0-based indices (no header row) or JSONL keys; "
+                  "e.g. both sides of a translation pair file for one joint vocabulary.")
 
 FLAGS = flags.FLAGS
 
@@ -40,6 +49,6 @@ def main(argv):
     # progress: the stream of now (learn_vocab's default is bound when it is imported).
     learn_vocab(FLAGS.input, FLAGS.vocab_size, FLAGS.output, lower_case=FLAGS.lower_case,
                 encoding_errors=FLAGS.encoding_errors, overwrite=FLAGS.overwrite,
-                lower_thresh=FLAGS.min_token_count,
-                progress=sys.stderr)
+                columns=FLAGS.columns, skip_bad_rows=FLAGS.skip_bad_rows,
+                lower_thresh=FLAGS.min_token_count, progress=sys.stderr)
     return 0

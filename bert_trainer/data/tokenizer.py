@@ -19,6 +19,10 @@ The word level (`tokenize_words`, for whole-word masking and NER) is derived fro
 a piece whose vocabulary entry starts with `##` continues the previous word, every other piece
 starts a word. This is exactly WordPiece's own rule, so it agrees with
 `tensorflow_text.BertTokenizer`'s `[batch, (words), (pieces)]` output.
+
+`detokenize` goes back to readable text in-graph (a SavedModel can serve it): pieces joined by
+that same rule, then `restore_spacing` removes the spaces the basic tokenizer put around
+punctuation, as Hugging Face's `clean_up_tokenization` and the Moses detokenizer do.
 """
 
 import os
@@ -91,6 +95,56 @@ def group_words(pieces: tf.RaggedTensor, is_continuation: tf.Tensor) -> tf.Ragge
     words_per_row = tf.math.unsorted_segment_sum(
         tf.cast(starts, tf.int64), row_ids, pieces.nrows())
     return tf.RaggedTensor.from_row_lengths(words, words_per_row, validate=False)
+
+
+# The spacing rules of `restore_spacing`, in order: (RE2 pattern, rewrite). They invert what
+# BERT's basic tokenizer does to ordinary prose (a space on both sides of every punctuation
+# character), as Hugging Face's `clean_up_tokenization` and the Moses detokenizer do, plus
+# the number and abbreviation cases of English and Spanish. A rule whose match consumes the
+# character the next match needs ("in - law", "1, 234, 567") appears twice.
+_COMPOUND = (r"([\pL\pN]) - ([\pL\pN])", r"\1-\2")
+_THOUSANDS = (r"([0-9],) ([0-9]{3})($|[^0-9])", r"\1\2\3")
+_SPACING_RULES = (
+    # Closing punctuation attaches to the word before: "hola ." -> "hola.", "6 %" -> "6%".
+    (r" ([.,!?;:)\]}%»])", r"\1"),
+    # Opening punctuation attaches to the word after: "¿ qué" -> "¿qué", "( sí )" -> "(sí)".
+    (r"([(\[{¿¡«]) ", r"\1"),
+    # A currency sign before a number: "$ 30" -> "$30" (Spanish "200 $" keeps its space).
+    (r"([$£]) ([0-9])", r"\1\2"),
+    # Straight double quotes pair up, left to right: 'dijo " hola "' -> 'dijo "hola"'.
+    (r'" (.*?) "', r'"\1"'),
+    # English contractions: "don ' t" -> "don't", "it ’ s" -> "it’s".
+    (r"(\pL) (['’]) ((?i:s|t|m|d|re|ve|ll))\b", r"\1\2\3"),
+    # A plural possessive keeps the space after it: "parents ' house" -> "parents' house".
+    (r"([sS]) (['’]) ", r"\1\2 "),
+    # Any other apostrophe between words is inside one: "O ' Brien" -> "O'Brien".
+    (r" (['’]) ", r"\1"),
+    # A hyphen between letters or digits joins a compound: "Coca - Cola" -> "Coca-Cola".
+    _COMPOUND, _COMPOUND,
+    # Abbreviations of single letters or capital pairs: "p. m." -> "p.m.", "U. S. A." ->
+    # "U.S.A.", Spanish "EE. UU." -> "EE.UU." (longer words would catch "Sí. No.").
+    (r"(^|[^\pL\pN.])(\pL|\p{Lu}\p{Lu})\. (\pL|\p{Lu}\p{Lu})\.", r"\1\2.\3."),
+    (r"(\.\pL\.) (\pL\.)", r"\1\2"),  # a third letter onward: "U.S. A." -> "U.S.A."
+    # Separators inside numbers: "8: 30" -> "8:30", "3. 5" -> "3.5", "20 / 20" -> "20/20".
+    (r"([0-9]) ?([.:/]) ([0-9])", r"\1\2\3"),
+    # A comma before exactly three digits groups thousands ("3, 000" -> "3,000"); before
+    # other numbers it separates them ("October 20, 2013").
+    _THOUSANDS, _THOUSANDS,
+)
+
+
+def restore_spacing(text) -> tf.Tensor:
+    """Removes the spaces BERT's basic tokenizer added around punctuation.
+
+    Args:
+      text: string tensor of any shape: words and punctuation separated by single spaces.
+
+    Returns:
+      string tensor of the same shape, e.g. `¿ Dónde está ?` -> `¿Dónde está?`.
+    """
+    for pattern, rewrite in _SPACING_RULES:
+        text = tf.strings.regex_replace(text, pattern, rewrite)
+    return text
 
 
 class Tokenizer(tf.Module):
@@ -192,10 +246,15 @@ class Tokenizer(tf.Module):
         return tf.gather(self._tokens, ids)
 
     def detokenize(self, ids) -> tf.Tensor:
-        """Joins pieces back into text (lower-cased if `lower_case`), dropping special tokens.
+        """Readable text of piece ids: `##` pieces joined, punctuation spacing restored.
+
+        `[PAD]`, `[CLS]` and `[SEP]` are dropped (`[UNK]` and `[MASK]` stay visible); the
+        pieces are joined into words and `restore_spacing` undoes the spaces the basic
+        tokenizer put around punctuation. The text is lower-cased and accent-free when
+        `lower_case` is set, since the vocabulary is. Only tf ops: it runs in a SavedModel.
 
         Args:
-          ids: int RaggedTensor [batch, (pieces)] or dense [batch, seq].
+          ids: int RaggedTensor [batch, (pieces)] or dense [batch, seq] (padding dropped).
 
         Returns:
           string tensor [batch].
@@ -203,10 +262,17 @@ class Tokenizer(tf.Module):
         if not isinstance(ids, tf.RaggedTensor):
             ids = tf.RaggedTensor.from_tensor(ids)
         keep = tf.reduce_all(tf.not_equal(
-            tf.expand_dims(ids, -1), [self.pad_id, self.cls_id, self.sep_id]), axis=-1)
-        tokens = self.convert_ids_to_tokens(tf.ragged.boolean_mask(ids, keep))
-        text = tf.strings.reduce_join(tokens, axis=-1, separator=" ")
-        return tf.strings.regex_replace(text, " " + SUFFIX_INDICATOR, "")
+            tf.expand_dims(ids, -1), tf.cast([self.pad_id, self.cls_id, self.sep_id],
+                                             ids.dtype)), axis=-1)
+        ids = tf.ragged.boolean_mask(ids, keep)
+        tokens = tf.gather(self._tokens, ids.flat_values)
+        # A `##` piece continues the word before it: its prefix goes, and no space precedes it.
+        # Checked by id, not by text, so a literal "##" word is not glued to its neighbour.
+        continues = tf.gather(self.is_continuation, ids.flat_values)
+        pieces = tf.where(continues, tf.strings.regex_replace(tokens, "^" + SUFFIX_INDICATOR, ""),
+                          " " + tokens)
+        text = tf.strings.reduce_join(ids.with_flat_values(pieces), axis=-1)
+        return restore_spacing(tf.strings.strip(text))
 
     def pack(self, segments, seq_length: int) -> dict:
         """Packs 1 or 2 segments into `[CLS] A [SEP] (B [SEP])`, padded to `seq_length`.

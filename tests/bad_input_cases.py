@@ -555,24 +555,24 @@ VOCAB_PAIR_CASES = [
 # sweep's files.
 # ------------------------------------------------------------------------------------------
 TRANSLATE_FILES = {
-    "pairs.tsv": "english\tspanish\n" + "Go.\tVe.\nHi.\tHola.\nRun!\t¡Corre!\n" * 4,
-    "pairs_one_column.tsv": "Go.\nHi.\nRun!\n",
-    "pairs_empty_target.tsv": "english\tspanish\nGo.\tVe.\nHi.\t \nRun!\t¡Corre!\n",
+    "tr_pairs.tsv": "english\tspanish\n" + "Go.\tVe.\nHi.\tHola.\nRun!\t¡Corre!\n" * 4,
+    "tr_pairs_one_column.tsv": "Go.\nHi.\nRun!\n",
+    "tr_pairs_empty_target.tsv": "english\tspanish\nGo.\tVe.\nHi.\t \nRun!\t¡Corre!\n",
 }
 TRANSLATE = ["finetune", "--task=translate", "--init_checkpoint={pretrained}",
              "--model_dir={fresh}", "--seq_length=32", "--batch_size=4", "--train_steps=2",
-             "--train_file={pairs.tsv}", "--eval_file={pairs.tsv}"]
+             "--train_file={tr_pairs.tsv}", "--eval_file={tr_pairs.tsv}"]
 TRANSLATE_CASES = [
-    ("translate pair file with one column", [*TRANSLATE, "--train_file={pairs_one_column.tsv}"],
-     "{pairs_one_column.tsv}:1: one column; a translate file holds a source and a target "
+    ("translate pair file with one column", [*TRANSLATE, "--train_file={tr_pairs_one_column.tsv}"],
+     "{tr_pairs_one_column.tsv}:1: one column; a translate file holds a source and a target "
      "column"),
-    ("translate empty target", [*TRANSLATE, "--train_file={pairs_empty_target.tsv}"],
-     "{pairs_empty_target.tsv}:3: empty target; every pair needs a source and a target text"),
+    ("translate empty target", [*TRANSLATE, "--train_file={tr_pairs_empty_target.tsv}"],
+     "{tr_pairs_empty_target.tsv}:3: empty target; every pair needs a source and a target text"),
     ("translate empty target in the eval file",
-     [*TRANSLATE, "--eval_file={pairs_empty_target.tsv}"],
-     "{pairs_empty_target.tsv}:3: empty target"),
+     [*TRANSLATE, "--eval_file={tr_pairs_empty_target.tsv}"],
+     "{tr_pairs_empty_target.tsv}:3: empty target"),
     ("translate missing source column", [*TRANSLATE, "--source_column=french"],
-     "{pairs.tsv}:1: header has no column 'french'"),
+     "{tr_pairs.tsv}:1: header has no column 'french'"),
     ("translate source longer than the positions", [*TRANSLATE, "--seq_length=128"],
      "seq_length=128 exceeds the encoder's max_sequence_length=64"),
     ("translate target longer than the positions",

@@ -75,6 +75,9 @@ def test_named_columns_in_csv_and_jsonl(tmp_path):
     keyed = tmp_path / "keyed.jsonl"
     keyed.write_text('{"en": "Go.", "es": "Ve."}\n', encoding="utf-8")
     assert pairs(keyed, text_column="en", text_b_column="es") == [("Go.", "Ve.")]
+    half = tmp_path / "half.jsonl"
+    half.write_text('{"en": "Go.", "target": "Ve."}\n', encoding="utf-8")
+    assert pairs(half, text_column="en") == [("Go.", "Ve.")]  # the target keeps its key
 
 
 @pytest.mark.parametrize("name, text, columns, message", [

@@ -7,11 +7,13 @@
   bert-train finetune --task=classification --train_file=reviews.csv --eval_file=dev.csv \\
       --text_column=review --label_column=stars --init_checkpoint=... --model_dir=...
 
-Tasks: imdb, the GLUE tasks, squad, squad_v2, conll2003 (TFDS, or their files with
---train_file/--eval_file; GLUE TSVs are read with GLUE's column layout), and classification,
-regression, tagging for files of your own. --init_checkpoint is a bert-train model directory, a
-Hugging Face or a Google BERT directory; it fixes the encoder and the vocabulary. Only the
-encoder is warm-started; the head starts fresh.
+Tasks: imdb, the GLUE tasks, squad, squad_v2, conll2003, ted_hrlr_translate/pt_to_en,
+wmt14_translate/de-en (TFDS, or their files with --train_file/--eval_file; GLUE TSVs are read
+with GLUE's column layout), and classification, regression, tagging, translate for files of
+your own (translate: sentence pairs, --source_column/--target_column). --init_checkpoint is a
+bert-train model directory, a Hugging Face or a Google BERT directory; it fixes the encoder and
+the vocabulary. Only the encoder is warm-started; the head starts fresh (translate: BERT2BERT,
+the decoder from the same weights but its cross-attention).
 
 Configuration, each layer overriding the previous: the task family's recipe
 (configs/tasks/<family>.gin: AdamW, 10 % warmup, batch 32, sequence 128, 3 epochs), --gin_file,
@@ -274,8 +276,11 @@ def _run_config(gin_files: list[str]) -> dict:
             "gin_files": [common.resolve_gin_file(f) for f in gin_files],
             "gin_params": list(FLAGS.gin_param), "flag_bindings": _flag_bindings(),
             "max_train_examples": FLAGS.max_train_examples,
-            "max_eval_examples": FLAGS.max_eval_examples,
-            **{name: getattr(FLAGS, name) for name in COLUMN_FLAGS},
+            "max_eval_examples": FLAGS.max_eval_examples, "text_column": FLAGS.text_column,
+            "text_b_column": FLAGS.text_b_column, "label_column": FLAGS.label_column,
+            # Only when given: a manifest written before these flags existed still matches.
+            **{name: getattr(FLAGS, name) for name in ("source_column", "target_column")
+               if getattr(FLAGS, name) is not None},
             "header": FLAGS.header,
             "label_names": list(FLAGS.label_names) if FLAGS.label_names else None,
             "skip_bad_rows": FLAGS.skip_bad_rows}

@@ -1,7 +1,7 @@
 """What a task family provides: one object that the registry, the commands and the exporter ask.
 
-A family (classification, regression, squad, tagging, or one of your own) lives in one
-place, `bert_trainer/tasks/<family>/` for the built-in ones, and declares:
+A family (classification, regression, squad, tagging, translate, or one of your own) lives
+in one place, `bert_trainer/tasks/<family>/` for the built-in ones, and declares:
 
 - its datasets (`presets`: `TaskData` entries such as GLUE's) and the task names that train on
   your own files only (`local_tasks`), and how it reads raw examples (the `ExampleReader`

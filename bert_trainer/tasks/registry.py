@@ -10,10 +10,10 @@ plugins, imported from
 - the "family_module" a model directory's bert_train.json records (`family_from_info`), so
   `evaluate`, `export` and `predict` find the family a model was fine-tuned with.
 
-Every dataset a family declares (imdb, the GLUE tasks, squad, squad_v2, conll2003) is a
-task; the families' `local_tasks` (classification, regression, tagging) train on your own
-files. `resolve_task_data` + `build_task` make a task for a run; `task_from_info` rebuilds
-the one a model directory was trained on (`evaluate`).
+Every dataset a family declares (imdb, the GLUE tasks, squad, squad_v2, conll2003, the
+translation sets) is a task; the families' `local_tasks` (classification, regression, tagging,
+translate) train on your own files. `resolve_task_data` + `build_task` make a task for a run;
+`task_from_info` rebuilds the one a model directory was trained on (`evaluate`).
 """
 
 import dataclasses

@@ -110,9 +110,10 @@ class TranslateFamily(Family):
         sources.check_file(path)
         fmt = self._format(td, path)
         columns = td.columns or PAIR_COLUMNS
-        if fmt == "jsonl":
-            if columns == PAIR_COLUMNS:
-                columns = JSONL_KEYS
+        if fmt == "jsonl":  # keys, not indices: an unnamed side keeps its default key
+            columns = TextColumns(
+                columns.text if isinstance(columns.text, str) else JSONL_KEYS.text,
+                columns.text_b if isinstance(columns.text_b, str) else JSONL_KEYS.text_b, None)
             return sources.read_jsonl(path, columns, skip_bad_rows=skip_bad_rows, stats=stats)
         has_header = self._has_header(td, path, fmt, columns)
         return sources.read_table(path, columns, delimiter="\t" if fmt == "tsv" else ",",

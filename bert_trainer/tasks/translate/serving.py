@@ -26,7 +26,7 @@ class TranslateServing(TaskServing):
       max_decode_length: longest translation in pieces.
       **kwargs: `ServingModule` arguments (vocab_file, lower_case, seq_length).
 
-    The score is the best beam's (length-normalized) log-probability. Besides
+    The score is the best hypothesis' log-probability with the length penalty applied. Besides
     `serving_default`, the export has the encoder's `encode` signature.
     """
 

@@ -53,6 +53,7 @@ bench-seq2seq: install
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) scripts/bench/seq2seq.py --output benchmarks/results_seq2seq.json \
 		--table benchmarks/README.md
+	$(PY) scripts/bench/seq2seq_decode.py --output benchmarks/results_seq2seq_decode.json
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache runs/demo

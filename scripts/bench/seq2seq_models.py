@@ -185,6 +185,9 @@ def bert2bert(minilm_dir: str, max_length: int, warm_start: bool) -> tuple[keras
 
     checkpoint = resolve_checkpoint(minilm_dir)
     model = _seq2seq_class()(checkpoint.build_encoder(), max_target_length=max_length)
+    # Built first: the warm start loads into existing variables.
+    names = (*features.ENCODER_INPUTS, features.DECODER_INPUT_IDS)
+    model({k: tf.zeros([1, 4], tf.int32) for k in names})
     if not warm_start:
         return model, {"loaded": [], "initialized": []}
     try:

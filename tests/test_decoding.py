@@ -198,8 +198,14 @@ def test_end_token_stops_the_row_and_the_loop():
     ids, _ = decoding.greedy_search(counted, [START, 3], state, max_decode_length=6, end_id=END)
     assert calls == [0, 1]  # both rows ended after two steps: no more calls
     calls.clear()
+    sampled, _ = decoding.sample(counted, [START, 3], state, max_decode_length=6, end_id=END,
+                                 top_k=1, initial_index=tf.constant(5, tf.int64))
+    assert calls == [5, 6] and sampled.numpy().tolist() == ids.numpy().tolist()
+    calls.clear()
     ids, scores = decoding.beam_search(counted, [START], state, vocab_size=VOCAB, beam_size=2,
-                                       length_penalty=0.0, max_decode_length=6, end_id=END)
+                                       length_penalty=0.0, max_decode_length=6, end_id=END,
+                                       initial_index=3)
+    assert calls == [3, 4, 5, 6, 7, 8]  # indices from initial_index (a prefilled prompt)
     # [3, end] and [4, 4, ...]: the second never ends, so the loop runs to the end.
     assert ids[0].numpy().tolist() == [[3, END, 0, 0, 0, 0], [4] * 6]
     np.testing.assert_allclose(scores[0], [np.log(0.7), np.log(0.3)], atol=1e-6)

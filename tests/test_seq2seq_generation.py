@@ -229,3 +229,21 @@ def test_real_model_translation_in_a_tf_function():
     ids, scores = _translate(model, inputs, beam_size=4, max_decode_length=10)
     np.testing.assert_array_equal(out[features.DECODED_IDS], ids)
     np.testing.assert_allclose(out[features.DECODED_SCORES], scores, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow  # saving and loading a decoding loop: ~40 s on 2 busy cores
+def test_real_model_translation_in_a_saved_model(tmp_path):
+    model, inputs = _tiny_transformer(), _sources(8, vocab=REAL_VOCAB)
+    module = tf.Module()
+    module.model = model  # tracks the weights
+    spec = {name: tf.TensorSpec([None, None], tf.int32) for name in inputs}
+    module.translate = tf.function(lambda x: seq2seq_generation.translate(
+        module.model, x, beam_size=2, max_decode_length=6, start_id=START, end_id=END),
+        input_signature=[spec])
+    expected = module.translate(inputs)
+    tf.saved_model.save(module, str(tmp_path / "saved"))
+    loaded = tf.saved_model.load(str(tmp_path / "saved"))
+    out = loaded.translate(inputs)
+    np.testing.assert_array_equal(out[features.DECODED_IDS], expected[features.DECODED_IDS])
+    np.testing.assert_allclose(out[features.DECODED_SCORES], expected[features.DECODED_SCORES],
+                               rtol=1e-5, atol=1e-5)

@@ -4,16 +4,18 @@ Generic over the model: the caller gives
 
     step_fn(ids [n] int32, index scalar int32, state) -> (logits [n, vocab] float32, new_state)
 
-where `ids` is the token at position `index` of the decoder input (the first call gets the
-start ids at index 0) and `state` is any nest of tensors whose axis 0 is `n` (a key/value
-cache, the encoder output and its mask, a prefix, ...). Beam search tiles every state tensor to
-the beams and gathers every one by the chosen beams each step, so the model needs no beam logic.
+where `ids` is the token at position `index` of the decoder input and `state` is any nest of
+tensors whose axis 0 is `n` (a key/value cache, the encoder output and its mask, a prefix, ...).
+The first call gets the start ids at index `initial_index`: 0, unless a prompt already fills
+the positions before it (a decoder-only model's prefilled cache). Beam search tiles every state
+tensor to the beams and gathers every one by the chosen beams each step, so the model needs no
+beam logic.
 
 Conventions shared by the three functions:
 - The returned ids are the generated tokens, `[..., max_decode_length]` int32: WITHOUT the start
   token, WITH the end token where one was generated, and 0 after it. `ids[..., t]` is the token
-  chosen from the logits of the call at index t. A sequence that never produces `end_id` runs
-  to `max_decode_length` tokens (truncated).
+  chosen from the logits of the call at index `initial_index + t`. A sequence that never
+  produces `end_id` runs to `max_decode_length` tokens (truncated).
 - Scores are log-probabilities under the model (`log_softmax(logits)`, before any sampling
   filter) summed over the returned tokens, end token included, divided by the length penalty
   `((5 + length) / 6) ** alpha` of GNMT, tensor2tensor and T5 (`length` counts the end token;
@@ -21,8 +23,8 @@ Conventions shared by the three functions:
 
 Everything runs in one `tf.while_loop` with static shapes (`max_decode_length` is a Python
 int), so the functions work eagerly, inside `tf.function`, in a SavedModel and under XLA. The
-module uses TensorFlow directly, not `keras.ops`: the loop carries an arbitrary nest of state,
-which keras' loop and gather ops do not express.
+module uses TensorFlow directly, not `keras.ops`: it needs `tf.nest` over the caller's state,
+batched gathers and stateless random numbers, and the models it drives run on TensorFlow.
 """
 
 import tensorflow as tf
@@ -63,7 +65,7 @@ def write_at(ids, index, tokens):
 
 
 def _decode_one_path(step_fn, initial_ids, initial_state, max_decode_length, end_id,
-                     length_penalty, choose):
+                     length_penalty, initial_index, choose):
     """The loop greedy search and sampling share: one sequence per row, `choose` picks the token.
 
     Args:
@@ -75,9 +77,10 @@ def _decode_one_path(step_fn, initial_ids, initial_state, max_decode_length, end
     length = _check_length(max_decode_length)
     initial_ids = tf.convert_to_tensor(initial_ids, tf.int32)
     n = tf.shape(initial_ids)[0]
+    initial_index = tf.cast(initial_index, tf.int32)
 
     def body(index, last, ids, log_prob, lengths, finished, state):
-        logits, state = step_fn(last, index, state)
+        logits, state = step_fn(last, initial_index + index, state)
         logits = tf.cast(logits, tf.float32)
         token = tf.cast(choose(logits, index), tf.int32)
         token_log_prob = tf.gather(tf.nn.log_softmax(logits), token, batch_dims=1)
@@ -101,7 +104,7 @@ def _decode_one_path(step_fn, initial_ids, initial_state, max_decode_length, end
 
 
 def greedy_search(step_fn, initial_ids, initial_state, *, max_decode_length, end_id,
-                  length_penalty=0.0):
+                  length_penalty=0.0, initial_index=0):
     """The most likely token at every step, until `end_id` or `max_decode_length`.
 
     Args:
@@ -112,12 +115,14 @@ def greedy_search(step_fn, initial_ids, initial_state, *, max_decode_length, end
       end_id: int, the token that ends a row.
       length_penalty: alpha of the score's length penalty; the default 0 scores by the plain
         log-probability. `beam_search` with one beam and the same alpha gives the same score.
+      initial_index: int or int32 scalar tensor, the index of the first call.
 
     Returns:
       (ids [n, max_decode_length] int32, scores [n] float32): see the module docstring.
     """
     return _decode_one_path(step_fn, initial_ids, initial_state, max_decode_length, end_id,
-                            length_penalty, lambda logits, index: tf.argmax(logits, axis=-1))
+                            length_penalty, initial_index,
+                            lambda logits, index: tf.argmax(logits, axis=-1))
 
 
 def _filter_logits(logits, temperature, top_k, top_p):
@@ -159,7 +164,7 @@ def _check_sampling(temperature, top_k, top_p):
 
 
 def sample(step_fn, initial_ids, initial_state, *, max_decode_length, end_id, temperature=1.0,
-           top_k=0, top_p=1.0, seed=0, length_penalty=0.0):
+           top_k=0, top_p=1.0, seed=0, length_penalty=0.0, initial_index=0):
     """Tokens drawn from the model's distribution, reproducibly (stateless RNG).
 
     Each step draws from softmax(logits / temperature) restricted to the top_k most likely
@@ -169,7 +174,8 @@ def sample(step_fn, initial_ids, initial_state, *, max_decode_length, end_id, te
     (a SavedModel's inputs); Python numbers are checked here.
 
     Args:
-      step_fn, initial_ids, initial_state, max_decode_length, end_id: as `greedy_search`.
+      step_fn, initial_ids, initial_state, max_decode_length, end_id, initial_index: as
+        `greedy_search`.
       temperature: float >= 0; 0 picks the most likely token (greedy).
       top_k: int >= 0; 0 keeps every token.
       top_p: float in (0, 1]; 1 keeps every token.
@@ -200,7 +206,7 @@ def sample(step_fn, initial_ids, initial_state, *, max_decode_length, end_id, te
         return tf.where(temperature > 0, drawn, tf.argmax(logits, -1, tf.int32))
 
     return _decode_one_path(step_fn, initial_ids, initial_state, max_decode_length, end_id,
-                            length_penalty, choose)
+                            length_penalty, initial_index, choose)
 
 
 def tile_beams(tensor, beam_size):
@@ -225,7 +231,7 @@ def _sort_best_first(flags, scores, ids):
 
 
 def beam_search(step_fn, initial_ids, initial_state, *, vocab_size, beam_size, length_penalty,
-                max_decode_length, end_id):
+                max_decode_length, end_id, initial_index=0):
     """The beam_size best sequences of each row by length-penalized log-probability.
 
     Each step expands the beam_size alive hypotheses of a row by every token and keeps the
@@ -247,6 +253,7 @@ def beam_search(step_fn, initial_ids, initial_state, *, vocab_size, beam_size, l
       length_penalty: alpha of ((5 + length) / 6) ** alpha (0.6 in the Transformer and T5).
       max_decode_length: Python int, the most tokens generated (end token included).
       end_id: int, the token that ends a hypothesis.
+      initial_index: int or int32 scalar tensor, the index of the first call.
 
     Returns:
       (ids [batch, beam_size, max_decode_length] int32, scores [batch, beam_size] float32),
@@ -260,11 +267,12 @@ def beam_search(step_fn, initial_ids, initial_state, *, vocab_size, beam_size, l
         raise ValueError(f"vocab_size must be a Python int >= 2, got {vocab_size!r}")
     k = beam_size
     initial_ids = tf.convert_to_tensor(initial_ids, tf.int32)
+    initial_index = tf.cast(initial_index, tf.int32)
     batch = tf.shape(initial_ids)[0]
     rank = tf.range(2 * k)
 
     def body(index, last, alive_ids, alive_log_prob, state, fin_ids, fin_score, fin_flag, done):
-        logits, state = step_fn(tf.reshape(last, [-1]), index, state)
+        logits, state = step_fn(tf.reshape(last, [-1]), initial_index + index, state)
         log_probs = tf.reshape(tf.nn.log_softmax(tf.cast(logits, tf.float32)),
                                [batch, k, vocab_size])
         candidates = tf.reshape(alive_log_prob[:, :, None] + log_probs, [batch, k * vocab_size])

@@ -136,10 +136,11 @@ def test_detokenize_round_trips_real_sentences(pair_vocab, shared_dir):
     texts = [t.decode("utf-8") for t in tok.detokenize(ids).numpy().tolist()]
     known = [tok.unk_id not in row for row in ids.to_list()]
     same = [s == t for s, t in zip(sentences, texts, strict=True)]
-    # Measured: 2,327 of 2,332 (99.8 %); the 5 others are spacing the tokens cannot tell
-    # ("travelers' checks" vs "don't", "p.m." vs "p. m.", a Spanish dialogue dash).
+    # Measured: 2,331 of 2,332 (99.96 %); the other is spacing the tokens cannot tell (a
+    # Spanish dialogue dash, "—Tengo ... —dijo"). On all of train.tsv, with the vocabulary
+    # `bert-train vocab` learns from it, 99.98 %.
     assert sum(known) == len(sentences)  # every character was learned
-    assert sum(same) / len(sentences) > 0.995, [
+    assert sum(same) / len(sentences) >= 0.998, [
         (s, t) for s, t, ok in zip(sentences, texts, same, strict=True) if not ok][:10]
     for sentence in ("¿Lloverá mañana?", "¿Dónde está Tom?", "¡Oh, no!", "Puedo apañármelas."):
         assert sentence in sentences and texts[sentences.index(sentence)] == sentence

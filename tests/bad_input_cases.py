@@ -573,6 +573,8 @@ TRANSLATE_CASES = [
      "{tr_pairs_empty_target.tsv}:3: empty target"),
     ("translate missing source column", [*TRANSLATE, "--source_column=french"],
      "{tr_pairs.tsv}:1: header has no column 'french'"),
+    ("translate target column out of range", [*TRANSLATE, "--target_column=7"],
+     "{tr_pairs.tsv}:1: expected at least 8 columns, found 2"),
     ("translate source longer than the positions", [*TRANSLATE, "--seq_length=128"],
      "seq_length=128 exceeds the encoder's max_sequence_length=64"),
     ("translate target longer than the positions",

@@ -9,7 +9,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from bert_trainer import features
-from bert_trainer.data import bert_normalizer
+from bert_trainer.data import bert_normalizer, tokenizer
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import UserError
 
@@ -338,3 +338,10 @@ def test_saved_model_tokenizes_like_the_tokenizer(minilm_tokenizer, tmp_path):
     texts = [r["text"] for r in _compat_golden()]
     assert (loaded.tokenize(tf.constant(texts)).numpy().tolist()
             == minilm_tokenizer.tokenize(texts).to_tensor().numpy().tolist())
+
+
+def test_vocab_is_cased_reads_capitals_outside_the_special_tokens():
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[unused0]"]
+    assert not tokenizer.vocab_is_cased([*specials, "the", "##s", "ñandú", "¿"])
+    assert tokenizer.vocab_is_cased([*specials, "the", "Tom", "ñandú"])
+    assert tokenizer.vocab_is_cased([*specials, "##Á"])

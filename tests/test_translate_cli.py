@@ -57,7 +57,7 @@ def test_translate_finetune_evaluate_export_predict(tmp_path):
 
     proc = run_cli("finetune", "--task=translate", f"--train_file={train}",
                    f"--eval_file={dev}", f"--vocab_file={vocab_file}", "--lower_case=true",
-                   *TINY, f"--gin_param=build_encoder.vocab_size = {len(vocab)}",
+                   *TINY,  # from scratch: vocab_size is --vocab_file's size
                    "--seq_length=24", "--batch_size=16", "--train_steps=8",
                    f"--model_dir={model_dir}")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -67,7 +67,9 @@ def test_translate_finetune_evaluate_export_predict(tmp_path):
     assert set(metrics) == {"loss", "token_accuracy", "bleu", "num_examples"}
     assert metrics["num_examples"] == 24 and 0 <= metrics["bleu"] <= 100
     assert 0 < metrics["loss"] < 20 and 0 <= metrics["token_accuracy"] <= 1
-    task = json.loads((model_dir / "bert_train.json").read_text())["task"]
+    info = json.loads((model_dir / "bert_train.json").read_text())
+    assert info["encoder"]["config"]["vocab_size"] == len(vocab)
+    task = info["task"]
     assert (task["family"], task["best_metric"], task["seq_length"]) == ("translate", "bleu", 24)
     assert task["translate"]["label_smoothing"] == 0.1  # the recipe's
     assert task["translate"]["beam_size"] == 4 and task["translate"]["max_target_length"] == 16

@@ -38,6 +38,7 @@ their logits, or --window_pooling=max; tagging: each word from the window where 
 most context). --long_texts=truncate keeps the first pieces instead.
 """
 
+import functools
 import os
 import sys
 
@@ -58,7 +59,8 @@ SHARED_FLAGS = {**common.SHARED_FLAGS, **shared_flags.declare(
     init_checkpoint=Usage(None, "Pretrained model: a bert-train model directory or checkpoint "
                           "prefix, or a Hugging Face / Google BERT directory."),
     vocab_file=Usage(None, "WordPiece vocab.txt; default: --init_checkpoint's."),
-    lower_case=Usage(None, "Lower-case text; default: --init_checkpoint's."),
+    lower_case=Usage(None, "Lower-case text; default: --init_checkpoint's (from scratch: "
+                     "cased when --vocab_file has capitals)."),
     seq_length=Usage(None, "Sequence length (FinetuneConfig.seq_length)."),
     batch_size=Usage(None, "Global training batch (FinetuneConfig.train_batch_size)."),
     max_eval_examples=Usage(None, "Evaluate on the first N examples only."))}
@@ -298,6 +300,7 @@ def _reset_run_state() -> None:
 def _encoder_spec():
     """The encoder of --init_checkpoint, or the gin-configured one when training from scratch."""
     from bert_trainer import configurables  # noqa: PLC0415
+    from bert_trainer.data import tokenizer  # noqa: PLC0415
     from bert_trainer.tasks import finetuning  # noqa: PLC0415
 
     if FLAGS.init_checkpoint:
@@ -305,10 +308,30 @@ def _encoder_spec():
                                                lower_case=FLAGS.lower_case)
     logging.warning("No --init_checkpoint: the encoder is built from gin and trained from "
                     "scratch")
-    encoder = common.build_configured(configurables.build_encoder, "build_encoder")
+    vocab = tokenizer.load_vocab(FLAGS.vocab_file)
+    derived = {}
+    if not _gin_binds("build_encoder.vocab_size"):
+        derived["vocab_size"] = len(vocab)  # the vocabulary sizes the embeddings
+    lower_case = FLAGS.lower_case
+    if lower_case is None:  # a vocabulary with capitals was learned from cased text
+        lower_case = not tokenizer.vocab_is_cased(vocab)
+    logging.info("From scratch: vocab_size=%d, lower_case=%s (from --vocab_file=%s)",
+                 derived.get("vocab_size", -1), lower_case, FLAGS.vocab_file)
+    encoder = common.build_configured(
+        functools.partial(configurables.build_encoder, **derived), "build_encoder")
     return finetuning.spec_from_encoder(encoder, vocab_file=FLAGS.vocab_file,
-                                        lower_case=True if FLAGS.lower_case is None
-                                        else FLAGS.lower_case)
+                                        lower_case=lower_case)
+
+
+def _gin_binds(parameter: str) -> bool:
+    """Whether the parsed gin configs bind `parameter` ("configurable.name")."""
+    import gin  # noqa: PLC0415
+
+    try:
+        gin.query_parameter(parameter)
+    except ValueError:
+        return False
+    return True
 
 
 def _build_task():

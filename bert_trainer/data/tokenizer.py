@@ -37,6 +37,13 @@ from bert_trainer.errors import UserError
 SUFFIX_INDICATOR = "##"
 
 
+def vocab_is_cased(vocab: list[str]) -> bool:
+    """Whether a vocabulary was learned from cased text: a lower-cased one has no capital
+    letter outside its bracketed special tokens ([CLS], [unused0], ...)."""
+    return any(token != token.lower() for token in vocab
+               if not (token.startswith("[") and token.endswith("]")))
+
+
 def load_vocab(vocab_file: str) -> list[str]:
     """Reads a `vocab.txt` (one token a line, id = line number).
 

@@ -189,8 +189,9 @@ def bert2bert_section(args, prepared: dict) -> list[dict]:
     chunk = min(args.b2b_steps, args.b2b_turn_steps)
     rounds = math.ceil(args.b2b_steps / chunk)
     say(f"seq2seq bert2bert: {rounds} turns of {chunk} steps each")
-    workers = [Worker("seq2seq_budget", _budget_params(args, prepared, k, "minilm"), args.log,
-                      WORKER_TIMEOUT_S) for k in kinds]
+    workers = [Worker("seq2seq_budget", {**_budget_params(args, prepared, k, "minilm"),
+                                         "warmup_steps": args.b2b_warmup_steps},
+                      args.log, WORKER_TIMEOUT_S) for k in kinds]
     try:
         return _train_and_score(args, workers, kinds, rounds=rounds, units=-chunk,
                                 what=f"{rounds * chunk} steps")
@@ -219,7 +220,7 @@ def run(args) -> dict:
 SMOKE = {"train_pairs": 300, "dev_pairs": 12, "vocab_size": 400, "size": "1/32/2/64",
          "batch_size": 4, "max_length": 16, "budget_minutes": 0.05, "turn_seconds": 1.5,
          "step_warmup": 1, "step_rounds": 2, "step_steps": 1, "b2b_steps": 2,
-         "b2b_turn_steps": 1, "warmup_steps": 10, "beam_size": 2}
+         "b2b_turn_steps": 1, "warmup_steps": 10, "b2b_warmup_steps": 1, "beam_size": 2}
 
 
 def parse_args(argv):
@@ -256,6 +257,8 @@ def parse_args(argv):
     p.add_argument("--b2b_steps", type=int, default=1000,
                    help="training steps of each model in the bert2bert section")
     p.add_argument("--b2b_turn_steps", type=int, default=200, help="steps per turn there")
+    p.add_argument("--b2b_warmup_steps", type=int, default=100,
+                   help="learning-rate warm-up steps there (both models)")
     p.add_argument("--beam_size", type=int, default=4)
     p.add_argument("--length_penalty", type=float, default=0.6)
     p.add_argument("--seed", type=int, default=0)

@@ -181,7 +181,7 @@ def bert2bert(minilm_dir: str, max_length: int, warm_start: bool) -> tuple[keras
       (model, report): report lists the loaded and freshly initialized variables (empty lists
       from scratch).
     """
-    from bert_trainer.interop.resolve import resolve_checkpoint  # noqa: PLC0415
+    from bert_trainer.interop import resolve_checkpoint  # noqa: PLC0415
 
     checkpoint = resolve_checkpoint(minilm_dir)
     model = _seq2seq_class()(checkpoint.build_encoder(), max_target_length=max_length)

@@ -16,6 +16,10 @@ from bert_trainer.layers.initializers import clone_initializer
 from bert_trainer.models.encoder_model import EncoderModel
 
 POSITION_ENCODINGS = ("learned", "sinusoidal")
+# Outputs of a call given `target_ids`: the logits of the real target tokens only.
+TARGET_LOGITS = "target_logits"  # float32 [n, vocab], row k for token (row, position) k
+TARGET_LABELS = "target_labels"  # int32 [n], the target ids of those tokens
+TARGET_ROWS = "target_rows"  # int32 [n], the example (batch row) of each token
 
 
 @keras.saving.register_keras_serializable(package="bert_trainer")
@@ -57,8 +61,15 @@ class Seq2SeqTransformer(EncoderModel):
         `input_type_ids`) and `decoder_input_ids` `[batch, t]` int (teacher forcing).
       training: enables dropout.
 
+      The inputs may also hold `target_ids` `[batch, t]` (0 = padding): then only the
+        real target tokens are projected on the vocabulary (the projection and the loss
+        over it are most of a small model's step; padding and the tokens after [SEP] need
+        neither), and the outputs are `TARGET_LOGITS`, `TARGET_LABELS`, `TARGET_ROWS`
+        instead of `logits`.
+
     Returns:
-      dict `logits`: float32 `[batch, t, vocab]`, row `j` predicting target token `j + 1`.
+      dict `logits`: float32 `[batch, t, vocab]`, row `j` predicting target token `j + 1`;
+      or, given `target_ids`, the target tokens' rows (see above).
     """
 
     def __init__(self, encoder, num_decoder_layers=None, share_embeddings=True,
@@ -178,10 +189,21 @@ class Seq2SeqTransformer(EncoderModel):
         if features.DECODER_INPUT_IDS not in inputs:
             raise ValueError(f"{self.name}: the features lack {features.DECODER_INPUT_IDS!r}")
         encoder_output, encoder_mask = self.encode(inputs, training=training)
-        return {features.LOGITS: self.decode(inputs[features.DECODER_INPUT_IDS], encoder_output,
-                                             encoder_mask, training=training)}
+        decoder_input_ids = inputs[features.DECODER_INPUT_IDS]
+        targets = inputs.get(features.TARGET_IDS)
+        if targets is None:
+            return {features.LOGITS: self.decode(decoder_input_ids, encoder_output,
+                                                 encoder_mask, training=training)}
+        x = self.decode(decoder_input_ids, encoder_output, encoder_mask, training=training,
+                        project=False)
+        where = ops.stack(ops.nonzero(targets), axis=1)  # (n, 2): the real target tokens
+        rows = _gather_rows(x, where)  # (n, hidden)
+        return {TARGET_LOGITS: self._logits(rows[None])[0],
+                TARGET_LABELS: ops.cast(_gather_rows(targets, where), "int32"),
+                TARGET_ROWS: ops.cast(where[:, 0], "int32")}
 
-    def decode(self, decoder_input_ids, encoder_output, encoder_mask, training=None):
+    def decode(self, decoder_input_ids, encoder_output, encoder_mask, training=None,
+               project=True):
         """The decoder over a whole target prefix, without a cache (teacher forcing, and the
         uncached decoding baseline, which must not pay for the encoder again).
 
@@ -189,6 +211,7 @@ class Seq2SeqTransformer(EncoderModel):
           decoder_input_ids: int `[batch, t]`.
           encoder_output, encoder_mask: from `encode`.
           training: enables dropout.
+          project: False returns the last block's output `[batch, t, hidden]` instead.
 
         Returns:
           float32 logits `[batch, t, vocab]`.
@@ -202,7 +225,7 @@ class Seq2SeqTransformer(EncoderModel):
         for layer in self.decoder_layers:
             x = layer(x, encoder_output=encoder_output, encoder_mask=encoder_mask,
                       training=training)
-        return self._logits(x)
+        return self._logits(x) if project else x
 
     def init_cache(self, batch_size, max_length, encoder_output=None):
         """Empty key/value caches of every decoder layer for `decode_step`.
@@ -307,6 +330,13 @@ class Seq2SeqTransformer(EncoderModel):
                       max_target_length=self._max_target_length,
                       share_encoder_decoder=self.share_encoder_decoder)
         return config
+
+
+def _gather_rows(x, where):
+    """`x[where[k, 0], where[k, 1]]` for each k: `[b, t, ...]`, int `[n, 2]` -> `[n, ...]`."""
+    width = ops.shape(x)[1]
+    flat = ops.reshape(x, (-1, *x.shape[2:]))
+    return ops.take(flat, where[:, 0] * ops.cast(width, where.dtype) + where[:, 1], axis=0)
 
 
 class _TiedOutputProjection(keras.layers.Layer):

@@ -26,7 +26,11 @@ from bert_trainer.ops.attention import (
     split_heads,
     unpack_rows,
 )
-from bert_trainer.ops.cross_entropy import label_is_top, sparse_softmax_cross_entropy
+from bert_trainer.ops.cross_entropy import (
+    label_is_top,
+    smoothed_cross_entropy,
+    sparse_softmax_cross_entropy,
+)
 from bert_trainer.ops.elementwise import dropout, gelu, layer_norm
 from bert_trainer.ops.switch import (
     MODE_ENV,
@@ -49,6 +53,7 @@ def token_packing_is_free() -> bool:
 __all__ = [
     "MODES", "MODE_ENV", "apply_adamw", "attention_probabilities", "default_mode", "dropout",
     "dynamic_shapes_are_free", "fused", "fused_kernels", "gelu", "label_is_top", "layer_norm",
-    "merge_heads", "mode", "pack_rows", "sparse_softmax_cross_entropy", "split_heads",
+    "merge_heads", "mode", "pack_rows", "smoothed_cross_entropy", "sparse_softmax_cross_entropy",
+    "split_heads",
     "token_packing_is_free", "unpack_rows",
 ]

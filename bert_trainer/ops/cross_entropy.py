@@ -76,3 +76,28 @@ def label_is_top(labels, logits):
         return tf.reshape(hits, tf.shape(logits)[:-1])
     label_logit = tf.gather(logits, tf.cast(labels, tf.int32), batch_dims=len(labels.shape))
     return tf.cast(label_logit >= tf.reduce_max(logits, axis=-1), tf.float32)
+
+
+def smoothed_cross_entropy(labels, logits, smoothing):
+    """Cross-entropy against the label smoothed toward uniform: `(1 - s)` on the label and
+    `s / num_classes` on every class (Szegedy et al.; the Transformer's 0.1).
+
+    `-(1 - s) log p[label] - s mean(log p)` rewritten with `log p = logits - logsumexp`:
+    `xent + s (logits[label] - mean(logits))`, so the softmax part is
+    `sparse_softmax_cross_entropy` (the fused kernel where on) and no `[rows, classes]`
+    log-probabilities are made.
+
+    Args:
+      labels: int `[...]`, each in `[0, num_classes)`.
+      logits: float32 `[..., num_classes]`.
+      smoothing: python float in `[0, 1)`.
+
+    Returns:
+      float32 `[...]`.
+    """
+    logits = tf.convert_to_tensor(logits, tf.float32)
+    xent = sparse_softmax_cross_entropy(labels, logits)
+    if not smoothing:
+        return xent
+    label_logit = tf.gather(logits, tf.cast(labels, tf.int32), batch_dims=len(labels.shape))
+    return xent + smoothing * (label_logit - tf.reduce_mean(logits, axis=-1))

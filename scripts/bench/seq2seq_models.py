@@ -199,6 +199,8 @@ def bert2bert(minilm_dir: str, max_length: int, warm_start: bool) -> tuple[keras
 
 def logits_of(model: keras.Model, batch: dict, training) -> tf.Tensor:
     """float32 logits whatever the model returns (a tensor or bert-train's {"logits"})."""
+    if hasattr(model, "decoder_layers"):  # bert-train's: given target ids, it returns rows
+        batch = {k: v for k, v in batch.items() if k != features.TARGET_IDS}
     out = model(batch, training=training)
     if isinstance(out, dict):
         out = out[features.LOGITS]

@@ -19,7 +19,9 @@ import tensorflow as tf
 from bench import seq2seq_data as data_lib
 from bench import seq2seq_models as models
 from bert_trainer import features
+from bert_trainer import ops as bt_ops
 from bert_trainer.data.tokenizer import Tokenizer
+from bert_trainer.models import seq2seq_transformer as s2s
 
 CLIP_NORM = 1.0
 KINDS = ("gru", "bahdanau", "keras_hub", "bert_train", "bert2bert", "bert2bert_scratch")
@@ -36,6 +38,18 @@ def smoothed_cross_entropy(targets, logits, smoothing: float) -> tf.Tensor:
     loss = (1.0 - smoothing) * nll - smoothing * tf.reduce_mean(log_probs, axis=-1)
     weights = tf.cast(tf.not_equal(targets, 0), tf.float32)
     return tf.reduce_sum(loss * weights) / tf.maximum(tf.reduce_sum(weights), 1.0)
+
+
+def loss_of(model: keras.Model, batch: dict, smoothing: float, training) -> tf.Tensor:
+    """`smoothed_cross_entropy` of `model` on `batch`. bert-train's model is given the target
+    ids, so it projects only the real target tokens on the vocabulary (its library path)."""
+    if not hasattr(model, "decoder_layers"):
+        logits = models.logits_of(model, batch, training=training)
+        return smoothed_cross_entropy(batch[features.TARGET_IDS], logits, smoothing)
+    out = model(batch, training=training)
+    xent = bt_ops.smoothed_cross_entropy(out[s2s.TARGET_LABELS], out[s2s.TARGET_LOGITS],
+                                         smoothing)
+    return tf.reduce_sum(xent) / tf.maximum(tf.cast(tf.size(xent), tf.float32), 1.0)
 
 
 class InverseSqrt(keras.optimizers.schedules.LearningRateSchedule):
@@ -105,8 +119,7 @@ def _trainer(kind: str, model: keras.Model, batch_size: int, warmup_steps: int):
     @tf.function(input_signature=[_signature(batch_size)])
     def train_step(batch):
         with tf.GradientTape() as tape:
-            logits = models.logits_of(model, batch, training=True)
-            loss = smoothed_cross_entropy(batch[features.TARGET_IDS], logits, smoothing)
+            loss = loss_of(model, batch, smoothing, training=True)
         grads = tape.gradient(loss, variables)
         grads, _ = tf.clip_by_global_norm(grads, CLIP_NORM)
         optimizer.apply_gradients(zip(grads, variables, strict=True))

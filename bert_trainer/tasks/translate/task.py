@@ -23,15 +23,17 @@ import unicodedata
 
 import keras
 import numpy as np
+import tensorflow as tf
 from absl import logging
-from keras import ops
 
 from bert_trainer import features as F
 from bert_trainer.errors import UserError, require_positive_ints
 from bert_trainer.interop.bert2bert import warm_start_seq2seq
 from bert_trainer.metrics.bleu import corpus_bleu
 from bert_trainer.models import Seq2SeqTransformer
+from bert_trainer.models import seq2seq_transformer as s2s
 from bert_trainer.models.seq2seq_generation import translate
+from bert_trainer.ops import label_is_top, smoothed_cross_entropy
 from bert_trainer.tasks.finetuning import DataConfig, EncoderSpec, FinetuneConfig, FinetuningTask
 from bert_trainer.tasks.translate import data as translate_data
 
@@ -123,6 +125,20 @@ def build_model(encoder: keras.Model, config: TranslateConfig) -> keras.Model:
     return model
 
 
+def _token_rows(features, outputs):
+    """`(labels [n], logits [n, vocab] float32, example row [n] int32, batch size)` of the
+    real target tokens, from either form of the model's outputs."""
+    batch = tf.shape(features[F.TARGET_IDS])[0]
+    if s2s.TARGET_LOGITS in outputs:
+        return (outputs[s2s.TARGET_LABELS], outputs[s2s.TARGET_LOGITS],
+                outputs[s2s.TARGET_ROWS], batch)
+    targets = features[F.TARGET_IDS]
+    where = tf.where(tf.not_equal(targets, 0))
+    logits = tf.gather_nd(tf.cast(outputs[F.LOGITS], tf.float32), where)
+    return (tf.cast(tf.gather_nd(targets, where), tf.int32), logits,
+            tf.cast(where[:, 0], tf.int32), batch)
+
+
 def text_like_vocabulary(text: str, lower_case: bool) -> str:
     """A reference text as a lower-casing tokenizer writes it (lower-cased, no accents)."""
     if not lower_case:
@@ -160,7 +176,9 @@ class TranslationTask(FinetuningTask):
         return build_model(encoder, self.translate)
 
     def model_inputs(self, features):
-        return {name: features[name] for name in (*F.ENCODER_INPUTS, F.DECODER_INPUT_IDS)}
+        # With the target ids the model projects only the real target tokens on the vocabulary.
+        return {name: features[name]
+                for name in (*F.ENCODER_INPUTS, F.DECODER_INPUT_IDS, F.TARGET_IDS)}
 
     def build_inputs(self, split, input_context, *, is_training):
         return translate_data.translate_dataset(
@@ -169,23 +187,23 @@ class TranslationTask(FinetuningTask):
             **self.pipeline_options(is_training, input_context))
 
     def build_losses(self, features, outputs):
-        targets = features[F.TARGET_IDS]  # (batch, target) int32, 0 = padding
-        log_probs = ops.log_softmax(ops.cast(outputs[F.LOGITS], "float32"), axis=-1)
-        nll = -ops.squeeze(ops.take_along_axis(log_probs, targets[..., None], axis=-1), -1)
-        smoothing = self.translate.label_smoothing
-        # keras' label smoothing: the one-hot target times (1 - s) plus s / vocab everywhere.
-        xent = (1.0 - smoothing) * nll - smoothing * ops.mean(log_probs, axis=-1)
-        mask = ops.cast(ops.not_equal(targets, 0), "float32")
-        per_example = ops.sum(xent * mask, axis=1) / ops.maximum(ops.sum(mask, axis=1), 1.0)
-        return {"loss": per_example}
+        """Per example: the mean label-smoothed cross-entropy over its target tokens.
+
+        `outputs` are the model's real-token rows (`TARGET_LOGITS`, ...) or full `logits`
+        `[batch, t, vocab]` (with the features' `target_ids`, 0 = padding).
+        """
+        labels, logits, rows, batch = _token_rows(features, outputs)
+        xent = smoothed_cross_entropy(labels, logits, self.translate.label_smoothing)
+        total = tf.math.unsorted_segment_sum(xent, rows, batch)
+        count = tf.math.unsorted_segment_sum(tf.ones_like(xent), rows, batch)
+        return {"loss": total / tf.maximum(count, 1.0)}
 
     def build_metrics(self, training):
-        return [keras.metrics.SparseCategoricalAccuracy(name="token_accuracy")]
+        return [keras.metrics.Mean(name="token_accuracy")]
 
     def update_metrics(self, metrics, features, outputs):
-        targets = features[F.TARGET_IDS]
-        mask = ops.cast(ops.not_equal(targets, 0), "float32")
-        metrics[0].update_state(targets, outputs[F.LOGITS], sample_weight=mask)
+        labels, logits, _, _ = _token_rows(features, outputs)
+        metrics[0].update_state(label_is_top(labels, logits))
 
     def eval_step_outputs(self, features, outputs):
         decoded = translate(

@@ -46,3 +46,23 @@ def test_label_is_top_is_the_argmax_hit_rate(kernel_mode):
     assert hits.dtype == tf.float32 and hits.shape == (5, 6)
     np.testing.assert_array_equal(hits, expected)
     assert 6 <= expected.sum() < 30  # both outcomes occur
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_smoothed_cross_entropy_is_keras_label_smoothing_values_and_gradients(smoothing,
+                                                                              kernel_mode):
+    import keras  # noqa: PLC0415
+
+    from bert_trainer.ops import smoothed_cross_entropy  # noqa: PLC0415
+
+    logits = tf.constant(RNG.standard_normal((7, 40)).astype("float32") * 3.0)
+    labels = tf.constant(RNG.integers(0, 40, (7,)).astype("int32"))
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(logits)
+        ours = smoothed_cross_entropy(labels, logits, smoothing)
+        reference = keras.losses.categorical_crossentropy(
+            tf.one_hot(labels, 40), logits, from_logits=True, label_smoothing=smoothing)
+        ours_sum, reference_sum = tf.reduce_sum(ours), tf.reduce_sum(reference)
+    assert ours.shape == (7,)
+    np.testing.assert_allclose(ours, reference, rtol=1e-5, atol=1e-5)
+    assert_close(tape.gradient(ours_sum, logits), tape.gradient(reference_sum, logits))

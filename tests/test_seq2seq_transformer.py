@@ -215,3 +215,20 @@ def test_bert_train_checkpoint_layout_round_trip(tmp_path, options):
     layout.restore_model(clone, prefix)
     np.testing.assert_allclose(np.asarray(clone(inputs)[features.LOGITS]),
                                np.asarray(model(inputs)[features.LOGITS]), rtol=1e-6, atol=1e-6)
+
+
+def test_target_ids_give_the_logits_of_the_real_target_tokens_only():
+    from bert_trainer.models import seq2seq_transformer as s2s  # noqa: PLC0415
+
+    model = _model()
+    inputs = _inputs()
+    full = np.asarray(model(inputs)[features.LOGITS])
+    targets = np.array([[5, 9, 3, 0, 0, 0, 0], [4, 8, 6, 7, 2, 3, 0]], "int32")
+    out = model({**inputs, features.TARGET_IDS: targets})
+    assert features.LOGITS not in out
+    rows, cols = np.nonzero(targets)
+    assert out[s2s.TARGET_LOGITS].shape == (len(rows), VOCAB)
+    np.testing.assert_array_equal(np.asarray(out[s2s.TARGET_ROWS]), rows)
+    np.testing.assert_array_equal(np.asarray(out[s2s.TARGET_LABELS]), targets[rows, cols])
+    np.testing.assert_allclose(np.asarray(out[s2s.TARGET_LOGITS]), full[rows, cols],
+                               rtol=1e-5, atol=1e-5)

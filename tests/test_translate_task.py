@@ -199,3 +199,37 @@ def test_predict_reads_a_pair_file_by_its_header():
                                                            (4, {"input": "Hi."})]
     lines = [b"id\tsource\ttarget\n", "7\tRun!\t¡Corre!\n".encode()]
     assert list(read_inputs(lines, "tsv", ("input",))) == [(2, {"input": "Run!"})]
+
+
+def test_model_row_outputs_give_the_full_logits_loss_and_gradients(files):
+    task = make_task(files)
+    rng = np.random.default_rng(3)
+    targets = np.array([[7, 9, 3, 0, 0], [5, 3, 0, 0, 0], [6, 8, 10, 11, 3]], np.int32)
+    features = {F.INPUT_WORD_IDS: rng.integers(1, 9, (3, 6)).astype(np.int32),
+                F.INPUT_MASK: np.ones((3, 6), np.int32),
+                F.INPUT_TYPE_IDS: np.zeros((3, 6), np.int32),
+                F.DECODER_INPUT_IDS: rng.integers(1, 9, (3, 5)).astype(np.int32),
+                F.TARGET_IDS: targets}
+    variables = task.model.trainable_variables
+    results = []
+    for inputs in (task.model_inputs(features),  # rows: target ids given
+                   {k: v for k, v in features.items() if k != F.TARGET_IDS}):  # full logits
+        with tf.GradientTape() as tape:
+            outputs = task.model(inputs)
+            loss = task.build_losses(features, outputs)["loss"]
+            total = tf.reduce_sum(loss)
+        grads = tape.gradient(total, variables)
+        metrics = task.build_metrics(training=False)
+        task.update_metrics(metrics, features, outputs)
+        results.append((loss.numpy(), grads, float(metrics[0].result())))
+    (rows_loss, rows_grads, rows_acc), (full_loss, full_grads, full_acc) = results
+    assert F.LOGITS not in task.model(task.model_inputs(features))
+    np.testing.assert_allclose(rows_loss, full_loss, rtol=1e-5, atol=1e-6)
+    assert rows_acc == full_acc
+    for a, b, v in zip(rows_grads, full_grads, variables, strict=True):
+        if b is None:
+            assert a is None, v.path
+            continue
+        np.testing.assert_allclose(tf.convert_to_tensor(a).numpy(),
+                                   tf.convert_to_tensor(b).numpy(), rtol=1e-4, atol=1e-6,
+                                   err_msg=v.path)

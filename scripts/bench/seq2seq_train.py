@@ -3,7 +3,9 @@
 Every model - the GRU baselines, keras-hub's Transformer, bert-train's Seq2SeqTransformer -
 trains with the same loop: a `tf.function` step (GradientTape, label-smoothed cross-entropy
 over the real target tokens, global-norm clipping, Adam) fed the same length-bucketed batches
-(`seq2seq_data`). Only the model and its recipe's learning rate and smoothing differ.
+(`seq2seq_data`). Only the model and its recipe's learning rate and smoothing differ (and
+bert-train's model, given the target ids, projects only the real target tokens on the
+vocabulary: its library's training path, `loss_of`).
 
 Worker entry points (see bench/worker.py): `build_step` (run(n) = n training steps, for the
 timed A/B comparison) and `build_budget` (run(n) = train n seconds; run(0) = decode the dev

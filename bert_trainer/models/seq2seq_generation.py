@@ -133,7 +133,7 @@ def uncached_step(model, max_decode_length, encoder_output, encoder_mask, encode
 
 
 def translate(model, encoder_inputs, *, beam_size=4, length_penalty=0.6, max_decode_length,
-              start_id, end_id, use_cache=True):
+              start_id, end_id, use_cache=True, jit_compile=False):
     """Decodes the target of each source row, in the graph.
 
     Encodes once; beam search then tiles the cache and the encoder's constants (its mask and
@@ -152,31 +152,45 @@ def translate(model, encoder_inputs, *, beam_size=4, length_penalty=0.6, max_dec
       start_id: the token fed first (the id of [CLS]).
       end_id: the token that ends a target (the id of [SEP]).
       use_cache: False re-runs the decoder on the whole prefix each step (slow; a baseline).
+      jit_compile: compile the decoding loop (after the encoder) with XLA: the many small ops
+        of a step fuse, about twice the tokens/s on CPU. Opt-in: XLA compiles once per new
+        batch and source shape (a first call of each shape is slow), and it needs the cache
+        (the uncached prefix changes shape every step). Works in a tf.function and a
+        SavedModel; called eagerly it traces again each call.
 
     Returns:
       {DECODED_IDS: [b, max_decode_length] int32 (no start token, the end token kept, 0 after
       it), DECODED_SCORES: [b] float32 length-penalized log-probability}: the best hypothesis.
 
     Raises:
-      ValueError: max_decode_length beyond the model's positions, or beam_size < 1.
+      ValueError: max_decode_length beyond the model's positions, beam_size < 1, or
+        jit_compile without the cache.
     """
     _check(model, beam_size, max_decode_length)
+    if jit_compile and not use_cache:
+        raise ValueError("jit_compile=True needs use_cache=True: without the cache the decoder "
+                         "input grows every step, which XLA cannot compile")
     encoder_output, encoder_mask = model.encode(encoder_inputs, training=False)
-    if use_cache:
-        step_fn, state, constants = cached_step(model, max_decode_length, encoder_output,
-                                                encoder_mask)
-    else:
-        step_fn, state, constants = uncached_step(model, max_decode_length, encoder_output,
-                                                  encoder_mask, encoder_inputs)
-    initial_ids = tf.fill([tf.shape(encoder_output)[0]], tf.cast(start_id, tf.int32))
-    if beam_size == 1:
-        ids, scores = decoding.greedy_search(
-            step_fn, initial_ids, state, max_decode_length=max_decode_length, end_id=end_id,
-            length_penalty=length_penalty, constants=constants)
-    else:
+
+    def search(encoder_output, encoder_mask):
+        if use_cache:
+            step_fn, state, constants = cached_step(model, max_decode_length, encoder_output,
+                                                    encoder_mask)
+        else:
+            step_fn, state, constants = uncached_step(model, max_decode_length, encoder_output,
+                                                      encoder_mask, encoder_inputs)
+        initial_ids = tf.fill([tf.shape(encoder_output)[0]], tf.cast(start_id, tf.int32))
+        if beam_size == 1:
+            return decoding.greedy_search(
+                step_fn, initial_ids, state, max_decode_length=max_decode_length,
+                end_id=end_id, length_penalty=length_penalty, constants=constants)
         ids, scores = decoding.beam_search(
             step_fn, initial_ids, state, vocab_size=int(model.vocab_size), beam_size=beam_size,
             length_penalty=length_penalty, max_decode_length=max_decode_length, end_id=end_id,
             constants=constants)
-        ids, scores = ids[:, 0], scores[:, 0]
+        return ids[:, 0], scores[:, 0]
+
+    if jit_compile:
+        search = tf.function(search, jit_compile=True)
+    ids, scores = search(encoder_output, encoder_mask)
     return {features.DECODED_IDS: ids, features.DECODED_SCORES: scores}

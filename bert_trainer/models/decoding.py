@@ -224,12 +224,10 @@ def tile_beams(tensor, beam_size):
     return tf.repeat(tensor, beam_size, axis=0)
 
 
-def _gather_beams(tensor, beams, batch, beam_size):
-    """[batch * beam, ...] rows picked by `beams` [batch, beam] (indices within each row)."""
-    shape = tf.shape(tensor)
-    split = tf.reshape(tensor, tf.concat([[batch, beam_size], shape[1:]], 0))
-    gathered = tf.gather(split, beams, axis=1, batch_dims=1)
-    return tf.reshape(gathered, shape)
+def _flat_beam_rows(beams, batch, beam_size):
+    """[batch * beam] rows of a beam-major state picked by `beams` [batch, beam] (indices
+    within each row): one index vector per step, so each state tensor costs one gather."""
+    return tf.reshape(beams + tf.range(batch)[:, None] * beam_size, [-1])
 
 
 def _sort_best_first(flags, scores, ids):
@@ -310,7 +308,8 @@ def beam_search(step_fn, initial_ids, initial_state, *, vocab_size, beam_size, l
         last = tf.gather(top_token, pick, batch_dims=1)
         # Every state tensor follows its hypothesis' beam.
         beams = tf.gather(top_beam, pick, batch_dims=1)
-        state = tf.nest.map_structure(lambda t: _gather_beams(t, beams, batch, k), state)
+        rows = _flat_beam_rows(beams, batch, k)
+        state = tf.nest.map_structure(lambda t: tf.gather(t, rows), state)
         done |= tf.reduce_all(fin_flag, axis=1)
         return index + 1, last, alive_ids, alive_log_prob, state, fin_ids, fin_score, fin_flag, done
 

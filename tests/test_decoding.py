@@ -322,3 +322,44 @@ def test_decoding_in_a_tf_function_equals_eager(jit_compile):
     for eager, graph in zip(eager_outputs, graph_outputs, strict=True):
         assert graph.shape == eager.shape
         np.testing.assert_allclose(graph, eager, rtol=1e-6)
+
+
+def test_constants_equal_the_same_tensors_carried_in_the_state():
+    """Per-row constants (tiled once, never gathered) give what the state gave: each row's own
+    bias reaches every beam of that row and no other."""
+    table, max_length, starts = _table(seed=7, context=2), 4, [START, 3, 4]
+    step_fn, make_state = _second_order(table, max_length)
+    row_bias = tf.constant(np.random.default_rng(3).normal(size=(3, VOCAB)), tf.float32)
+    seen_shapes = []
+
+    def biased_in_state(ids, index, state):
+        logits, new = step_fn(ids, index, {k: v for k, v in state.items() if k != "bias"})
+        return logits + state["bias"], {**new, "bias": state["bias"]}
+
+    def biased_by_constants(ids, index, state, constants):
+        seen_shapes.append(tuple(constants["bias"].shape))
+        logits, new = step_fn(ids, index, state)
+        return logits + constants["bias"], new
+
+    def decode(fn, state, **constants):
+        beams = decoding.beam_search(fn, starts, state, vocab_size=VOCAB, beam_size=3,
+                                     length_penalty=0.6, max_decode_length=max_length,
+                                     end_id=END, **constants)
+        greedy = decoding.greedy_search(fn, starts, state, max_decode_length=max_length,
+                                        end_id=END, **constants)
+        sampled = decoding.sample(fn, starts, state, max_decode_length=max_length, end_id=END,
+                                  seed=5, **constants)
+        return beams + greedy + sampled
+
+    carried = decode(biased_in_state, {**make_state(3), "bias": row_bias})
+    constant = decode(biased_by_constants, make_state(3), constants={"bias": row_bias})
+    for expected, got in zip(carried, constant, strict=True):
+        if expected.dtype == tf.int32:
+            assert got.numpy().tolist() == expected.numpy().tolist()
+        else:
+            np.testing.assert_allclose(got, expected, rtol=1e-5)
+    # Beam search's calls see the 3 rows tiled to 9 beams, greedy's and sampling's the rows.
+    assert seen_shapes[0] == (9, VOCAB) and set(seen_shapes) == {(9, VOCAB), (3, VOCAB)}
+    unbiased = decoding.greedy_search(step_fn, starts, make_state(3),
+                                      max_decode_length=max_length, end_id=END)
+    assert unbiased[0].numpy().tolist() != constant[3].numpy().tolist()  # the bias matters

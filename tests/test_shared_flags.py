@@ -87,9 +87,9 @@ def test_help_shows_each_commands_own_default(capsys):
     cli.main(["bert-train", "finetune", "--help"])
     finetune_help = capsys.readouterr().out
     # finetune's --lower_case has no default of its own: the checkpoint's is used.
-    entry = finetune_help.split("  --[no]lower_case: ", 1)[1].splitlines()[:2]
-    assert entry[0] == "Lower-case text; default: --init_checkpoint's."
-    assert entry[1].startswith("  --max_eval_examples:")
+    entry = finetune_help.split("  --[no]lower_case: ", 1)[1].split("\n  --", 1)[0]
+    assert " ".join(entry.split()) == ("Lower-case text; default: --init_checkpoint's (from "
+                                       "scratch: cased when --vocab_file has capitals).")
 
 
 def test_commands_run_one_after_another_with_their_own_defaults(capsys, tmp_path):

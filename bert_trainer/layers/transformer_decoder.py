@@ -4,9 +4,7 @@ import keras
 from keras import ops
 
 from bert_trainer.layers.dropout import Dropout
-from bert_trainer.layers.initializers import clone_initializer
 from bert_trainer.layers.layer_normalization import LayerNormalization
-from bert_trainer.layers.multi_head_attention import MultiHeadAttention
 from bert_trainer.layers.self_attention_mask import causal_mask
 from bert_trainer.layers.transformer_encoder import TransformerEncoder, _data_shape
 
@@ -118,14 +116,7 @@ class TransformerDecoder(TransformerEncoder):
         self.cross_attention = None
         self.cross_attention_layer_norm = None
         if self.use_cross_attention:
-            self.cross_attention = MultiHeadAttention(
-                num_heads=self.num_attention_heads,
-                key_dim=hidden // self.num_attention_heads,
-                dropout=self.attention_dropout,
-                use_bias=self.use_bias,
-                kernel_initializer=clone_initializer(
-                    self.attention_initializer or self.kernel_initializer),
-                name="cross_attention", **self._dense_kwargs())
+            self.cross_attention = self._attention_sublayer(hidden, "cross_attention")
             self.cross_attention_layer_norm = LayerNormalization(
                 epsilon=self.norm_epsilon, name="cross_attention_layer_norm",
                 dtype=self.dtype_policy)

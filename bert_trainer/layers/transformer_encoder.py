@@ -117,6 +117,17 @@ class TransformerEncoder(keras.layers.Layer):
                     bias_initializer=clone_initializer(self.bias_initializer),
                     dtype=self.dtype_policy)
 
+    def _attention_sublayer(self, hidden, name):
+        """A `MultiHeadAttention` over `hidden`-wide inputs with this block's settings."""
+        return MultiHeadAttention(
+            num_heads=self.num_attention_heads,
+            key_dim=hidden // self.num_attention_heads,
+            dropout=self.attention_dropout,
+            use_bias=self.use_bias,
+            kernel_initializer=clone_initializer(
+                self.attention_initializer or self.kernel_initializer),
+            name=name, **self._dense_kwargs())
+
     def build(self, input_shape):
         data_shape = _data_shape(input_shape)  # (batch, seq, hidden)
         if len(data_shape) != 3 or data_shape[-1] is None:
@@ -126,14 +137,7 @@ class TransformerEncoder(keras.layers.Layer):
         if hidden % self.num_attention_heads:
             raise ValueError(f"TransformerEncoder '{self.name}': hidden size {hidden} is not "
                              f"divisible by num_attention_heads={self.num_attention_heads}")
-        self.attention_layer = MultiHeadAttention(
-            num_heads=self.num_attention_heads,
-            key_dim=hidden // self.num_attention_heads,
-            dropout=self.attention_dropout,
-            use_bias=self.use_bias,
-            kernel_initializer=clone_initializer(
-                self.attention_initializer or self.kernel_initializer),
-            name="attention", **self._dense_kwargs())
+        self.attention_layer = self._attention_sublayer(hidden, "attention")
         self.attention_layer_norm = LayerNormalization(
             epsilon=self.norm_epsilon, name="attention_layer_norm", dtype=self.dtype_policy)
         self.intermediate_dense = keras.layers.Dense(

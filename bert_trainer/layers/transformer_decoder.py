@@ -103,14 +103,7 @@ class TransformerDecoder(TransformerEncoder):
             for name in ("attention_layer", "attention_layer_norm", "intermediate_dense",
                          "output_dense", "output_layer_norm"):
                 setattr(self, name, getattr(shared, name))
-            # The dropouts stay this block's own (its rates).
-            policy = self.dtype_policy
-            self.attention_output_dropout = Dropout(
-                self.output_dropout, name="attention_output_dropout", dtype=policy)
-            self.inner_dropout_layer = Dropout(
-                self.inner_dropout, name="inner_dropout", dtype=policy)
-            self.output_dropout_layer = Dropout(
-                self.output_dropout, name="output_dropout", dtype=policy)
+            self._build_dropouts()  # the dropouts stay this block's own (its rates)
         data_shape = _data_shape(input_shape)
         hidden = data_shape[-1]
         self.cross_attention = None

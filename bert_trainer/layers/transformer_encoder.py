@@ -128,6 +128,20 @@ class TransformerEncoder(keras.layers.Layer):
                 self.attention_initializer or self.kernel_initializer),
             name=name, **self._dense_kwargs())
 
+    def _build_dropouts(self):
+        """The block's dropout sublayers, with its rates.
+
+        Named like the other sublayers so the layer tree (summaries, Keras paths) does not
+        depend on how many Dropout layers the process created before ("dropout_17").
+        """
+        policy = self.dtype_policy
+        self.attention_output_dropout = Dropout(
+            self.output_dropout, name="attention_output_dropout", dtype=policy)
+        self.inner_dropout_layer = Dropout(
+            self.inner_dropout, name="inner_dropout", dtype=policy)
+        self.output_dropout_layer = Dropout(
+            self.output_dropout, name="output_dropout", dtype=policy)
+
     def build(self, input_shape):
         data_shape = _data_shape(input_shape)  # (batch, seq, hidden)
         if len(data_shape) != 3 or data_shape[-1] is None:
@@ -148,15 +162,7 @@ class TransformerEncoder(keras.layers.Layer):
             **self._dense_kwargs())
         self.output_layer_norm = LayerNormalization(
             epsilon=self.norm_epsilon, name="output_layer_norm", dtype=self.dtype_policy)
-        # Named like the other sublayers so the layer tree (summaries, Keras paths) does not
-        # depend on how many Dropout layers the process created before ("dropout_17").
-        policy = self.dtype_policy
-        self.attention_output_dropout = Dropout(
-            self.output_dropout, name="attention_output_dropout", dtype=policy)
-        self.inner_dropout_layer = Dropout(
-            self.inner_dropout, name="inner_dropout", dtype=policy)
-        self.output_dropout_layer = Dropout(
-            self.output_dropout, name="output_dropout", dtype=policy)
+        self._build_dropouts()
 
         self.attention_layer.build(data_shape, data_shape)
         self.attention_layer_norm.build(data_shape)

@@ -1,0 +1,1 @@
+"""Causal language modelling (GPT-style): next-token pretraining, generation and its export."""

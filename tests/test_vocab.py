@@ -1,15 +1,17 @@
 """Vocabulary learning: reserved tokens first, size, coverage, casing, CLI, errors."""
 
+import collections
 import json
 import re
 
 import pytest
 from absl import flags
 from conftest import SHARED
+from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
 
 from bert_trainer import cli, features
 from bert_trainer.data.tokenizer import Tokenizer
-from bert_trainer.data.vocab import learn_vocab
+from bert_trainer.data.vocab import learn_vocab, learn_within
 from bert_trainer.errors import UserError
 
 
@@ -91,6 +93,36 @@ def test_vocab_learns_the_characters_the_tokenizer_keeps(tmp_path):
     ids = Tokenizer(str(output)).tokenize(["a ½ cup of café ﬁlms"]).to_list()[0]
     unk = Tokenizer(str(output)).unk_id
     assert unk not in ids
+
+
+def _pair_word_counts(shared_dir, pairs: int) -> collections.Counter:
+    """Word counts of the first `pairs` training pairs, both sides (words and punctuation)."""
+    lines = (shared_dir / "data" / "spa_eng" / "train.tsv").read_text(encoding="utf-8")
+    counts = collections.Counter()
+    for line in lines.splitlines()[1:pairs + 1]:
+        for text in line.split("\t")[:2]:
+            counts.update(re.findall(r"\w+|[^\w\s]", text))
+    return counts
+
+
+def test_learned_vocabulary_never_exceeds_the_size_asked(shared_dir):
+    # On these counts tensorflow-text's own threshold search ends on a vocabulary of 285
+    # tokens for a target of 260; learn_within searches again for one that fits.
+    counts = _pair_word_counts(shared_dir, 300)
+    specials = list(features.SPECIAL_TOKENS)
+    overshoot = learner.learn(counts, 260, specials, lower_thresh=1)
+    assert len(overshoot) > 260  # the case this guards against is still there
+    vocab = learn_within(counts, 260, specials, lower_thresh=1)
+    assert 200 <= len(vocab) <= 260 and len(set(vocab)) == len(vocab)
+    assert vocab[:5] == specials
+    single_characters = {t for t in overshoot if len(t.removeprefix("##")) == 1}
+    assert single_characters <= set(vocab)  # every character stays representable
+
+
+def test_a_size_below_the_characters_is_a_one_line_error(shared_dir):
+    counts = _pair_word_counts(shared_dir, 300)
+    with pytest.raises(UserError, match=r"--vocab_size=100 is smaller than the characters"):
+        learn_within(counts, 100, list(features.SPECIAL_TOKENS), lower_thresh=1)
 
 
 # -- one joint vocabulary from sentence pairs (translation) -----------------------------------

@@ -1,9 +1,10 @@
 """Learning a WordPiece vocabulary with tensorflow-text's BERT vocabulary learner.
 
 Text is streamed from the files through
-`tensorflow_text.tools.wordpiece_vocab.bert_vocab_from_dataset`, which splits words the way
-BERT's basic tokenizer does, counts them and searches for a count threshold giving at most
-`vocab_size` tokens. The special tokens come first, so `[PAD]` is id 0.
+tensorflow-text's WordPiece learner (`tensorflow_text.tools.wordpiece_vocab`, the steps of its
+`bert_vocab_from_dataset`): words split the way BERT's basic tokenizer does, counted once,
+then a search for a count threshold giving at most `vocab_size` tokens (`learn_within`). The
+special tokens come first, so `[PAD]` is id 0.
 
 Inputs are plain text (one line at a time, Project Gutenberg headers skipped) or, given
 `columns`, tables: the named columns of TSV/CSV/JSONL files (Tatoeba's `.txt` pair files read
@@ -18,7 +19,8 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 import tensorflow_text as tf_text
-from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset as bert_vocab
+from tensorflow_text.python.ops import bert_tokenizer
+from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
 
 from bert_trainer import features, outputs
 from bert_trainer.data import bert_normalizer, sources, text_corpus
@@ -186,10 +188,9 @@ def learn_vocab(inputs, vocab_size: int, output: str, *, lower_case: bool = True
         model_buffer=bert_normalizer.normalizer_model(lower_case))
     dataset = _line_dataset(files, texts_of, progress, failures).map(
         lambda lines: normalizer.normalize(bert_normalizer.mark_deleted(lines)))
+    words = dataset.map(bert_tokenizer.BasicTokenizer(lower_case=False).tokenize)
     try:
-        vocab = bert_vocab.bert_vocab_from_dataset(
-            dataset, vocab_size=vocab_size, reserved_tokens=list(features.SPECIAL_TOKENS),
-            bert_tokenizer_params={"lower_case": False}, learn_params=learn_params)
+        counts = learner.count_words(words)
     except StopIteration:  # The learner peeks at the first word of an empty count.
         what = f"the columns {columns} of " if columns else ""
         raise UserError(f"{what}--input={inputs} holds no text; pass non-empty files") from None
@@ -197,6 +198,7 @@ def learn_vocab(inputs, vocab_size: int, output: str, *, lower_case: bool = True
         if failures:
             raise failures[0] from None
         raise
+    vocab = learn_within(counts, vocab_size, list(features.SPECIAL_TOKENS), **learn_params)
     text = "".join(token + "\n" for token in vocab)
     # Written whole or not at all: a run killed mid-write must not leave a short vocabulary
     # that a rerun (the demo's, say) would take for a finished one.
@@ -209,6 +211,47 @@ def learn_vocab(inputs, vocab_size: int, output: str, *, lower_case: bool = True
               file=progress, flush=True)
     return {"vocab_size": len(vocab), "requested": vocab_size, "files": len(files),
             "seconds": round(seconds, 3), "output": output}
+
+
+def learn_within(counts, vocab_size: int, reserved_tokens: list[str], **learn_params) -> list:
+    """tensorflow-text's `learn`, with the vocabulary's size held to at most `vocab_size`.
+
+    The learner's binary search over count thresholds can end on a threshold whose vocabulary
+    is larger than asked (near the target the size is not monotone in the threshold, and the
+    search stops when its bounds meet): e.g. 1,138 tokens for `--vocab_size=1000`. Then the
+    thresholds are searched here, each learned alone, for the lowest whose vocabulary fits.
+
+    Args:
+      counts: {word: count}.
+      vocab_size: the most tokens, reserved tokens included.
+      reserved_tokens: the special tokens, first in the vocabulary.
+      **learn_params: `learn`'s other arguments (`lower_thresh`, ...).
+
+    Returns:
+      The vocabulary, a list of at most `vocab_size` tokens.
+
+    Raises:
+      UserError: even the highest threshold (the single characters and the reserved tokens
+        alone) gives more than `vocab_size` tokens.
+    """
+    vocab = learner.learn(counts, vocab_size, reserved_tokens, **learn_params)
+    if len(vocab) <= vocab_size:
+        return vocab
+    low, high = max(int(learn_params.get("lower_thresh") or 1), 1), max(counts.values())
+    best = None
+    while low <= high:
+        threshold = (low + high) // 2
+        fixed = {**learn_params, "lower_thresh": threshold, "upper_thresh": threshold}
+        candidate = learner.learn(counts, vocab_size, reserved_tokens, **fixed)
+        if len(candidate) <= vocab_size:
+            best, high = candidate, threshold - 1
+        else:
+            low = threshold + 1
+    if best is None:
+        raise UserError(f"--vocab_size={vocab_size} is smaller than the characters of the text "
+                        f"alone ({len(vocab)} tokens at the highest count threshold); raise "
+                        "--vocab_size")
+    return best
 
 
 def _texts_reader(files, columns, encoding_errors: str, skip_bad_rows: bool):

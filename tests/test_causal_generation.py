@@ -115,6 +115,25 @@ def test_sampling_is_reproducible_and_top_k_1_is_greedy():
     np.testing.assert_array_equal(uncached[GENERATED_IDS], first[GENERATED_IDS])
 
 
+def test_new_token_limit_stops_early_within_the_same_shapes():
+    model = _model()
+    full = _run(model)
+    for limit in (3, tf.constant(3)):
+        out = _run(model, new_token_limit=limit)
+        assert out[GENERATED_IDS].shape == (4, NEW)
+        np.testing.assert_array_equal(out[GENERATED_IDS][:, :3], full[GENERATED_IDS][:, :3])
+        np.testing.assert_array_equal(out[GENERATED_IDS][:, 3:], 0)
+        np.testing.assert_array_equal(out[GENERATED_LENGTHS], [3] * 4)
+    # The limit, not the cap, is checked against the positions.
+    long_prompt = _prompts([20])
+    out = _run(model, long_prompt, np.array([20], "int32"), max_new_tokens=10, new_token_limit=4)
+    assert out[GENERATED_LENGTHS][0] == 4
+    with pytest.raises(ValueError, match="prompt of 20 tokens plus new_token_limit=5 exceeds"):
+        _run(model, long_prompt, np.array([20], "int32"), max_new_tokens=10, new_token_limit=5)
+    with pytest.raises(ValueError, match=r"new_token_limit must lie in \[1, max_new_tokens=8\]"):
+        _run(model, new_token_limit=9)
+
+
 class _PadLovingModel:
     """The decoding API with fixed logits that rank [PAD] (0) first and token 7 second."""
 
@@ -153,23 +172,29 @@ def test_saved_model_with_tensor_settings(tmp_path):
                                       tf.TensorSpec([], tf.float32),
                                       tf.TensorSpec([], tf.int32),
                                       tf.TensorSpec([], tf.float32),
+                                      tf.TensorSpec([], tf.int32),
                                       tf.TensorSpec([], tf.int32)])
-        def __call__(self, prompt_ids, prompt_lengths, temperature, top_k, top_p, seed):
+        def __call__(self, prompt_ids, prompt_lengths, temperature, top_k, top_p, seed, limit):
             return generate(self.model, prompt_ids, prompt_lengths, max_new_tokens=NEW,
                             end_id=VOCAB + 1, temperature=temperature, top_k=top_k,
-                            top_p=top_p, seed=seed)
+                            top_p=top_p, seed=seed, new_token_limit=limit)
 
     path = str(tmp_path / "generator")
     tf.saved_model.save(Generator(), path)
     loaded = tf.saved_model.load(path)
     prompts = _prompts()
-    out = loaded(prompts, LENGTHS, 0.0, 0, 1.0, 0)
+    out = loaded(prompts, LENGTHS, 0.0, 0, 1.0, 0, NEW)
     np.testing.assert_array_equal(out[GENERATED_IDS], greedy[GENERATED_IDS])
-    out = loaded(prompts, LENGTHS, 1.2, 20, 0.9, 5)
+    out = loaded(prompts, LENGTHS, 1.2, 20, 0.9, 5, NEW)
     np.testing.assert_array_equal(out[GENERATED_IDS], sampled[GENERATED_IDS])
+    out = loaded(prompts, LENGTHS, 1.2, 20, 0.9, 5, 2)
+    np.testing.assert_array_equal(out[GENERATED_IDS][:, :2], sampled[GENERATED_IDS][:, :2])
+    np.testing.assert_array_equal(out[GENERATED_LENGTHS], [2] * 4)
     # Lengths known only at run time are checked then.
     with pytest.raises(tf.errors.InvalidArgumentError, match="max_sequence_length=24"):
-        loaded(np.ones((1, 20), "int32"), np.array([20], "int32"), 0.0, 0, 1.0, 0)
+        loaded(np.ones((1, 20), "int32"), np.array([20], "int32"), 0.0, 0, 1.0, 0, NEW)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="max_sequence_length=24"):
+        loaded(prompts, LENGTHS, 0.0, 0, 1.0, 0, NEW + 1)
 
 
 def test_xla_compiled_equals_plain():

@@ -16,6 +16,8 @@ do: each prompt is shifted right so that all of them end at the same cache slot;
 before a prompt are masked out of attention and every token keeps its own position (slot minus
 the row's padding). All rows then step in lock step at one cache index, and each row's logits
 are those of the row decoded alone (a masked key adds an exact 0 to the softmax).
+
+Like `models.decoding`, which runs the loop, the module uses TensorFlow directly.
 """
 
 import tensorflow as tf
@@ -191,9 +193,10 @@ def generate(model, prompt_ids, prompt_lengths, *, max_new_tokens, end_id, tempe
 
     Raises:
       ValueError: max_new_tokens not a positive int, a prompt (when its length is known
-        now) plus max_new_tokens beyond max_sequence_length, bad sampling settings given as
-        numbers, or jit_compile without the cache. In a graph with lengths unknown until run
-        time, the length check raises `tf.errors.InvalidArgumentError` then.
+        now) plus max_new_tokens (or new_token_limit) beyond max_sequence_length, bad
+        sampling settings given as numbers, or jit_compile without the cache. In a graph
+        with lengths or a limit unknown until run time, those checks raise
+        `tf.errors.InvalidArgumentError` then.
     """
     if jit_compile and not use_cache:
         raise ValueError("jit_compile=True needs use_cache=True: without the cache the model "

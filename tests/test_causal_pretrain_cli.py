@@ -91,7 +91,9 @@ def test_tiny_causal_pretrain_with_eval(causal_data, tmp_path):
     assert re.search(r"step 20/20 \| loss \d+\.\d+ \| .* steps/s", proc.stderr)
     tags = {v.tag for name in (model_dir / "train").iterdir()
             for e in tf.compat.v1.train.summary_iterator(str(name)) for v in e.summary.value}
-    assert {"loss", "perplexity", "next_token_accuracy"} <= tags, tags
+    # Throughput: tokens counted from the blocks, model FLOPs from CausalLM.training_flops.
+    assert {"loss", "perplexity", "next_token_accuracy", "tokens_per_second",
+            "model_gflops_per_second"} <= tags, tags
 
 
 def model_variables(model_dir) -> dict[str, np.ndarray]:

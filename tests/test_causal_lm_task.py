@@ -228,3 +228,52 @@ def test_pipeline_refuses_other_records(blocks, tmp_path, vocab_file, minilm_dir
     with pytest.raises(UserError, match="causal-LM data '.*nothing-\\*' matches no file"):
         causal_lm_pipeline.causal_lm_dataset(str(tmp_path / "nothing-*"), block_size=8,
                                              batch_size=2)
+
+
+# ------------------------------------------------------------------- warm start, gin configs
+
+
+def test_initialize_warm_starts_every_weight_from_a_causal_model_dir(vocab_file, tmp_path):
+    from bert_trainer.checkpoints import layout  # noqa: PLC0415
+    from bert_trainer.interop import resolve  # noqa: PLC0415
+
+    task, trained = make_task(vocab_file)
+    for variable in trained.weights:
+        variable.assign(variable + 0.5)
+    task.write_model_info(str(tmp_path / "run"))
+    tf.train.Checkpoint(model=layout.model_trackable(trained)).write(str(tmp_path / "run" /
+                                                                         "ckpt-7"))
+    (tmp_path / "run" / "checkpoint").write_text('model_checkpoint_path: "ckpt-7"\n')
+    checkpoint = resolve.as_resolved(str(tmp_path / "run"))
+    # As `bert-train pretrain --init_checkpoint`: the directory's model info builds the model.
+    fresh_task = CausalLMTask(CausalLMConfig(vocab_file=vocab_file, block_size=8),
+                              checkpoint.build_encoder, checkpoint=checkpoint)
+    fresh = fresh_task.build_model()
+    assert isinstance(fresh, CausalLM)
+    assert max(np.abs(a.numpy() - b.numpy()).max()
+               for a, b in zip(fresh.weights, trained.weights, strict=True)) >= 0.4
+    fresh_task.initialize(fresh, checkpoint.path)
+    for a, b in zip(fresh.weights, trained.weights, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
+
+
+@pytest.mark.parametrize("name, sizes", [
+    ("tiny", (2, 128, 2, 512, 128, 128)),
+    ("mini", (4, 256, 4, 1024, 256, 256)),
+    ("small", (6, 512, 8, 2048, 512, 256)),
+    ("gpt2_small", (12, 768, 12, 3072, 1024, 1024)),
+])
+def test_shipped_configs(name, sizes, vocab_file):
+    from bert_trainer import configurables  # noqa: PLC0415
+    from bert_trainer.commands import common  # noqa: PLC0415
+
+    common.parse_gin([f"configs/causal_lm/{name}.gin"], [], [])
+    assert configurables.pretraining_objective() == "causal_lm"
+    got = tuple(gin.query_parameter(f"build_causal_lm.{key}") for key in (
+        "num_layers", "hidden_size", "num_attention_heads", "inner_dim", "max_sequence_length"))
+    config = configurables.CausalLMConfig(vocab_file=vocab_file)
+    assert (*got, config.block_size) == sizes
+    assert gin.query_parameter("build_causal_lm.norm_first") is True
+    if name in ("tiny", "mini"):  # built: the sizes make a model (GPT-2 small's take seconds)
+        model = configurables.build_causal_lm(vocab_size=len(VOCAB))
+        assert (model.num_layers, model.hidden_size) == sizes[:2]

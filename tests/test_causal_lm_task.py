@@ -277,3 +277,64 @@ def test_shipped_configs(name, sizes, vocab_file):
     if name in ("tiny", "mini"):  # built: the sizes make a model (GPT-2 small's take seconds)
         model = configurables.build_causal_lm(vocab_size=len(VOCAB))
         assert (model.num_layers, model.hidden_size) == sizes[:2]
+
+
+# ------------------------------------------------------------------------------ strategies
+
+# Logical CPU devices must be configured before TensorFlow initializes its devices, which the
+# test process has already done: the comparison runs in a fresh interpreter.
+MIRRORED_SCRIPT = """
+import json, sys
+import numpy as np
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from bert_trainer.models.causal_lm import CausalLM
+from bert_trainer.tasks.causal_lm.task import CausalLMConfig, CausalLMTask
+from bert_trainer.training.optimization import OptimizerConfig
+from bert_trainer.training.trainer import Trainer, TrainerConfig
+
+root, vocab, blocks = sys.argv[1:4]
+
+def run(strategy, model_dir):
+    config = CausalLMConfig(train_data=blocks, eval_data=blocks, vocab_file=vocab, block_size=8,
+                            train_batch_size=8, eval_batch_size=6, shuffle_buffer=50)
+    task = CausalLMTask(config, lambda: CausalLM(
+        vocab_size=53, hidden_size=16, num_layers=1, num_attention_heads=2, inner_dim=32,
+        max_sequence_length=8, output_dropout=0.0, attention_dropout=0.0))
+    trainer = Trainer(task, model_dir, strategy=strategy,
+                      config=TrainerConfig(train_steps=4, steps_per_loop=2, summary_interval=4),
+                      optimizer=OptimizerConfig(learning_rate=1e-2, warmup_steps=1))
+    result = trainer.train_and_evaluate()
+    return result.eval, [v.numpy() for v in trainer.model.trainable_variables]
+
+one, w1 = run(None, f"{root}/one")
+two, w2 = run(tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]), f"{root}/two")
+print("RESULT " + json.dumps({"eval": [one, two], "max_weight_difference": max(
+    float(np.abs(a - b).max()) for a, b in zip(w1, w2))}))
+"""
+
+
+@pytest.mark.slow
+def test_mirrored_over_two_cpus_matches_one_device(blocks, vocab_file, tmp_path):
+    import os  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    from robust_testing import subprocess_env  # noqa: PLC0415
+
+    pattern, summary = blocks
+    proc = subprocess.run([sys.executable, "-c", MIRRORED_SCRIPT, str(tmp_path), vocab_file,
+                           pattern], env=subprocess_env(), capture_output=True, text=True,
+                          timeout=600, cwd=os.getcwd())
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    result = json.loads(lines[-1][len("RESULT "):])
+    one, two = result["eval"]
+    # The whole eval split, its last batch uneven over the two replicas: the perplexity sums
+    # token losses and counts over replicas and batches before the exp.
+    assert summary["examples"] % 6 != 0, summary["examples"]
+    for name in ("loss", "perplexity", "next_token_accuracy"):
+        assert two[name] == pytest.approx(one[name], rel=1e-5), (name, one, two)
+    assert one["perplexity"] == pytest.approx(np.exp(one["loss"]), rel=1e-5)  # full blocks
+    assert result["max_weight_difference"] < 1e-5

@@ -600,8 +600,8 @@ TRANSLATE_CASES = [
 # anything_is_written): create_pretraining_data --objective=causal_lm (CAUSAL_DATA_CASES) and
 # pretrain with the causal objective (CAUSAL_PRETRAIN_CASES). Extra placeholders (the
 # `causal_paths` fixture): {causal_text} (60 short documents), {causal_blocks} (their blocks
-# of 64 tokens), {mlm_records} (masked-LM examples), {causal_out} (a directory nothing may
-# appear in).
+# of 64 tokens), {mlm_records} (masked-LM examples), {causal_model} (a tiny CausalLM's model
+# directory), {causal_out} (a directory nothing may appear in).
 # ------------------------------------------------------------------------------------------
 CAUSAL_DATA = ["create_pretraining_data", "--objective=causal_lm", "--input={lines.txt}",
                "--vocab={vocab}", "--output={causal_out}/blocks-*.tfrecord"]
@@ -652,13 +652,19 @@ CAUSAL_PRETRAIN_CASES = [
      "has 3000 tokens but the model's vocab_size is 30522; set build_causal_lm.vocab_size = "
      "3000"),
     ("causal pretrain from a BERT checkpoint", [*CAUSAL_PRETRAIN, "--init_checkpoint={pretrained}"],
-     "--init_checkpoint={pretrained} holds a BertEncoder, not a CausalLM"),
+     "--init_checkpoint={pretrained} holds a BertEncoder; the causal_lm objective "
+     "warm-starts from a CausalLM"),
     ("masked-LM pretrain on causal blocks",
      ["pretrain", "--gin_file=configs/smoke.gin", "--model_dir={fresh}",
       "--gin_param=build_encoder.vocab_size = 3000", "--train_data={causal_blocks}",
       "--vocab_file={vocab}"],
      "holds causal-LM blocks (create_pretraining_data --objective=causal_lm), not masked-LM "
      "examples"),
+    ("masked-LM pretrain from a causal model",
+     ["pretrain", "--gin_file=configs/smoke.gin", "--model_dir={fresh}",
+      "--train_data={mlm_records}", "--init_checkpoint={causal_model}"],
+     "--init_checkpoint={causal_model} holds a CausalLM; the masked_lm objective warm-starts "
+     "from a BERT encoder"),
     ("pretrain unknown objective",
      [*CAUSAL_PRETRAIN, "--gin_param=pretraining_objective.name = 'gpt'"],
      "pretraining_objective.name='gpt' is unknown; use one of ('masked_lm', 'causal_lm')"),

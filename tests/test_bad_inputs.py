@@ -627,9 +627,27 @@ def causal_paths(inputs, tmp_path_factory):
     cpd.create_pretraining_data(str(text), inputs["vocab"], str(root / "mlm" / "m-*.tfrecord"),
                                 cpd.PretrainingDataConfig(max_seq_length=64), progress=None)
     (root / "out").mkdir()
+    _causal_model_dir(root / "causal_model", inputs["vocab"])
     return {**inputs, "causal_blocks": str(root / "blocks" / "b-*.tfrecord"),
+            "causal_model": str(root / "causal_model"),
             "mlm_records": str(root / "mlm" / "m-*.tfrecord"), "causal_out": str(root / "out"),
             "fresh": str(root / "fresh_run"), "causal_root": str(root), "causal_text": str(text)}
+
+
+def _causal_model_dir(directory, vocab_file: str) -> None:
+    """A bert-train model directory of a tiny CausalLM (random weights) at ckpt-1."""
+    import tensorflow as tf  # noqa: PLC0415
+
+    from bert_trainer.checkpoints import layout, model_dir  # noqa: PLC0415
+    from bert_trainer.models.causal_lm import CausalLM  # noqa: PLC0415
+
+    model = CausalLM(vocab_size=3000, hidden_size=16, num_layers=1, num_attention_heads=2,
+                     inner_dim=32, max_sequence_length=64)
+    model_dir.write_model_info(str(directory), model, vocab_file=vocab_file,
+                               task={"name": "causal_lm", "family": "causal_lm",
+                                     "block_size": 64})
+    tf.train.Checkpoint(model=layout.model_trackable(model)).write(str(directory / "ckpt-1"))
+    (directory / "checkpoint").write_text('model_checkpoint_path: "ckpt-1"\n')
 
 
 CAUSAL_CASES = bad_input_cases.CAUSAL_DATA_CASES + bad_input_cases.CAUSAL_PRETRAIN_CASES

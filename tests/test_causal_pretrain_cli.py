@@ -95,6 +95,20 @@ def test_tiny_causal_pretrain_with_eval(causal_data, tmp_path):
     assert {"loss", "perplexity", "next_token_accuracy", "tokens_per_second",
             "model_gflops_per_second"} <= tags, tags
 
+    # A warm start from the run: its bert_train.json gives the model and the vocabulary.
+    warm = tmp_path / "warm"
+    argv = [a for a in pretrain_argv(causal_data, warm, f"--init_checkpoint={model_dir}",
+                                     "--gin_param=TrainerConfig.train_steps = 1",
+                                     "--gin_param=build_causal_lm.hidden_size = 64")
+            if not a.startswith("--vocab_file")]
+    proc = run(argv)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.search(rf"Initialized all \d+ model variables from {re.escape(str(model_dir))}\n",
+                     proc.stderr), proc.stderr[-3000:]
+    warm_info = json.loads((warm / "bert_train.json").read_text())
+    assert warm_info["encoder"] == info["encoder"]  # hidden_size 32: the binding is ignored
+    assert (warm / "vocab.txt").read_text() == (model_dir / "vocab.txt").read_text()
+
 
 def model_variables(model_dir) -> dict[str, np.ndarray]:
     reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(model_dir)))

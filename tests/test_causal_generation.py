@@ -142,7 +142,7 @@ class _PadLovingModel:
     def init_cache(self, batch_size, max_length):
         return {"calls": tf.zeros([batch_size], tf.int32)}
 
-    def decode(self, token_ids, index, cache, positions=None, key_mask=None):
+    def decode(self, token_ids, index, cache, positions=None, key_mask=None, project=True):
         logits = tf.one_hot(tf.zeros_like(token_ids), 10) * 5 + tf.one_hot(
             tf.fill(tf.shape(token_ids), 7), 10)
         return logits, cache

@@ -4,9 +4,11 @@ tokens one step at a time with the key/value cache.
 The model needs the API of `CausalLM`:
 
     init_cache(batch_size, max_length) -> nest of batch-major tensors
-    decode(token_ids [b, t], index, cache, positions=, key_mask=) -> (logits [b, t, V], cache)
+    decode(token_ids [b, t], index, cache, positions=, key_mask=, project=False)
+        -> (hidden [b, t, h], cache)                              (the prompts' prefill)
     decode_step(token_ids [b], index, cache, positions=, key_mask=) -> (logits [b, V], cache)
-    call({"input_word_ids", "input_mask"}) -> {"logits"}   (use_cache=False only)
+    hidden_states({"input_word_ids", "input_mask"}) -> [b, t, h], logits(hidden) -> [b, t, V]
+        (use_cache=False only)
     max_sequence_length
 
 Prompts of different lengths share one batch by left alignment, as keras-hub and Hugging Face
@@ -14,6 +16,8 @@ do: each prompt is shifted right so that all of them end at the same cache slot;
 before a prompt are masked out of attention and every token keeps its own position (slot minus
 the row's padding). All rows then step in lock step at one cache index, and each row's logits
 are those of the row decoded alone (a masked key adds an exact 0 to the softmax).
+
+Like `models.decoding`, which runs the loop, the module uses TensorFlow directly.
 """
 
 import tensorflow as tf
@@ -115,7 +119,8 @@ def cached_step(model, aligned, padding, cache_length):
     cache = model.init_cache(batch, cache_length)
     prefix = aligned[:, :-1]  # (b, width - 1)
     positions = tf.maximum(tf.range(width - 1)[None, :] - padding[:, None], 0)
-    _, cache = model.decode(prefix, 0, cache, positions=positions, key_mask=key_mask)
+    _, cache = model.decode(prefix, 0, cache, positions=positions, key_mask=key_mask,
+                            project=False)
     constants = {"padding": padding, "key_mask": key_mask}
 
     def step_fn(ids, index, state, constants):
@@ -127,10 +132,11 @@ def cached_step(model, aligned, padding, cache_length):
 
 
 def uncached_step(model, aligned, padding, cache_length):
-    """The step function that runs the model's `call` on the whole prefix every step.
+    """The step function that runs the model on the whole prefix every step.
 
     The baseline the cache is measured against (and a check of it): the same logits, with
-    O(t) positions computed at step t instead of one. The token buffer is the state.
+    O(t) positions computed at step t instead of one (the blocks only: the vocabulary
+    projection, as with the cache, is of the last position). The token buffer is the state.
 
     Args:
       model, aligned, padding, cache_length: as `cached_step`.
@@ -146,8 +152,8 @@ def uncached_step(model, aligned, padding, cache_length):
         prefix = decoding.write_at(state["prefix"], index, ids)
         inputs = {features.INPUT_WORD_IDS: prefix[:, :index + 1],
                   features.INPUT_MASK: constants["input_mask"][:, :index + 1]}
-        logits = model(inputs, training=False)[features.LOGITS]  # (b, index + 1, V)
-        return _without_pad(logits[:, -1]), {"prefix": prefix}
+        hidden = model.hidden_states(inputs, training=False)  # (b, index + 1, hidden)
+        return _without_pad(model.logits(hidden[:, -1:])[:, 0]), {"prefix": prefix}
     return step_fn, {"prefix": buffer}, {"input_mask": real}
 
 
@@ -187,9 +193,10 @@ def generate(model, prompt_ids, prompt_lengths, *, max_new_tokens, end_id, tempe
 
     Raises:
       ValueError: max_new_tokens not a positive int, a prompt (when its length is known
-        now) plus max_new_tokens beyond max_sequence_length, bad sampling settings given as
-        numbers, or jit_compile without the cache. In a graph with lengths unknown until run
-        time, the length check raises `tf.errors.InvalidArgumentError` then.
+        now) plus max_new_tokens (or new_token_limit) beyond max_sequence_length, bad
+        sampling settings given as numbers, or jit_compile without the cache. In a graph
+        with lengths or a limit unknown until run time, those checks raise
+        `tf.errors.InvalidArgumentError` then.
     """
     if jit_compile and not use_cache:
         raise ValueError("jit_compile=True needs use_cache=True: without the cache the model "

@@ -7,7 +7,7 @@ rows of the real tokens through a layer stack.
 """
 
 from bert_trainer.layers.dropout import Dropout
-from bert_trainer.layers.gelu import gelu, gelu_approximate
+from bert_trainer.layers.gelu import gelu
 from bert_trainer.layers.layer_normalization import LayerNormalization
 from bert_trainer.layers.masked_lm import MaskedLM
 from bert_trainer.layers.multi_head_attention import MultiHeadAttention
@@ -31,5 +31,4 @@ __all__ = [
     "TransformerDecoder",
     "TransformerEncoder",
     "gelu",
-    "gelu_approximate",
 ]

@@ -24,20 +24,3 @@ def gelu(x):
       `gelu(x)`, same shape and dtype.
     """
     return bert_ops.gelu(x)
-
-
-@keras.saving.register_keras_serializable(package="bert_trainer")
-def gelu_approximate(x):
-    """GELU's tanh approximation, `0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3)))`.
-
-    GPT-2's activation (Hugging Face "gelu_new" / "gelu_pytorch_tanh"). A named, registered
-    function so that a model config can say `inner_activation="bert_trainer>gelu_approximate"`
-    and rebuild it from JSON (Keras' "gelu" string is the exact form).
-
-    Args:
-      x: float tensor, any shape.
-
-    Returns:
-      `keras.activations.gelu(x, approximate=True)`, same shape and dtype.
-    """
-    return keras.activations.gelu(x, approximate=True)

@@ -41,7 +41,7 @@ _PREFIX = "transformer."
 _TIED_HEAD = "lm_head.weight"  # tied to wte; `save_pretrained` leaves it out
 _BUFFER = re.compile(r"^h\.\d+\.attn\.(bias|masked_bias)$")
 
-_APPROXIMATE = "bert_trainer>gelu_approximate"
+_APPROXIMATE = "gelu_approximate"  # CausalLM's name for the tanh form
 # Hugging Face activation name -> the CausalLM inner_activation that computes the same.
 _ACTIVATIONS = {"gelu_new": _APPROXIMATE, "gelu_pytorch_tanh": _APPROXIMATE, "gelu": "gelu",
                 "relu": "relu", "tanh": "tanh"}
@@ -71,7 +71,7 @@ def text_refusal(source: str) -> str:
 class GPT2Config:
     """The architecture of a GPT-2 checkpoint, in the RFC's argument names.
 
-    `inner_activation` is the CausalLM's (`bert_trainer>gelu_approximate` for "gelu_new").
+    `inner_activation` is the CausalLM's ("gelu_approximate" for "gelu_new").
     """
 
     vocab_size: int
@@ -124,15 +124,10 @@ class GPT2Config:
 
     def model_arguments(self) -> dict:
         """The `CausalLM` constructor arguments (JSON-ready): pre-norm, tied output."""
-        activation = self.inner_activation
-        if activation == _APPROXIMATE:
-            from bert_trainer.layers import gelu_approximate  # noqa: PLC0415 (registers it)
-
-            activation = keras.activations.serialize(gelu_approximate)
         return dict(
             vocab_size=self.vocab_size, hidden_size=self.hidden_size,
             num_layers=self.num_layers, num_attention_heads=self.num_attention_heads,
-            inner_dim=self.inner_dim, inner_activation=activation,
+            inner_dim=self.inner_dim, inner_activation=self.inner_activation,
             max_sequence_length=self.max_sequence_length, norm_first=True,
             norm_epsilon=self.norm_epsilon, output_dropout=self.output_dropout,
             attention_dropout=self.attention_dropout,
@@ -280,7 +275,7 @@ def _variables(model, config: GPT2Config) -> dict[str, tuple]:
               "wpe": {"weight": (model.position_embedding.embeddings,)},
               "ln_f": norm(model.final_layer_norm)}
     for n in range(config.num_layers):
-        layer = model.get_layer(f"transformer_layer_{n}")
+        layer = model.transformer_layers[n]
         attention = layer.self_attention
         projections = (attention.query_dense, attention.key_dense, attention.value_dense)
         groups.update({

@@ -35,8 +35,9 @@ from absl import logging
 
 from bert_trainer.errors import UserError
 from bert_trainer.interop import formats, hf
+from bert_trainer.models.causal_lm import CausalLM
 
-MODEL_TYPE = "gpt2"
+MODEL_TYPE = formats.GPT2  # config.json's model_type
 _PREFIX = "transformer."
 _TIED_HEAD = "lm_head.weight"  # tied to wte; `save_pretrained` leaves it out
 _BUFFER = re.compile(r"^h\.\d+\.attn\.(bias|masked_bias)$")
@@ -65,6 +66,21 @@ TEXT_REFUSAL = ("{source} is a GPT-2 model: it tokenizes with GPT-2's byte-level
 def text_refusal(source: str) -> str:
     """The one-line message for a GPT-2 model asked to read or write text."""
     return TEXT_REFUSAL.format(source=source)
+
+
+def check_text_support(task: dict | None, source: str) -> None:
+    """Refuses, in one line, text for a model converted from GPT-2.
+
+    Args:
+      task: the `task` entry of the model's bert_train.json (`convert` writes
+        `"source": "gpt2"` there).
+      source: the model directory, named in the message.
+
+    Raises:
+      UserError: `text_refusal(source)` for a model converted from GPT-2.
+    """
+    if isinstance(task, dict) and task.get("source") == MODEL_TYPE:
+        raise UserError(text_refusal(source))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -307,8 +323,12 @@ def load_weights(model, ckpt: GPT2Checkpoint) -> dict[str, list[str]]:
       {"loaded": variable paths assigned, "initialized": the others (none for a CausalLM)}.
 
     Raises:
-      UserError: the model differs in a size, in norm_first or in a variable's shape.
+      UserError: not a CausalLM, or one that differs in a size, in norm_first or in a
+        variable's shape.
     """
+    if not isinstance(model, CausalLM):
+        raise UserError(f"{ckpt.config_file} is a GPT-2 (causal LM) checkpoint: it loads into a "
+                        f"CausalLM (the causal_lm objective), not a {type(model).__name__}")
     if not model.weights:
         model({"input_word_ids": np.zeros((1, 1), np.int32)})
     for field in _ARCHITECTURE:
@@ -355,8 +375,6 @@ class PretrainedCausalLM:
 
 def build_model(config: GPT2Config, **overrides) -> keras.Model:
     """A freshly initialized `CausalLM` of `config`'s architecture (no weights loaded)."""
-    from bert_trainer.models import CausalLM  # noqa: PLC0415 (models import the layers)
-
     return CausalLM(**{**config.model_arguments(), **overrides})
 
 

@@ -593,3 +593,30 @@ TRANSLATE_CASES = [
      [*TRANSLATE, "--gin_param=TranslateConfig.max_decode_length = 100"],
      "TranslateConfig.max_decode_length=100 exceeds max_target_length=64"),
 ]
+
+
+# ------------------------------------------------------------------------------------------
+# Hugging Face GPT-2 checkpoints (GPT2_CASES): {gpt2} is tests/data/gpt2_tiny, the other
+# {gpt2_*} directories copies of it with one fault (test_bad_inputs.py `gpt2_paths`).
+# ------------------------------------------------------------------------------------------
+GPT2_CONVERT = ["convert", "--output={fresh}"]
+GPT2_CASES = [
+    ("gpt2 fine-tuned as a BERT encoder",
+     ["finetune", "--task=sst2", "--init_checkpoint={gpt2}", "--model_dir={fresh}",
+      "--train_file={sst2.tsv}", "--eval_file={sst2.tsv}", "--train_steps=2"],
+     "--init_checkpoint={gpt2} is a GPT-2 (causal LM) checkpoint, not a BERT encoder"),
+    ("gpt2 converted to hf", [*GPT2_CONVERT, "--input={gpt2}", "--to=hf"],
+     "--to=hf: a GPT-2 checkpoint converts to bert_train only"),
+    ("gpt2 convert --verify", [*GPT2_CONVERT, "--input={gpt2}", "--verify"], "drop --verify"),
+    ("gpt2 unsupported config field", [*GPT2_CONVERT, "--input={gpt2_inverse_layer_idx}"],
+     "scale_attn_by_inverse_layer_idx=True (scores divided by the layer index) is not "
+     "supported"),
+    ("gpt2 other activation", [*GPT2_CONVERT, "--input={gpt2_swish}"],
+     "activation_function 'swish' is not supported"),
+    ("gpt2 pickle", [*GPT2_CONVERT, "--input={gpt2_pickle}"],
+     "{gpt2_pickle}/pytorch_model.bin is a pickle (loading it can run arbitrary code)"),
+    ("gpt2 missing tensor", [*GPT2_CONVERT, "--input={gpt2_missing}"],
+     "lacks h.1.mlp.c_fc.bias (1 of 28 tensors missing)"),
+    ("gpt2 wrong shape", [*GPT2_CONVERT, "--input={gpt2_shape}"],
+     "h.0.attn.c_attn.weight has shape (32, 64) but the config implies (32, 96)"),
+]

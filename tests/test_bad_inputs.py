@@ -606,3 +606,58 @@ def test_translate_bad_input_refused_before_anything_is_written(case, args, expe
     capsys.readouterr()
     rc = cli.main(["bert-train", *fill(args, translate_paths)])
     assert_refusal(case, rc, capsys.readouterr().err, expected, translate_paths, digests)
+
+
+# ------------------------------------------------------------------------------------------
+# Hugging Face GPT-2 checkpoints (bad_input_cases.GPT2_CASES).
+# ------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def gpt2_paths(tmp_path_factory):
+    """tests/data/gpt2_tiny and copies of it with one fault each; a fresh output path."""
+    import numpy as np  # noqa: PLC0415
+    from safetensors.numpy import load_file, save_file  # noqa: PLC0415
+
+    source = TESTS / "data" / "gpt2_tiny"
+    root = tmp_path_factory.mktemp("gpt2_inputs")
+    paths = {"gpt2": str(source), "fresh": str(root / "fresh"),
+             "sst2.tsv": str(root / "sst2.tsv")}
+    (root / "sst2.tsv").write_text(SST2_HEADER + GOOD_ROWS, encoding="utf-8")
+
+    def copy(name, config=None, tensors=None):
+        directory = root / name
+        shutil.copytree(source, directory)
+        if config:
+            data = json.loads((directory / "config.json").read_text())
+            (directory / "config.json").write_text(json.dumps({**data, **config}))
+        if tensors is not None:
+            weights = load_file(str(directory / "model.safetensors"))
+            tensors(weights)
+            save_file(weights, str(directory / "model.safetensors"))
+        paths[name] = str(directory)
+
+    copy("gpt2_inverse_layer_idx", config={"scale_attn_by_inverse_layer_idx": True})
+    copy("gpt2_swish", config={"activation_function": "swish"})
+    copy("gpt2_missing", tensors=lambda w: w.pop("transformer.h.1.mlp.c_fc.bias"))
+    copy("gpt2_shape", tensors=lambda w: w.update(
+        {"transformer.h.0.attn.c_attn.weight": np.zeros((32, 64), np.float32)}))
+    pickle_dir = root / "gpt2_pickle"
+    pickle_dir.mkdir()
+    shutil.copy(source / "config.json", pickle_dir)
+    (pickle_dir / "pytorch_model.bin").write_bytes(b"\x80\x02not read")
+    paths["gpt2_pickle"] = str(pickle_dir)
+    return paths
+
+
+@pytest.mark.parametrize("case, args, expected", bad_input_cases.GPT2_CASES,
+                         ids=[c[0] for c in bad_input_cases.GPT2_CASES])
+def test_gpt2_checkpoints_refused_before_anything_is_written(case, args, expected, gpt2_paths,
+                                                             capsys):
+    from bert_trainer import cli  # noqa: PLC0415
+
+    inputs = {k: tree_digest(v) for k, v in gpt2_paths.items() if k.startswith("gpt2")}
+    reset()
+    capsys.readouterr()
+    rc = cli.main(["bert-train", *fill(args, gpt2_paths)])
+    assert_one_line(case, rc, capsys.readouterr().err, fill([expected], gpt2_paths)[0])
+    assert {k: tree_digest(gpt2_paths[k]) for k in inputs} == inputs
+    assert not os.path.exists(gpt2_paths["fresh"])

@@ -661,3 +661,45 @@ def test_gpt2_checkpoints_refused_before_anything_is_written(case, args, expecte
     assert_one_line(case, rc, capsys.readouterr().err, fill([expected], gpt2_paths)[0])
     assert {k: tree_digest(gpt2_paths[k]) for k in inputs} == inputs
     assert not os.path.exists(gpt2_paths["fresh"])
+
+
+# ------------------------------------------------------------------------------------------
+# Causal language modelling (bad_input_cases.CAUSAL_DATA_CASES, CAUSAL_PRETRAIN_CASES).
+# ------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def causal_paths(inputs, tmp_path_factory):
+    """`inputs` plus causal blocks, masked-LM examples and an output directory to keep empty."""
+    from bert_trainer.data import causal_lm_data  # noqa: PLC0415
+    from bert_trainer.data import create_pretraining_data as cpd  # noqa: PLC0415
+
+    root = tmp_path_factory.mktemp("causal_inputs")
+    text = root / "corpus.txt"
+    text.write_text("".join(f"the film {i} was good . it was fine .\nthe end {i} .\n\n"
+                            for i in range(60)), encoding="utf-8")
+    causal_lm_data.create_causal_lm_data(
+        str(text), inputs["vocab"], str(root / "blocks" / "b-*.tfrecord"),
+        causal_lm_data.CausalDataConfig(block_size=64), progress=None)
+    cpd.create_pretraining_data(str(text), inputs["vocab"], str(root / "mlm" / "m-*.tfrecord"),
+                                cpd.PretrainingDataConfig(max_seq_length=64), progress=None)
+    (root / "out").mkdir()
+    return {**inputs, "causal_blocks": str(root / "blocks" / "b-*.tfrecord"),
+            "mlm_records": str(root / "mlm" / "m-*.tfrecord"), "causal_out": str(root / "out"),
+            "fresh": str(root / "fresh_run"), "causal_root": str(root), "causal_text": str(text)}
+
+
+CAUSAL_CASES = bad_input_cases.CAUSAL_DATA_CASES + bad_input_cases.CAUSAL_PRETRAIN_CASES
+
+
+@pytest.mark.parametrize("case, args, expected", CAUSAL_CASES, ids=[c[0] for c in CAUSAL_CASES])
+def test_causal_lm_bad_input_refused_before_anything_is_written(case, args, expected,
+                                                                causal_paths, capsys):
+    from bert_trainer import cli  # noqa: PLC0415
+
+    guarded = {d: tree_digest(causal_paths[d]) for d in ("causal_root", "pretrained")}
+    reset()
+    capsys.readouterr()
+    rc = cli.main(["bert-train", *fill(args, causal_paths)])
+    assert_one_line(case, rc, capsys.readouterr().err, fill([expected], causal_paths)[0])
+    assert {d: tree_digest(causal_paths[d]) for d in guarded} == guarded
+    assert os.listdir(causal_paths["causal_out"]) == []
+    assert not os.path.exists(causal_paths["fresh"]), "a failed run left a model_dir behind"

@@ -303,13 +303,31 @@ def test_generate_equals_transformers(golden, use_cache):
 
 
 @needs_causal_lm
-def test_a_model_of_another_size_is_refused():
+@pytest.mark.parametrize("field,value", [
+    ("max_sequence_length", 64),
+    ("num_attention_heads", 2),  # same kernel sizes, another head split: still refused
+    ("norm_epsilon", 1e-12)])
+def test_a_model_of_another_architecture_is_refused(field, value):
     ckpt = gpt2.read_gpt2(DATA)
-    model = gpt2.build_model(gpt2.GPT2Config(**{
-        **ckpt.config.__dict__, "max_sequence_length": 64}))
-    with pytest.raises(UserError, match="max_sequence_length=32 but the model has "
-                                        "max_sequence_length=64"):
+    model = gpt2.build_model(gpt2.GPT2Config(**{**ckpt.config.__dict__, field: value}))
+    expected = getattr(ckpt.config, field)
+    with pytest.raises(UserError, match=f"has {field}={expected} but the model has "
+                                        f"{field}={value}"):
         gpt2.load_weights(model, ckpt)
+
+
+@needs_causal_lm
+@pytest.mark.parametrize("activation,refused", [
+    ("gelu", True), ("gelu_new", False), ("gelu_approximate", False)])
+def test_the_activation_is_checked_by_value(activation, refused):
+    ckpt = gpt2.read_gpt2(DATA)
+    model = models.CausalLM(**{**ckpt.config.model_arguments(), "inner_activation": activation})
+    if refused:
+        with pytest.raises(UserError, match="activation is gelu_approximate but the model's "
+                                            "inner_activation is 'gelu'"):
+            gpt2.load_weights(model, ckpt)
+    else:
+        assert gpt2.load_weights(model, ckpt)["initialized"] == []
 
 
 def test_from_gpt2_refuses_architecture_overrides():

@@ -26,6 +26,7 @@ runs such a model on token ids only (`TEXT_REFUSAL`).
 """
 
 import dataclasses
+import math
 import os
 import re
 
@@ -307,7 +308,15 @@ def _variables(model, config: GPT2Config) -> dict[str, tuple]:
             for leaf, variables in leaves.items()}
 
 
-_ARCHITECTURE = ("vocab_size", "hidden_size", "num_layers", "max_sequence_length")
+# Sizes a model must share with the checkpoint. The heads are checked although no weight
+# count depends on them: [H, heads, head_dim] reshapes silently to another head split.
+_ARCHITECTURE = ("vocab_size", "hidden_size", "num_layers", "num_attention_heads", "inner_dim",
+                 "max_sequence_length", "norm_epsilon")
+# Each activation's values, to check a model's by value (its name may be an alias: "gelu_new").
+_ACTIVATION_VALUES = {
+    _APPROXIMATE: lambda x: 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3))),
+    "gelu": lambda x: 0.5 * x * (1 + np.vectorize(math.erf)(x / np.sqrt(2))),
+    "relu": lambda x: np.maximum(x, 0), "tanh": np.tanh}
 # CausalLM arguments that change no weight, so `from_gpt2` may set them.
 OVERRIDABLE = ("output_dropout", "attention_dropout", "dtype", "name")
 
@@ -339,6 +348,7 @@ def load_weights(model, ckpt: GPT2Checkpoint) -> dict[str, list[str]]:
     if not model.norm_first:
         raise UserError(f"{ckpt.config_file}: GPT-2 is pre-norm but the model has "
                         "norm_first=False; build it with norm_first=True")
+    _check_activation(model, ckpt)
     loaded = []
     for name, variables in _variables(model, ckpt.config).items():
         array = ckpt.weights[name]
@@ -361,6 +371,19 @@ def load_weights(model, ckpt: GPT2Checkpoint) -> dict[str, list[str]]:
     paths = list(dict.fromkeys(v.path for v in model.weights))
     return {"loaded": [p for p in paths if p in done],
             "initialized": [p for p in paths if p not in done]}
+
+
+def _check_activation(model, ckpt: GPT2Checkpoint) -> None:
+    """Refuses a model whose feed-forward activation computes other values than GPT-2's."""
+    probe = np.linspace(-3.0, 3.0, 13, dtype=np.float32)
+    layer = model.transformer_layers[0]
+    ours = np.asarray(keras.ops.convert_to_numpy(layer.inner_activation(probe)), np.float64)
+    expected = _ACTIVATION_VALUES[ckpt.config.inner_activation](probe.astype(np.float64))
+    # Exact and tanh-approximate GELU differ by up to ~1e-3 on this probe.
+    if np.max(np.abs(ours - expected)) > 1e-5:
+        raise UserError(f"{ckpt.config_file}'s activation is {ckpt.config.inner_activation} but "
+                        f"the model's inner_activation is {model.inner_activation!r}; build the "
+                        f"model with inner_activation='{ckpt.config.inner_activation}'")
 
 
 @dataclasses.dataclass

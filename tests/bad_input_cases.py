@@ -605,6 +605,11 @@ GPT2_CASES = [
      ["finetune", "--task=sst2", "--init_checkpoint={gpt2}", "--model_dir={fresh}",
       "--train_file={sst2.tsv}", "--eval_file={sst2.tsv}", "--train_steps=2"],
      "--init_checkpoint={gpt2} is a GPT-2 (causal LM) checkpoint, not a BERT encoder"),
+    ("gpt2 warm-starts masked-LM pretraining",
+     ["pretrain", "--gin_file=configs/smoke.gin", "--model_dir={fresh}",
+      "--train_data={sst2.tsv}", "--init_checkpoint={gpt2}"],
+     "--init_checkpoint={gpt2} is a GPT-2 (causal LM) checkpoint; it warm-starts "
+     "pretraining_objective.name = 'causal_lm', not masked LM"),
     ("gpt2 converted to hf", [*GPT2_CONVERT, "--input={gpt2}", "--to=hf"],
      "--to=hf: a GPT-2 checkpoint converts to bert_train only"),
     ("gpt2 convert --verify", [*GPT2_CONVERT, "--input={gpt2}", "--verify"], "drop --verify"),

@@ -154,3 +154,43 @@ def test_convert_cli_on_gpt2_and_its_one_line_errors(tmp_path):
     assert len(lines) == 1 and "scale_attn_by_inverse_layer_idx=True" in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "out2").exists()
+
+
+def _cli(*args):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    return subprocess.run([sys.executable, "-m", "bert_trainer.cli", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_causal_pretrain_warm_starts_from_gpt2(tmp_path, golden):
+    """`pretrain --init_checkpoint=GPT2_DIR`: the architecture and weights come from GPT-2."""
+    words = ["the", "cat", "sat", "on", "a", "mat", "dog", "ran"]
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    vocab = specials + words + [f"x{i}" for i in range(99 - len(specials) - len(words))]
+    (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n")  # GPT-2 tiny's 99 rows
+    rng = np.random.default_rng(0)
+    (tmp_path / "corpus.txt").write_text("".join(
+        " ".join(rng.choice(words, 20)) + "\n\n" for _ in range(40)))
+    proc = _cli("create_pretraining_data", "--objective=causal_lm", "--block_size=32",
+                f"--input={tmp_path / 'corpus.txt'}", f"--vocab={tmp_path / 'vocab.txt'}",
+                f"--output={tmp_path / 'blocks-*.tfrecord'}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = tmp_path / "run"
+    # A learning rate too small to move any weight: the checkpoint holds GPT-2's weights.
+    proc = _cli("pretrain", "--gin_file=configs/causal_lm/tiny.gin", f"--model_dir={run}",
+                f"--train_data={tmp_path / 'blocks-*.tfrecord'}",
+                f"--vocab_file={tmp_path / 'vocab.txt'}", f"--init_checkpoint={DATA}",
+                "--gin_param=CausalLMConfig.block_size = 32",
+                "--gin_param=CausalLMConfig.train_batch_size = 4",
+                "--gin_param=TrainerConfig.train_steps = 1",
+                "--gin_param=OptimizerConfig.learning_rate = 1e-20")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "GPT-2 weights from" in proc.stderr and "36 variables loaded" in proc.stderr
+    info = model_dir_lib.read_model_info(str(run))
+    assert info.encoder_class == "CausalLM"
+    assert info.encoder_config["num_layers"] == 2 and info.encoder_config["hidden_size"] == 32
+    model = model_dir_lib.build_encoder(info)
+    layout.restore_model(model, model_dir_lib.latest_checkpoint(str(run)))
+    np.testing.assert_allclose(_logits(model, golden["input_ids"]), golden["logits"],
+                               atol=ATOL, rtol=0)

@@ -297,6 +297,43 @@ class CausalLM(keras.Model):
         logits = ops.cast(_matmul_transposed(rows, table), "float32")
         return ops.reshape(logits, (shape[0], shape[1], self._vocab_size))
 
+    # ---------------------------------------------------- model FLOPs (throughput and MFU)
+
+    @property
+    def counts_flops(self) -> bool:
+        """Whether `training_flops` can count (always: the model knows its sizes)."""
+        return True
+
+    def flops_per_example(self, seq_length):
+        """Training FLOPs (forward + backward = 3 x forward) per sequence of `seq_length`
+        tokens, the count of `bert_trainer.models.flops` for this model:
+
+            per token:     L * 2 * (4*h*h + 2*h*f)    Q, K, V, attention output; FFN in, out
+                           + 2*h*V                    the tied output projection
+            per sequence:  L * 2 * (2*s*s*h)          scores and context over all s keys
+
+        The causal mask hides half of the scores but the model computes them all, so they are
+        counted whole (as nanoGPT's and PaLM's MFU do). Embedding lookups, softmax, LayerNorm
+        and GELU are elementwise and left out.
+
+        Args:
+          seq_length: tokens per sequence, padding included (a number or a scalar tensor).
+
+        Returns:
+          FLOPs per sequence (a number, or a scalar tensor for a tensor argument).
+        """
+        s, h, f = seq_length, self._hidden_size, self.inner_dim
+        per_token = self._num_layers * 2 * (4 * h * h + 2 * h * f) + 2 * h * self._vocab_size
+        return 3 * (s * per_token + self._num_layers * 2 * (2 * s * s * h))
+
+    def training_flops(self, inputs, outputs):
+        """float32 scalar: the model FLOPs of a training call on the batch `inputs` (from its
+        dynamic shape; every position is computed, so `outputs` is not needed)."""
+        del outputs
+        shape = ops.shape(inputs[features.INPUT_WORD_IDS])
+        batch, length = ops.cast(shape[0], "float32"), ops.cast(shape[1], "float32")
+        return batch * self.flops_per_example(length)
+
     def get_config(self):
         return {
             "name": self.name,

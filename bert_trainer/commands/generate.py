@@ -56,6 +56,7 @@ def main(argv):
     summary = run.run_generate(generator, prompts, FLAGS.output, settings=settings,
                                batch_size=FLAGS.batch_size, overwrite=FLAGS.overwrite)
     seed = f" (seed {summary.seed})" if settings.temperature > 0 else ""
-    print(f"generate: {summary.prompts} prompts in {summary.seconds:.1f}s{seed}",
+    plural = "" if summary.prompts == 1 else "s"
+    print(f"generate: {summary.prompts} prompt{plural} in {summary.seconds:.1f}s{seed}",
           file=sys.stderr)
     return 0

@@ -234,9 +234,7 @@ def generate_lines(generator: Generator, prompts: list[str], write: Callable[[st
                              ensure_ascii=False) + "\n")
         done += len(batch)
         if progress is not None:
-            progress.update(done, done)
-    if progress is not None:
-        progress.update(done, done, final=True)
+            progress.update(done, done, final=done == len(prompts))
     return done
 
 

@@ -695,3 +695,80 @@ CAUSAL_PRETRAIN_CASES = [
      [*CAUSAL_PRETRAIN, "--gin_param=pretraining_objective.name = 'gpt'"],
      "pretraining_objective.name='gpt' is unknown; use one of ('masked_lm', 'causal_lm')"),
 ]
+
+
+# ------------------------------------------------------------------------------------------
+# Generation (tests/test_bad_inputs.py test_generate_bad_input_refused_before_anything_is_
+# written): `bert-train generate`'s settings, prompts, sources and outputs. Placeholders:
+# {causal} a tiny causal model_dir (32 positions: 16 for the prompt by default),
+# {classifier} a fine-tuned classification model_dir, {gen_root} a directory holding
+# GENERATE_FILES, {missing} a path that does not exist. Nothing may be written: no --output
+# file appears, and {causal}, {classifier} and {gen_root} keep every byte.
+# ------------------------------------------------------------------------------------------
+GENERATE_FILES = {
+    "prompts.txt": "the cat sat on the\njohn lives in paris\n",
+    "long_prompts.txt": "the cat\n" + "cat " * 40 + "\n",
+    "gen_notes.txt": "my notes\n",
+    "old_generations.jsonl": '{"prompt": "the", "generated": "cat", "score": -1.5}\n',
+    "latin1_prompts.txt": "caf\xe9\n",
+}
+GEN = ["generate", "--model_dir={causal}", "--prompt=the cat sat"]
+GEN_OUT = "{gen_root}/new.jsonl"
+GENERATE_CASES = [
+    ("generate prompt longer than the positions",
+     [*GEN[:2], "--input={gen_root}/long_prompts.txt", f"--output={GEN_OUT}"],
+     "prompt 2 ('cat cat cat cat cat cat cat cat cat cat ') has 41 pieces ([SEP] included); "
+     "with max_new_tokens=16 that needs 57 positions, more than the model's 32"),
+    ("generate prompt plus max_new_tokens beyond the positions",
+     [*GEN[:2], "--prompt=" + "the " * 10, "--max_new_tokens=25", f"--output={GEN_OUT}"],
+     "has 11 pieces ([SEP] included); with max_new_tokens=25 that needs 36 positions"),
+    ("generate max_new_tokens filling every position",
+     [*GEN, "--max_new_tokens=32", f"--output={GEN_OUT}"],
+     "--max_new_tokens=32 leaves no position for the prompt: the model has 32 positions"),
+    ("generate max_new_tokens 0", [*GEN, "--max_new_tokens=0", f"--output={GEN_OUT}"],
+     "--max_new_tokens=0 must be >= 1"),
+    ("generate top_p 0", [*GEN, "--top_p=0", f"--output={GEN_OUT}"],
+     "--top_p=0.0 must be in (0, 1] (1: every token)"),
+    ("generate top_p above 1", [*GEN, "--top_p=1.5", f"--output={GEN_OUT}"],
+     "--top_p=1.5 must be in (0, 1]"),
+    ("generate top_p nan", [*GEN, "--top_p=nan", f"--output={GEN_OUT}"],
+     "flag --top_p=nan: must be a finite number"),
+    ("generate negative top_k", [*GEN, "--top_k=-1", f"--output={GEN_OUT}"],
+     "--top_k=-1 must be >= 0 (0: every token)"),
+    ("generate negative temperature", [*GEN, "--temperature=-0.5", f"--output={GEN_OUT}"],
+     "--temperature=-0.5 must be >= 0 (0: greedy)"),
+    ("generate negative seed", [*GEN, "--seed=-3", f"--output={GEN_OUT}"],
+     "--seed=-3 must be in [0, 2147483647]"),
+    ("generate from a classifier",
+     ["generate", "--model_dir={classifier}", "--prompt=a", f"--output={GEN_OUT}"],
+     "--model_dir={classifier} is not a causal language model (it was trained for task "
+     "'toy_classification')"),
+    ("generate from a missing model_dir",
+     ["generate", "--model_dir={missing}", "--prompt=a", f"--output={GEN_OUT}"],
+     "{missing}/bert_train.json does not exist"),
+    ("generate from a missing export",
+     ["generate", "--saved_model={missing}", "--prompt=a", f"--output={GEN_OUT}"],
+     "--saved_model={missing} holds no saved_model.pb"),
+    ("generate from a model_dir and an export",
+     [*GEN, "--saved_model={causal}", f"--output={GEN_OUT}"],
+     "pass exactly one of --model_dir (a causal LM run) and --saved_model"),
+    ("generate prompt and input", [*GEN, "--input={gen_root}/prompts.txt",
+                                   f"--output={GEN_OUT}"],
+     "pass --prompt or --input, not both"),
+    ("generate missing input", [*GEN[:2], "--input={missing}", f"--output={GEN_OUT}"],
+     "--input={missing} does not exist"),
+    ("generate input not UTF-8",
+     [*GEN[:2], "--input={gen_root}/latin1_prompts.txt", f"--output={GEN_OUT}"],
+     "{gen_root}/latin1_prompts.txt:1: not UTF-8 text"),
+    ("generate existing output", [*GEN, "--output={gen_root}/old_generations.jsonl"],
+     "--output={gen_root}/old_generations.jsonl exists; choose another path or pass "
+     "--overwrite"),
+    ("generate --overwrite of a file that is not generations",
+     [*GEN, "--output={gen_root}/gen_notes.txt", "--overwrite"],
+     "--output={gen_root}/gen_notes.txt is not a generations file"),
+    ("generate output inside the model_dir", [*GEN, "--output={causal}/out.jsonl"],
+     "--output={causal}/out.jsonl is inside the model directory {causal}"),
+    ("generate --overwrite, a prompt too long: the old output stays",
+     [*GEN[:2], "--input={gen_root}/long_prompts.txt",
+      "--output={gen_root}/old_generations.jsonl", "--overwrite"], "has 41 pieces"),
+]

@@ -703,3 +703,39 @@ def test_causal_lm_bad_input_refused_before_anything_is_written(case, args, expe
     assert {d: tree_digest(causal_paths[d]) for d in guarded} == guarded
     assert os.listdir(causal_paths["causal_out"]) == []
     assert not os.path.exists(causal_paths["fresh"]), "a failed run left a model_dir behind"
+
+
+# ------------------------------------------------------------------------------------------
+# Generation (bad_input_cases.GENERATE_CASES).
+# ------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def generate_paths(tmp_path_factory):
+    """A causal and a classification model_dir, GENERATE_FILES, and their digests."""
+    from causal_testing import make_causal_model_dir  # noqa: PLC0415
+    from export_testing import make_model_dir  # noqa: PLC0415
+
+    root = tmp_path_factory.mktemp("generate_inputs")
+    causal, _ = make_causal_model_dir(root / "causal_run")
+    classifier, _ = make_model_dir(root / "classifier_run", "classification")
+    files = root / "files"
+    files.mkdir()
+    for name, text in bad_input_cases.GENERATE_FILES.items():
+        (files / name).write_bytes(text.encode("latin-1" if "latin1" in name else "utf-8"))
+    paths = {"causal": causal, "classifier": str(classifier), "gen_root": str(files),
+             "missing": str(root / "missing")}
+    return paths, {k: tree_digest(paths[k]) for k in ("causal", "classifier", "gen_root")}
+
+
+@pytest.mark.parametrize("case, args, expected", bad_input_cases.GENERATE_CASES,
+                         ids=[c[0] for c in bad_input_cases.GENERATE_CASES])
+def test_generate_bad_input_refused_before_anything_is_written(case, args, expected,
+                                                               generate_paths, capsys):
+    from bert_trainer import cli  # noqa: PLC0415
+
+    paths, before = generate_paths
+    capsys.readouterr()
+    rc = cli.main(["bert-train", *fill(args, paths)])
+    assert_one_line(case, rc, capsys.readouterr().err, fill([expected], paths)[0])
+    assert {k: tree_digest(paths[k]) for k in before} == before
+    assert not os.path.exists(os.path.join(paths["gen_root"], "new.jsonl"))
+    assert not os.path.exists(paths["missing"])

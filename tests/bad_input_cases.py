@@ -597,7 +597,8 @@ TRANSLATE_CASES = [
 
 # ------------------------------------------------------------------------------------------
 # Hugging Face GPT-2 checkpoints (GPT2_CASES): {gpt2} is tests/data/gpt2_tiny, the other
-# {gpt2_*} directories copies of it with one fault (test_bad_inputs.py `gpt2_paths`).
+# {gpt2_*} directories copies of it with one fault (test_bad_inputs.py `gpt2_paths`), and
+# {gpt2_converted} its conversion to a bert-train model_dir (no vocabulary: GPT-2's BPE).
 # ------------------------------------------------------------------------------------------
 GPT2_CONVERT = ["convert", "--output={fresh}"]
 GPT2_CASES = [
@@ -610,6 +611,12 @@ GPT2_CASES = [
       "--train_data={sst2.tsv}", "--init_checkpoint={gpt2}"],
      "--init_checkpoint={gpt2} is a GPT-2 (causal LM) checkpoint; it warm-starts "
      "pretraining_objective.name = 'causal_lm', not masked LM"),
+    ("gpt2 model generates text",
+     ["generate", "--model_dir={gpt2_converted}", "--prompt=the cat"],
+     "{gpt2_converted} is a GPT-2 model: it tokenizes with GPT-2's byte-level BPE, which "
+     "bert-train cannot run"),
+    ("gpt2 model exported", ["export", "--model_dir={gpt2_converted}", "--output={fresh}"],
+     "{gpt2_converted} is a GPT-2 model: it tokenizes with GPT-2's byte-level BPE"),
     ("gpt2 converted to hf", [*GPT2_CONVERT, "--input={gpt2}", "--to=hf"],
      "--to=hf: a GPT-2 checkpoint converts to bert_train only"),
     ("gpt2 convert --verify", [*GPT2_CONVERT, "--input={gpt2}", "--verify"], "drop --verify"),

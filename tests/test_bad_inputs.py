@@ -645,6 +645,10 @@ def gpt2_paths(tmp_path_factory):
     shutil.copy(source / "config.json", pickle_dir)
     (pickle_dir / "pytorch_model.bin").write_bytes(b"\x80\x02not read")
     paths["gpt2_pickle"] = str(pickle_dir)
+    from bert_trainer.commands.convert import convert  # noqa: PLC0415 (imports TensorFlow)
+
+    convert(str(source), str(root / "gpt2_converted"), log=lambda _: None)
+    paths["gpt2_converted"] = str(root / "gpt2_converted")
     return paths
 
 

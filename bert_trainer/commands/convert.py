@@ -43,6 +43,7 @@ from bert_trainer.interop import (
     resolve_checkpoint,
 )
 from bert_trainer.models import BertPretrainer
+from bert_trainer.tasks.causal_lm.task import TASK_NAME
 
 SHARED_FLAGS = shared_flags.declare(
     __name__,
@@ -200,7 +201,8 @@ def write_causal_lm(output_dir: str, model: keras.Model) -> list[str]:
     Returns:
       The files written.
     """
-    task = {"name": "causal_lm", "family": "causal_lm",
+    # The task entry a causal pretraining writes, plus where the weights came from.
+    task = {"name": TASK_NAME, "family": TASK_NAME,
             "block_size": int(model.max_sequence_length), "source": formats.GPT2}
     model_dir.write_model_info(output_dir, model, vocab_file=None, task=task)
     root = tf.train.Checkpoint(model=layout.model_trackable(model))

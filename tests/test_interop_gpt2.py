@@ -150,6 +150,26 @@ def test_attention_buffers_and_a_tied_lm_head_are_skipped(tmp_path):
     assert all(np.array_equal(ckpt.weights[k], reference.weights[k]) for k in reference.weights)
 
 
+def test_sharded_and_float16_files_are_read(tmp_path):
+    """A sharded checkpoint (index + shards) and half-precision tensors, as the hub has them."""
+    tensors = _tensors()
+    directory = _copy(tmp_path)
+    os.remove(os.path.join(directory, formats.HF_WEIGHTS))
+    names = sorted(tensors)
+    shards = {"model-00001-of-00002.safetensors": names[:10],
+              "model-00002-of-00002.safetensors": names[10:]}
+    for shard, keys in shards.items():
+        save_file({k: tensors[k].astype(np.float16) for k in keys},
+                  os.path.join(directory, shard), metadata={"format": "pt"})
+    with open(os.path.join(directory, formats.HF_INDEX), "w") as f:
+        json.dump({"weight_map": {k: shard for shard, keys in shards.items() for k in keys}}, f)
+    ckpt = gpt2.read_gpt2(directory)
+    reference = gpt2.read_gpt2(DATA)
+    for name, array in reference.weights.items():
+        assert ckpt.weights[name].dtype == np.float32
+        np.testing.assert_array_equal(ckpt.weights[name], array.astype(np.float16))
+
+
 def test_split_qkv_on_a_constructed_case():
     hidden, heads = 4, 2
     # Column j of the fused kernel holds the value j in every row; the bias holds 100 + j.

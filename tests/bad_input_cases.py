@@ -619,7 +619,6 @@ GPT2_CASES = [
      "{gpt2_converted} is a GPT-2 model: it tokenizes with GPT-2's byte-level BPE"),
     ("gpt2 converted to hf", [*GPT2_CONVERT, "--input={gpt2}", "--to=hf"],
      "--to=hf: a GPT-2 checkpoint converts to bert_train only"),
-    ("gpt2 convert --verify", [*GPT2_CONVERT, "--input={gpt2}", "--verify"], "drop --verify"),
     ("gpt2 unsupported config field", [*GPT2_CONVERT, "--input={gpt2_inverse_layer_idx}"],
      "scale_attn_by_inverse_layer_idx=True (scores divided by the layer index) is not "
      "supported"),

@@ -1,5 +1,6 @@
 """A GPT-2 directory in the checkpoint machinery: detected, resolved, warm-started, converted."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -121,14 +122,22 @@ def test_convert_writes_a_causal_lm_model_dir(tmp_path, golden):
         gpt2.check_text_support(info.task, str(out))
 
 
-@pytest.mark.parametrize("option,match", [
-    ({"to": formats.HF}, "converts to bert_train only"),
-    ({"verify": True}, "drop --verify")])
-def test_convert_refuses_what_gpt2_cannot_do_before_writing(tmp_path, option, match):
+def test_convert_to_hf_is_refused_before_writing(tmp_path):
     out = tmp_path / "converted"
-    with pytest.raises(UserError, match=match):
-        convert(DATA, str(out), log=lambda _: None, **option)
+    with pytest.raises(UserError, match="converts to bert_train only"):
+        convert(DATA, str(out), to=formats.HF, log=lambda _: None)
     assert not out.exists()
+
+
+def test_convert_verify_writes_a_parity_report(tmp_path):
+    out = tmp_path / "converted"
+    messages = []
+    result = convert(DATA, str(out), verify=True, log=messages.append)
+    assert result.report["passed"] and result.report["tolerance"] == 1e-4
+    assert max(result.report["max_abs_diff"].values()) < 1e-4
+    stored = json.loads((out / "parity_report.json").read_text())
+    assert stored["max_abs_diff"] == result.report["max_abs_diff"]
+    assert "PASS: worst" in messages[-1] and "logits_relative" in messages[-1]
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ from safetensors.numpy import load_file, save_file
 
 from bert_trainer import models
 from bert_trainer.errors import UserError
-from bert_trainer.interop import formats, gpt2
+from bert_trainer.interop import formats, gpt2, gpt2_parity
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "gpt2_tiny")
 # Logits are of order 1-10 here; float32 through two layers agrees to ~1e-5.
@@ -55,50 +55,6 @@ def _tensors():
     return load_file(os.path.join(DATA, formats.HF_WEIGHTS))
 
 
-# ------------------------------------------------------------------ a numpy GPT-2 forward pass
-
-
-def _layer_norm(x, gamma, beta, eps):
-    mean = x.mean(-1, keepdims=True)
-    var = ((x - mean) ** 2).mean(-1, keepdims=True)
-    return (x - mean) / np.sqrt(var + eps) * gamma + beta
-
-
-def _gelu_new(x):
-    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
-
-
-def _reference_forward(ckpt, ids):
-    """GPT-2 in float64 numpy, written from the Hugging Face model's definition.
-
-    Returns:
-      (logits [b, t, vocab], hidden after ln_f [b, t, hidden]).
-    """
-    w = {k: v.astype(np.float64) for k, v in ckpt.weights.items()}
-    c = ckpt.config
-    heads, eps = c.num_attention_heads, c.norm_epsilon
-    b, t = ids.shape
-    x = w["wte.weight"][ids] + w["wpe.weight"][:t]  # (b, t, hidden)
-    future = np.triu(np.ones((t, t), bool), k=1)
-    for n in range(c.num_layers):
-        p = f"h.{n}."
-        h = _layer_norm(x, w[p + "ln_1.weight"], w[p + "ln_1.bias"], eps)
-        qkv = h @ w[p + "attn.c_attn.weight"] + w[p + "attn.c_attn.bias"]  # (b, t, 3 hidden)
-        q, k, v = (a.reshape(b, t, heads, -1).transpose(0, 2, 1, 3)
-                   for a in np.split(qkv, 3, axis=-1))  # (b, heads, t, head_dim)
-        scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(q.shape[-1])
-        scores = np.where(future, -np.inf, scores)
-        probs = np.exp(scores - scores.max(-1, keepdims=True))
-        probs /= probs.sum(-1, keepdims=True)
-        context = (probs @ v).transpose(0, 2, 1, 3).reshape(b, t, -1)
-        x = x + context @ w[p + "attn.c_proj.weight"] + w[p + "attn.c_proj.bias"]
-        h = _layer_norm(x, w[p + "ln_2.weight"], w[p + "ln_2.bias"], eps)
-        inner = _gelu_new(h @ w[p + "mlp.c_fc.weight"] + w[p + "mlp.c_fc.bias"])
-        x = x + inner @ w[p + "mlp.c_proj.weight"] + w[p + "mlp.c_proj.bias"]
-    hidden = _layer_norm(x, w["ln_f.weight"], w["ln_f.bias"], eps)
-    return hidden @ w["wte.weight"].T, hidden
-
-
 # ------------------------------------------------------------------ reading
 
 
@@ -114,12 +70,13 @@ def test_config_read_from_config_json():
 
 
 def test_reader_matches_transformers_through_a_numpy_forward_pass(golden):
-    """The weights as read (names, q/k/v order, Conv1D orientation) give transformers' logits."""
+    """The weights as read (names, q/k/v order, Conv1D orientation) give transformers' logits
+    through the float64 numpy GPT-2 of `gpt2_parity` (no Keras, no weight mapping)."""
     ckpt = gpt2.read_gpt2(DATA)
     assert set(ckpt.weights) == set(gpt2.expected_shapes(ckpt.config))
-    logits, hidden = _reference_forward(ckpt, golden["input_ids"])
-    np.testing.assert_allclose(hidden, golden["hidden"], atol=ATOL, rtol=0)
-    np.testing.assert_allclose(logits, golden["logits"], atol=ATOL, rtol=0)
+    out = gpt2_parity.reference_forward(ckpt, golden["input_ids"])
+    np.testing.assert_allclose(out["hidden"], golden["hidden"], atol=ATOL, rtol=0)
+    np.testing.assert_allclose(out["logits"], golden["logits"], atol=ATOL, rtol=0)
     assert np.abs(golden["logits"]).max() > 1.0  # the tolerance is small against the scale
 
 
@@ -353,3 +310,17 @@ def test_the_activation_is_checked_by_value(activation, refused):
 def test_from_gpt2_refuses_architecture_overrides():
     with pytest.raises(UserError, match=r"\['hidden_size'\] would change the architecture"):
         gpt2.from_gpt2(DATA, hidden_size=64)
+
+
+@needs_causal_lm
+def test_the_parity_report_passes_and_catches_a_swapped_projection():
+    loaded = gpt2.from_gpt2(DATA)
+    report = gpt2_parity.verify(loaded.checkpoint, loaded.model)
+    assert report["passed"] and list(report["max_abs_diff"]) == [
+        "layer_0", "layer_1", "hidden", "logits_relative"]
+    assert max(report["max_abs_diff"].values()) < 1e-4
+    attention = loaded.model.transformer_layers[1].self_attention
+    attention.query_dense.kernel.assign(attention.key_dense.kernel.value)  # a mapping bug
+    report = gpt2_parity.verify(loaded.checkpoint, loaded.model)
+    assert not report["passed"]
+    assert report["max_abs_diff"]["layer_0"] < 1e-4 < report["max_abs_diff"]["layer_1"]

@@ -13,8 +13,8 @@ model with a float64 numpy forward pass of the input weights, layer by layer, pr
 max |difference| and writes OUTPUT/parity_report.json; it exits 1 if a difference > 1e-4.
 
 A Hugging Face GPT-2 directory (config.json with model_type "gpt2" + model.safetensors)
-converts to a bert-train causal-LM model directory (a `CausalLM`; --to=bert_train only, no
---verify: its parity with transformers is a test, tests/test_interop_gpt2.py). GPT-2's
+converts to a bert-train causal-LM model directory (a `CausalLM`; --to=bert_train only;
+--verify compares it with a float64 numpy GPT-2, the logits relative to their scale). GPT-2's
 byte-level BPE tokenizer is not carried: bert-train tokenizes with WordPiece only, so such a
 model runs on token ids, not text.
 """
@@ -37,6 +37,7 @@ from bert_trainer.interop import (
     formats,
     from_pretrained,
     gpt2,
+    gpt2_parity,
     hf,
     parity,
     pretrained,
@@ -168,13 +169,10 @@ def write_bert_train(output_dir: str, source: formats.BertCheckpoint) -> list[st
 def _convert_gpt2(input_path: str, output_dir: str, *, to: str, verify: bool,
                   allow_pickle: bool, log) -> Conversion:
     """A GPT-2 directory as a bert-train causal-LM model directory (`convert` checked the
-    output path)."""
+    output path); with `verify`, its parity report (`interop.gpt2_parity`)."""
     if to != formats.BERT_TRAIN:
         raise UserError(f"--to={to}: a GPT-2 checkpoint converts to {formats.BERT_TRAIN} only "
                         "(a causal-LM model directory)")
-    if verify:
-        raise UserError("--verify compares BERT encoders; a GPT-2 conversion has no parity "
-                        "report (its parity with transformers is tested); drop --verify")
     loaded = gpt2.from_gpt2(input_path, allow_pickle=allow_pickle)
     c, ckpt = loaded.checkpoint.config, loaded.checkpoint
     log(f"read {ckpt.weights_file}: GPT-2 with {c.num_layers} layers, hidden {c.hidden_size}, "
@@ -185,10 +183,20 @@ def _convert_gpt2(input_path: str, output_dir: str, *, to: str, verify: bool,
     with outputs.new_directory(output_dir, CONVERTED, writing=f"the converted {to} model",
                                needed_bytes=size) as staging:
         written = write_causal_lm(staging, loaded.model)
+        report = None
+        if verify:
+            # Re-read what was written, so the report checks the files, not the loaded model.
+            info = model_dir.read_model_info(staging)
+            converted = model_dir.build_encoder(info)
+            layout.restore_model(converted, model_dir.latest_checkpoint(staging))
+            report = gpt2_parity.verify(ckpt, converted, source=input_path)
+            parity.write_report(os.path.join(staging, REPORT_FILE), report)
     files = [os.path.join(output_dir, os.path.relpath(f, staging)) for f in written]
     log(f"wrote {to} model to {output_dir}: {', '.join(sorted(map(os.path.basename, files)))}")
     log(f"note: no vocabulary written; {gpt2.text_refusal(input_path)}")
-    return Conversion(output_dir, files, [], None)
+    if report is not None:
+        log(parity.format_report(report))
+    return Conversion(output_dir, files, [], report)
 
 
 def write_causal_lm(output_dir: str, model: keras.Model) -> list[str]:

@@ -58,6 +58,17 @@ _REQUIRED = (
 # `reorder_and_upcast_attn` is accepted: it computes the same scores, only upcast to float32
 # (which a float32 CausalLM is anyway).
 
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+# Each CausalLM activation in float64 numpy: the reference pass of `gpt2_parity`, and the
+# check of a model's activation by value (its name may be an alias, e.g. "gelu_new").
+ACTIVATION_VALUES = {
+    _APPROXIMATE: lambda x: 0.5 * x * (1.0 + np.tanh(
+        math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3))),
+    "gelu": lambda x: 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0))),  # the exact erf form
+    "relu": lambda x: np.maximum(x, 0.0),
+    "tanh": np.tanh,
+}
+
 TEXT_REFUSAL = ("{source} is a GPT-2 model: it tokenizes with GPT-2's byte-level BPE, which "
                 "bert-train cannot run (it tokenizes with WordPiece); use the model on token ids "
                 "from Python (bert_trainer.interop.gpt2.from_gpt2), or train a causal LM with a "
@@ -189,23 +200,13 @@ def expected_shapes(config: GPT2Config) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def is_gpt2(path: str) -> bool:
-    """Whether the directory `path` has a config.json whose model_type is "gpt2"."""
-    config = os.path.join(path, formats.HF_CONFIG)
-    if not os.path.isfile(config):
-        return False
-    try:
-        return formats.read_json(config).get("model_type") == MODEL_TYPE
-    except UserError:
-        return False  # a malformed config is reported by the reader that needs it
-
-
 def checkpoint_directory(path: str) -> str:
     """The GPT-2 directory for `path`: the directory itself, or that of its model.safetensors."""
     if os.path.isfile(path) and os.path.basename(path) in (formats.HF_WEIGHTS, formats.HF_PICKLE):
         return os.path.dirname(path) or "."
     if not os.path.isdir(path):
-        raise UserError(f"{path} does not exist; pass a GPT-2 directory (config.json + "
+        what = "is not a GPT-2 weights file" if os.path.exists(path) else "does not exist"
+        raise UserError(f"{path} {what}; pass a GPT-2 directory (config.json + "
                         f"{formats.HF_WEIGHTS}) or its {formats.HF_WEIGHTS}")
     return path
 
@@ -312,11 +313,6 @@ def _variables(model, config: GPT2Config) -> dict[str, tuple]:
 # count depends on them: [H, heads, head_dim] reshapes silently to another head split.
 _ARCHITECTURE = ("vocab_size", "hidden_size", "num_layers", "num_attention_heads", "inner_dim",
                  "max_sequence_length", "norm_epsilon")
-# Each activation's values, to check a model's by value (its name may be an alias: "gelu_new").
-_ACTIVATION_VALUES = {
-    _APPROXIMATE: lambda x: 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3))),
-    "gelu": lambda x: 0.5 * x * (1 + np.vectorize(math.erf)(x / np.sqrt(2))),
-    "relu": lambda x: np.maximum(x, 0), "tanh": np.tanh}
 # CausalLM arguments that change no weight, so `from_gpt2` may set them.
 OVERRIDABLE = ("output_dropout", "attention_dropout", "dtype", "name")
 
@@ -378,7 +374,7 @@ def _check_activation(model, ckpt: GPT2Checkpoint) -> None:
     probe = np.linspace(-3.0, 3.0, 13, dtype=np.float32)
     layer = model.transformer_layers[0]
     ours = np.asarray(keras.ops.convert_to_numpy(layer.inner_activation(probe)), np.float64)
-    expected = _ACTIVATION_VALUES[ckpt.config.inner_activation](probe.astype(np.float64))
+    expected = ACTIVATION_VALUES[ckpt.config.inner_activation](probe.astype(np.float64))
     # Exact and tanh-approximate GELU differ by up to ~1e-3 on this probe.
     if np.max(np.abs(ours - expected)) > 1e-5:
         raise UserError(f"{ckpt.config_file}'s activation is {ckpt.config.inner_activation} but "

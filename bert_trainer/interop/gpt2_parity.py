@@ -13,15 +13,6 @@ import numpy as np
 from bert_trainer import features
 from bert_trainer.interop import gpt2, parity
 
-_erf = np.vectorize(math.erf, otypes=[np.float64])
-_ACTIVATIONS = {
-    "gelu_approximate": lambda x: 0.5 * x * (1.0 + np.tanh(
-        math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3))),
-    "gelu": lambda x: 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0))),
-    "relu": lambda x: np.maximum(x, 0.0),
-    "tanh": np.tanh,
-}
-
 
 def _layer_norm(x, gamma, beta, epsilon):
     mean = x.mean(axis=-1, keepdims=True)
@@ -42,7 +33,8 @@ def reference_forward(ckpt: gpt2.GPT2Checkpoint, ids: np.ndarray) -> dict[str, n
     """
     w = {k: v.astype(np.float64) for k, v in ckpt.weights.items()}
     c = ckpt.config
-    act, eps, heads = _ACTIVATIONS[c.inner_activation], c.norm_epsilon, c.num_attention_heads
+    act = gpt2.ACTIVATION_VALUES[c.inner_activation]
+    eps, heads = c.norm_epsilon, c.num_attention_heads
     batch, t = ids.shape
     x = w["wte.weight"][ids] + w["wpe.weight"][:t]  # (batch, t, hidden)
     future = np.triu(np.ones((t, t), bool), k=1)

@@ -17,6 +17,7 @@ SUBCOMMANDS = {
     "finetune": "Fine-tune an encoder on a task (classification, QA, tagging).",
     "evaluate": "Evaluate a model directory on a task's eval split.",
     "predict": "Run a trained model or exported SavedModel over text.",
+    "generate": "Continue prompts with a causal language model (or its export).",
     "export": "Export a text-in SavedModel for serving.",
     "convert": "Convert Hugging Face / Google BERT checkpoints to and from bert-train.",
     "vocab": "Learn a WordPiece vocabulary from text files.",

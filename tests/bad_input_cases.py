@@ -596,6 +596,44 @@ TRANSLATE_CASES = [
 
 
 # ------------------------------------------------------------------------------------------
+# Hugging Face GPT-2 checkpoints (GPT2_CASES): {gpt2} is tests/data/gpt2_tiny, the other
+# {gpt2_*} directories copies of it with one fault (test_bad_inputs.py `gpt2_paths`), and
+# {gpt2_converted} its conversion to a bert-train model_dir (no vocabulary: GPT-2's BPE).
+# ------------------------------------------------------------------------------------------
+GPT2_CONVERT = ["convert", "--output={fresh}"]
+GPT2_CASES = [
+    ("gpt2 fine-tuned as a BERT encoder",
+     ["finetune", "--task=sst2", "--init_checkpoint={gpt2}", "--model_dir={fresh}",
+      "--train_file={sst2.tsv}", "--eval_file={sst2.tsv}", "--train_steps=2"],
+     "--init_checkpoint={gpt2} is a GPT-2 (causal LM) checkpoint, not a BERT encoder"),
+    ("gpt2 warm-starts masked-LM pretraining",
+     ["pretrain", "--gin_file=configs/smoke.gin", "--model_dir={fresh}",
+      "--train_data={sst2.tsv}", "--init_checkpoint={gpt2}"],
+     "--init_checkpoint={gpt2} is a GPT-2 (causal LM) checkpoint; it warm-starts "
+     "pretraining_objective.name = 'causal_lm', not masked LM"),
+    ("gpt2 model generates text",
+     ["generate", "--model_dir={gpt2_converted}", "--prompt=the cat"],
+     "{gpt2_converted} is a GPT-2 model: it tokenizes with GPT-2's byte-level BPE, which "
+     "bert-train cannot run"),
+    ("gpt2 model exported", ["export", "--model_dir={gpt2_converted}", "--output={fresh}"],
+     "{gpt2_converted} is a GPT-2 model: it tokenizes with GPT-2's byte-level BPE"),
+    ("gpt2 converted to hf", [*GPT2_CONVERT, "--input={gpt2}", "--to=hf"],
+     "--to=hf: a GPT-2 checkpoint converts to bert_train only"),
+    ("gpt2 unsupported config field", [*GPT2_CONVERT, "--input={gpt2_inverse_layer_idx}"],
+     "scale_attn_by_inverse_layer_idx=True (scores divided by the layer index) is not "
+     "supported"),
+    ("gpt2 other activation", [*GPT2_CONVERT, "--input={gpt2_swish}"],
+     "activation_function 'swish' is not supported"),
+    ("gpt2 pickle", [*GPT2_CONVERT, "--input={gpt2_pickle}"],
+     "{gpt2_pickle}/pytorch_model.bin is a pickle (loading it can run arbitrary code)"),
+    ("gpt2 missing tensor", [*GPT2_CONVERT, "--input={gpt2_missing}"],
+     "lacks h.1.mlp.c_fc.bias (1 of 28 tensors missing)"),
+    ("gpt2 wrong shape", [*GPT2_CONVERT, "--input={gpt2_shape}"],
+     "h.0.attn.c_attn.weight has shape (32, 64) but the config implies (32, 96)"),
+]
+
+
+# ------------------------------------------------------------------------------------------
 # Causal language modelling (tests/test_bad_inputs.py test_causal_lm_bad_input_refused_before_
 # anything_is_written): create_pretraining_data --objective=causal_lm (CAUSAL_DATA_CASES) and
 # pretrain with the causal objective (CAUSAL_PRETRAIN_CASES). Extra placeholders (the
@@ -668,4 +706,81 @@ CAUSAL_PRETRAIN_CASES = [
     ("pretrain unknown objective",
      [*CAUSAL_PRETRAIN, "--gin_param=pretraining_objective.name = 'gpt'"],
      "pretraining_objective.name='gpt' is unknown; use one of ('masked_lm', 'causal_lm')"),
+]
+
+
+# ------------------------------------------------------------------------------------------
+# Generation (tests/test_bad_inputs.py test_generate_bad_input_refused_before_anything_is_
+# written): `bert-train generate`'s settings, prompts, sources and outputs. Placeholders:
+# {causal} a tiny causal model_dir (32 positions: 16 for the prompt by default),
+# {classifier} a fine-tuned classification model_dir, {gen_root} a directory holding
+# GENERATE_FILES, {missing} a path that does not exist. Nothing may be written: no --output
+# file appears, and {causal}, {classifier} and {gen_root} keep every byte.
+# ------------------------------------------------------------------------------------------
+GENERATE_FILES = {
+    "prompts.txt": "the cat sat on the\njohn lives in paris\n",
+    "long_prompts.txt": "the cat\n" + "cat " * 40 + "\n",
+    "gen_notes.txt": "my notes\n",
+    "old_generations.jsonl": '{"prompt": "the", "generated": "cat", "score": -1.5}\n',
+    "latin1_prompts.txt": "caf\xe9\n",
+}
+GEN = ["generate", "--model_dir={causal}", "--prompt=the cat sat"]
+GEN_OUT = "{gen_root}/new.jsonl"
+GENERATE_CASES = [
+    ("generate prompt longer than the positions",
+     [*GEN[:2], "--input={gen_root}/long_prompts.txt", f"--output={GEN_OUT}"],
+     "prompt 2 ('cat cat cat cat cat cat cat cat cat cat ') has 41 pieces ([SEP] included); "
+     "with max_new_tokens=16 that needs 57 positions, more than the model's 32"),
+    ("generate prompt plus max_new_tokens beyond the positions",
+     [*GEN[:2], "--prompt=" + "the " * 10, "--max_new_tokens=25", f"--output={GEN_OUT}"],
+     "has 11 pieces ([SEP] included); with max_new_tokens=25 that needs 36 positions"),
+    ("generate max_new_tokens filling every position",
+     [*GEN, "--max_new_tokens=32", f"--output={GEN_OUT}"],
+     "--max_new_tokens=32 leaves no position for the prompt: the model has 32 positions"),
+    ("generate max_new_tokens 0", [*GEN, "--max_new_tokens=0", f"--output={GEN_OUT}"],
+     "--max_new_tokens=0 must be >= 1"),
+    ("generate top_p 0", [*GEN, "--top_p=0", f"--output={GEN_OUT}"],
+     "--top_p=0.0 must be in (0, 1] (1: every token)"),
+    ("generate top_p above 1", [*GEN, "--top_p=1.5", f"--output={GEN_OUT}"],
+     "--top_p=1.5 must be in (0, 1]"),
+    ("generate top_p nan", [*GEN, "--top_p=nan", f"--output={GEN_OUT}"],
+     "flag --top_p=nan: must be a finite number"),
+    ("generate negative top_k", [*GEN, "--top_k=-1", f"--output={GEN_OUT}"],
+     "--top_k=-1 must be >= 0 (0: every token)"),
+    ("generate negative temperature", [*GEN, "--temperature=-0.5", f"--output={GEN_OUT}"],
+     "--temperature=-0.5 must be >= 0 (0: greedy)"),
+    ("generate negative seed", [*GEN, "--seed=-3", f"--output={GEN_OUT}"],
+     "--seed=-3 must be in [0, 2147483647]"),
+    ("generate from a classifier",
+     ["generate", "--model_dir={classifier}", "--prompt=a", f"--output={GEN_OUT}"],
+     "--model_dir={classifier} is not a causal language model (it was trained for task "
+     "'toy_classification')"),
+    ("generate from a missing model_dir",
+     ["generate", "--model_dir={missing}", "--prompt=a", f"--output={GEN_OUT}"],
+     "{missing}/bert_train.json does not exist"),
+    ("generate from a missing export",
+     ["generate", "--saved_model={missing}", "--prompt=a", f"--output={GEN_OUT}"],
+     "--saved_model={missing} holds no saved_model.pb"),
+    ("generate from a model_dir and an export",
+     [*GEN, "--saved_model={causal}", f"--output={GEN_OUT}"],
+     "pass exactly one of --model_dir (a causal LM run) and --saved_model"),
+    ("generate prompt and input", [*GEN, "--input={gen_root}/prompts.txt",
+                                   f"--output={GEN_OUT}"],
+     "pass --prompt or --input, not both"),
+    ("generate missing input", [*GEN[:2], "--input={missing}", f"--output={GEN_OUT}"],
+     "--input={missing} does not exist"),
+    ("generate input not UTF-8",
+     [*GEN[:2], "--input={gen_root}/latin1_prompts.txt", f"--output={GEN_OUT}"],
+     "{gen_root}/latin1_prompts.txt:1: not UTF-8 text"),
+    ("generate existing output", [*GEN, "--output={gen_root}/old_generations.jsonl"],
+     "--output={gen_root}/old_generations.jsonl exists; choose another path or pass "
+     "--overwrite"),
+    ("generate --overwrite of a file that is not generations",
+     [*GEN, "--output={gen_root}/gen_notes.txt", "--overwrite"],
+     "--output={gen_root}/gen_notes.txt is not a generations file"),
+    ("generate output inside the model_dir", [*GEN, "--output={causal}/out.jsonl"],
+     "--output={causal}/out.jsonl is inside the model directory {causal}"),
+    ("generate --overwrite, a prompt too long: the old output stays",
+     [*GEN[:2], "--input={gen_root}/long_prompts.txt",
+      "--output={gen_root}/old_generations.jsonl", "--overwrite"], "has 41 pieces"),
 ]

@@ -3,11 +3,12 @@
     python -I tests/serving_check.py REQUESTS.json RESULTS.json
 
 REQUESTS.json: a list of {"key", "export", "signature", "inputs": {name: nested list}}; string
-inputs are lists of str, id inputs nested lists of int (int32). RESULTS.json: {"key": {output:
-nested list}} plus "signatures": {export dir: [signature names]} and "modules": the top-level
-packages imported. Any import of bert_trainer raises ImportError (a meta path blocker), and
-the script asserts at the end that it never got into `sys.modules`: the exports stand on
-tensorflow + tensorflow-text alone. Run with `-I` so the repository is not on sys.path.
+inputs are lists of str, id inputs nested lists of int (int32), floats (sampling settings)
+float32. RESULTS.json: {"key": {output: nested list}} plus "signatures": {export dir:
+[signature names]} and "modules": the top-level packages imported. Any import of bert_trainer
+raises ImportError (a meta path blocker), and the script asserts at the end that it never got
+into `sys.modules`: the exports stand on tensorflow + tensorflow-text alone. Run with `-I` so
+the repository is not on sys.path.
 """
 
 import importlib.abc
@@ -36,6 +37,8 @@ def _tensor(value):
     array = np.asarray(value)
     if array.dtype.kind in "US":
         return tf.constant(array.astype(object).tolist(), tf.string)
+    if array.dtype.kind == "f":  # a sampling setting (temperature, top_p)
+        return tf.constant(array, tf.float32)
     return tf.constant(array, tf.int32)
 
 

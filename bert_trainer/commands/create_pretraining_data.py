@@ -30,7 +30,9 @@ SHARED_FLAGS = shared_flags.declare(
     encoding_errors=Usage("strict", "Lines that are not UTF-8: fail, replace bad bytes, or "
                           "skip the line."),
     overwrite=Usage(False, "Replace the shards and summary an earlier run wrote at --output, "
-                    "once the new set is complete (other files are refused)."))
+                    "once the new set is complete (other files are refused)."),
+    seed=Usage(12345, "Random seed; the same seed and input give the same files (causal_lm: "
+               "it shuffles the blocks)."))
 flags.DEFINE_string("vocab", None, "The WordPiece vocab.txt.")
 flags.DEFINE_enum("objective", "masked_lm", ("masked_lm", "causal_lm"),
                   "masked_lm: BERT's sentence pairs; causal_lm: documents packed into blocks "
@@ -44,8 +46,6 @@ flags.DEFINE_integer("max_seq_length", 128, "Tokens per example, [CLS]/[SEP] inc
 shared_flags.define_float(__name__, "short_seq_prob", 0.1,
                           "Probability of a shorter random target length.")
 flags.DEFINE_integer("dupe_factor", 1, "Passes over the input, each with new random splits.")
-flags.DEFINE_integer("seed", 12345, "Random seed; the same seed and input give the same files "
-                     "(causal_lm: it shuffles the blocks).")
 flags.DEFINE_integer("num_shards", None, "Write this many shards (round-robin).")
 flags.DEFINE_integer("examples_per_shard", None,
                      "Start a new shard every this many examples (default 100000).")

@@ -32,8 +32,8 @@ SHARED_FLAGS = shared_flags.declare(
     seq_length=Usage(None, "With --model_dir: packed sequence length."),
     family_module=Usage(None, "Comma-separated modules that register task families of your "
                         "own (plugins); a model_dir and an export record "
-                        "their family's module, so this is needed only where it moved."))
-flags.DEFINE_string("saved_model", None, "Directory written by 'bert-train export'.")
+                        "their family's module, so this is needed only where it moved."),
+    saved_model=Usage(None, "Directory written by 'bert-train export'."))
 flags.DEFINE_enum("format", None, list(predict.FORMATS), "Input format; default: from the "
                   "extension (.tsv, .jsonl/.json, else text).")
 flags.DEFINE_enum("on_error", "skip", list(predict.ON_ERROR), "What an unreadable line does: "

@@ -89,8 +89,16 @@ def _build_trainer(model_dir: str):
     config_name = "CausalLMConfig" if causal else "PretrainingConfig"
     derived = {}
     model_fn = configurables.build_causal_lm if causal else configurables.build_encoder
+    if checkpoint is not None and checkpoint.gpt2_config is not None and not causal:
+        raise UserError(f"--init_checkpoint={checkpoint.path} is a GPT-2 (causal LM) "
+                        "checkpoint; it warm-starts pretraining_objective.name = 'causal_lm', "
+                        "not masked LM")
+    # A bert-train or GPT-2 directory fixes the architecture (Hugging Face / Google BERT
+    # directories are checked against the gin-built encoder instead).
     if checkpoint is not None and checkpoint.info is not None:
         _check_objective(checkpoint, causal)
+    if checkpoint is not None and (checkpoint.info is not None
+                                   or checkpoint.gpt2_config is not None):
         logging.info("Model architecture from %s (build_encoder / build_causal_lm bindings "
                      "are ignored)", checkpoint.directory)
         model_fn = checkpoint.build_encoder

@@ -48,10 +48,12 @@ flags.DEFINE_string("data_dir", None, "TFDS data directory holding the prepared 
 flags.DEFINE_integer("max_eval_examples", None, "Evaluate on the first N examples only.")
 flags.DEFINE_boolean("skip_bad_rows", None, "Skip and count malformed rows instead of failing.")
 flags.DEFINE_string("family_module", None, "Modules registering task families of your own.")
+flags.DEFINE_string("saved_model", None, "A directory written by 'bert-train export'.")
+flags.DEFINE_integer("seed", None, "Random seed.")
 
 NAMES = ("input", "output", "overwrite", "model_dir", "checkpoint", "seq_length", "batch_size",
          "lower_case", "encoding_errors", "vocab_file", "init_checkpoint", "task", "eval_file",
-         "data_dir", "max_eval_examples", "skip_bad_rows", "family_module")
+         "data_dir", "max_eval_examples", "skip_bad_rows", "family_module", "saved_model", "seed")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -100,6 +100,9 @@ def build_serving_module(model_dir: str, *, checkpoint: str | None = None,
             raise UserError(f"{where}: task family {task.get('family')!r} cannot be exported "
                             f"({e})") from None
     if info.vocab_file is None:
+        from bert_trainer.interop import gpt2  # noqa: PLC0415 (only for this message)
+
+        gpt2.check_text_support(task, model_dir)  # converted from GPT-2: no tokenizer at all
         raise UserError(f"{where} names no vocab_file; an export needs the vocabulary "
                         "(re-run convert/finetune with --vocab_file)")
     prefix = resolve_checkpoint(model_dir, checkpoint)

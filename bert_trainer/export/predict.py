@@ -164,8 +164,10 @@ class Progress:
     `log_interval` seconds, so a long run shows it is alive without flooding the log.
     """
 
-    def __init__(self, stream, total_lines: int | None = None, log_interval: float = 10.0):
+    def __init__(self, stream, total_lines: int | None = None, log_interval: float = 10.0, *,
+                 command: str = "predict", done: str = "answered"):
         self.stream, self.total_lines = stream, total_lines
+        self.command, self.done = command, done  # "generate: ... | 3 generated"
         self.tty = hasattr(stream, "isatty") and stream.isatty()
         self.log_interval = log_interval
         self._start = self._last = time.perf_counter()
@@ -181,7 +183,7 @@ class Progress:
             where = f"[{'#' * filled}{'.' * (20 - filled)}] line {lines}/{self.total_lines}"
         else:
             where = f"line {lines}"
-        text = f"predict: {where} | {answered} answered | {rate:.1f}/s"
+        text = f"{self.command}: {where} | {answered} {self.done} | {rate:.1f}/s"
         end = "\n" if final or not self.tty else ""
         print(("\r\x1b[K" if self.tty else "") + text, end=end, file=self.stream, flush=True)
 

@@ -4,10 +4,11 @@
 its encoder config, vocabulary and a loader; `from_pretrained(path)` builds and loads an encoder
 with it. `read_checkpoint(path)` reads a Hugging Face or Google TF1 directory into a validated
 `BertCheckpoint` in the reference (Google) layout; `hf.write_hf` writes one back. Mapping that
-layout onto Keras layers lives in `pretrained.py`.
+layout onto Keras layers lives in `pretrained.py`. Hugging Face GPT-2 checkpoints load into a
+`CausalLM` (`gpt2.py`; resolved as the format "gpt2").
 """
 
-from bert_trainer.interop import formats, hf, tf1  # noqa: F401 (the package's modules)
+from bert_trainer.interop import formats, gpt2, hf, tf1  # noqa: F401 (the package's modules)
 from bert_trainer.interop.formats import BertCheckpoint, BertConfig, detect_format
 
 __all__ = ["BertCheckpoint", "BertConfig", "ResolvedCheckpoint", "detect_format",

@@ -18,7 +18,9 @@ from bert_trainer.checkpoints.model_dir import MODEL_INFO_FILE
 from bert_trainer.errors import UserError
 
 BERT_TRAIN, HF, TF1 = "bert_train", "hf", "tf1"
-FORMATS = (BERT_TRAIN, HF, TF1)
+# A Hugging Face GPT-2 directory: HF's files, with model_type "gpt2" (`interop.gpt2`).
+GPT2 = "gpt2"
+FORMATS = (BERT_TRAIN, HF, TF1, GPT2)
 
 HF_CONFIG, HF_WEIGHTS, HF_INDEX = "config.json", "model.safetensors", "model.safetensors.index.json"
 HF_PICKLE = "pytorch_model.bin"
@@ -260,7 +262,7 @@ def read_json(path: str) -> dict:
 
 
 def detect_format(path: str, *, allow_pickle: bool = False) -> str:
-    """Which checkpoint format the directory `path` holds: BERT_TRAIN, HF or TF1.
+    """Which checkpoint format the directory `path` holds: BERT_TRAIN, HF, TF1 or GPT2.
 
     Raises:
       UserError: `path` is missing, is no known layout, or holds only a pickle
@@ -274,17 +276,23 @@ def detect_format(path: str, *, allow_pickle: bool = False) -> str:
     if MODEL_INFO_FILE in files:
         return BERT_TRAIN
     if HF_CONFIG in files and (HF_WEIGHTS in files or HF_INDEX in files):
-        return HF
+        return _hf_kind(path)
     if HF_CONFIG in files and HF_PICKLE in files:
         if not allow_pickle:
             raise UserError(pickle_refusal(os.path.join(path, HF_PICKLE)))
-        return HF
+        return _hf_kind(path)
     if TF1_CONFIG in files and any(f.endswith(".index") for f in files):
         return TF1
     found = ", ".join(sorted(files)[:8]) or "nothing"
     raise UserError(f"{path} is not a BERT checkpoint directory: expected {MODEL_INFO_FILE} "
                     f"(bert-train), {HF_CONFIG} + {HF_WEIGHTS} (Hugging Face) or {TF1_CONFIG} + "
                     f"{TF1_PREFIX}.index (Google TF1); found {found}")
+
+
+def _hf_kind(path: str) -> str:
+    """HF, or GPT2 when the directory's config.json says model_type "gpt2"."""
+    model_type = read_json(os.path.join(path, HF_CONFIG)).get("model_type")
+    return GPT2 if model_type == GPT2 else HF
 
 
 def pickle_refusal(path: str) -> str:

@@ -4,6 +4,8 @@
 
     bert_train     a bert-train model directory (bert_train.json), or a checkpoint prefix in one
     hf             a Hugging Face BERT directory (config.json + model.safetensors)
+    gpt2           a Hugging Face GPT-2 directory (the same files, model_type "gpt2"): a
+                   `CausalLM`, no WordPiece vocabulary (`interop.gpt2`)
     tf1            a Google BERT directory (bert_config.json + bert_model.ckpt.*)
     tf_checkpoint  any other TensorFlow checkpoint (a prefix, or a directory with a
                    `checkpoint` file): no encoder config, no vocabulary; its variables are
@@ -20,11 +22,12 @@ import os
 
 import keras
 import tensorflow as tf
+from absl import logging
 
 from bert_trainer.checkpoints import layout, resume
 from bert_trainer.checkpoints import model_dir as model_dir_lib
 from bert_trainer.errors import UserError
-from bert_trainer.interop import formats, hf, pretrained, tf1
+from bert_trainer.interop import formats, gpt2, hf, pretrained, tf1
 
 TF_CHECKPOINT = "tf_checkpoint"
 
@@ -52,6 +55,7 @@ class ResolvedCheckpoint:
       bert_config: the architecture of a Hugging Face / Google checkpoint (None otherwise).
       info: the bert_train.json of a bert-train checkpoint.
       allow_pickle: a Hugging Face pytorch_model.bin may be read (needs torch).
+      gpt2_config: the architecture of a Hugging Face GPT-2 checkpoint (None otherwise).
     """
 
     path: str
@@ -65,6 +69,7 @@ class ResolvedCheckpoint:
     bert_config: formats.BertConfig | None = None
     info: model_dir_lib.ModelInfo | None = dataclasses.field(default=None, repr=False)
     allow_pickle: bool = False
+    gpt2_config: gpt2.GPT2Config | None = None
 
     @property
     def encoder_class(self) -> str | None:
@@ -82,6 +87,8 @@ class ResolvedCheckpoint:
                             f"{self.path}; only {list(OVERRIDABLE)} may be overridden")
         if self.bert_config is not None:
             return pretrained.encoder_from_config(self.bert_config, **overrides)
+        if self.gpt2_config is not None:
+            return gpt2.build_model(self.gpt2_config, **overrides)
         if self.info is None:
             raise UserError(f"{self.path} holds no encoder config (no {formats.MODEL_INFO_FILE});"
                             " pass a bert-train model directory")
@@ -97,6 +104,11 @@ class ResolvedCheckpoint:
         Raises:
           UserError: the checkpoint does not fit (another architecture, no encoder weights).
         """
+        if self.gpt2_config is not None:
+            if masked_lm is not None or next_sentence is not None:
+                raise UserError(f"{self.path} is a GPT-2 (causal LM) checkpoint; it warm-starts "
+                                "the causal_lm objective, not masked-LM pretraining")
+            return self._load_gpt2(encoder)
         if self.bert_config is None:
             return model_dir_lib.restore_pretrained(
                 self.prefix or self.directory, encoder=encoder, masked_lm=masked_lm,
@@ -115,8 +127,20 @@ class ResolvedCheckpoint:
             return hf.read_hf(self.directory, allow_pickle=self.allow_pickle)
         if self.format == formats.TF1:
             return tf1.read_tf1(self.directory)
+        if self.format == formats.GPT2:
+            raise UserError(f"{self.path} is a GPT-2 checkpoint, not a BERT one; load it with "
+                            "bert_trainer.interop.gpt2.from_gpt2")
         raise UserError(f"{self.path} is a bert-train model directory, not a Hugging Face or "
                         "Google checkpoint; load it with bert_trainer.interop.from_pretrained")
+
+    def _load_gpt2(self, model: keras.Model) -> dict:
+        """Loads a GPT-2 checkpoint into a CausalLM (read every call, not held)."""
+        ckpt = gpt2.read_gpt2(self.directory, allow_pickle=self.allow_pickle)
+        report = gpt2.load_weights(model, ckpt)
+        logging.info("GPT-2 weights from %s: %d variables loaded (skipped %s)",
+                     ckpt.weights_file, len(report["loaded"]),
+                     ", ".join(ckpt.skipped) or "nothing")
+        return report
 
     def restore_model(self, model: keras.Model) -> None:
         """Restores every weight of a whole model (a warm start of the same task's model).
@@ -125,6 +149,9 @@ class ResolvedCheckpoint:
           UserError: a Hugging Face / Google checkpoint (it holds an encoder only), or a weight
             the checkpoint lacks or whose shape differs.
         """
+        if self.gpt2_config is not None:  # a whole CausalLM: every weight is loaded
+            self._load_gpt2(model)
+            return
         if self.bert_config is not None:
             raise UserError(f"{self.path} is a {self.format} checkpoint of an encoder, not of "
                             "this model; warm-start a fine-tuning or pretraining task from it")
@@ -172,6 +199,12 @@ def resolve_checkpoint(path: str, *, flag: str | None = None, allow_pickle: bool
     kind = formats.detect_format(path, allow_pickle=allow_pickle)
     if kind == formats.BERT_TRAIN:
         return _bert_train(path, path)
+    if kind == formats.GPT2:  # No WordPiece vocabulary: GPT-2 tokenizes with a byte-level BPE.
+        config = gpt2.GPT2Config.from_json(os.path.join(path, formats.HF_CONFIG))
+        return ResolvedCheckpoint(
+            path, kind, path, registered_name=keras.saving.get_registered_name(gpt2.CausalLM),
+            encoder_config=config.model_arguments(), allow_pickle=allow_pickle,
+            gpt2_config=config)
     if kind == formats.HF:
         config = formats.BertConfig.from_json(os.path.join(path, formats.HF_CONFIG))
         vocab_file, lower_case = formats.find_vocab(path, required=False), hf.lower_case(path)

@@ -13,7 +13,7 @@ import keras
 
 from bert_trainer.checkpoints import model_dir as model_dir_lib
 from bert_trainer.errors import UserError
-from bert_trainer.interop import resolve
+from bert_trainer.interop import formats, resolve
 from bert_trainer.interop.resolve import ResolvedCheckpoint
 
 # Keys of an encoder config that describe how it runs, not what it is: the trainer's precision
@@ -89,6 +89,10 @@ def spec_from_checkpoint(checkpoint: str | ResolvedCheckpoint, *,
     """
     if isinstance(checkpoint, str):
         checkpoint = resolve.resolve_checkpoint(checkpoint, flag=flag)
+    if checkpoint.format == formats.GPT2:
+        raise UserError(f"{flag}={checkpoint.path} is a GPT-2 (causal LM) checkpoint, not a "
+                        "BERT encoder; it warm-starts a causal_lm pretraining only (and "
+                        "bert-train cannot tokenize text for it: GPT-2 uses a byte-level BPE)")
     spec = _spec(checkpoint.encoder_class, checkpoint.registered_name,
                  checkpoint.encoder_config, vocab_file or checkpoint.vocab_file,
                  checkpoint.lower_case if lower_case is None else lower_case,

@@ -35,6 +35,7 @@ BUILT_IN = {
     "squad": "bert_trainer.tasks.squad",
     "tagging": "bert_trainer.tasks.tagging",
     "translate": "bert_trainer.tasks.translate",
+    "causal_lm": "bert_trainer.tasks.causal_lm",
 }
 ENV_VAR = "BERT_TRAIN_FAMILIES"
 ENTRY_POINT_GROUP = "bert_train.families"

@@ -1,1 +1,11 @@
-"""Causal language modelling (GPT-style): next-token pretraining, generation and its export."""
+"""Causal language modelling (GPT-style): next-token pretraining, generation and its export.
+
+  family.py    `CausalLMFamily`: rebuilds the model for export and generate, writes answers
+  serving.py   `CausalLMServing`: prompt strings in, generated strings, ids and scores out
+  run.py       `bert-train generate`: prompts from flags, a file or stdin to JSON lines
+"""
+
+from bert_trainer.tasks.causal_lm.family import CausalLMFamily
+from bert_trainer.tasks.registry import register_family
+
+FAMILY = register_family(CausalLMFamily())

@@ -1,0 +1,47 @@
+"""The causal_lm family: a decoder-only language model's generation and its export.
+
+A causal model directory is written by `bert-train pretrain` with the causal objective: its
+bert_train.json names the `CausalLM` as the encoder and the task {"name": "causal_lm",
+"family": "causal_lm", ...}. The family has no fine-tuning tasks (no presets, no local
+tasks); it rebuilds the model for `bert-train export` and `bert-train generate`
+(`head_model`), wraps it in the generation serving module (`serving.CausalLMServing`: prompt
+strings in, generated strings out) and writes `predict`'s and `generate`'s answers.
+
+The task entry may hold "max_new_tokens": the export's static bound on generated pieces
+(default: `serving.default_max_new_tokens`).
+"""
+
+from bert_trainer.errors import UserError
+from bert_trainer.tasks.causal_lm import serving
+from bert_trainer.tasks.family import Family, decode, finite
+
+
+def check_causal(model, where: str) -> None:
+    """Refuses a model that is not a decoder-only LM (it has no `decode_step`)."""
+    if not (callable(getattr(model, "decode_step", None))
+            and callable(getattr(model, "init_cache", None))):
+        raise UserError(f"{where}: the encoder is a {type(model).__name__}, not a causal "
+                        "language model (CausalLM); pretrain one with "
+                        "--gin_file=configs/causal_lm/mini.gin")
+
+
+class CausalLMFamily(Family):
+    """Decoder-only language models (see the module docstring)."""
+
+    name = "causal_lm"
+    input_orders = ((serving.PROMPT,),)
+    answer_outputs = (serving.GENERATED_TEXT, serving.GENERATED_IDS, serving.SCORE)
+
+    def head_model(self, encoder, task, where):
+        check_causal(encoder, where)
+        if not encoder.built:  # restoring needs the variables
+            encoder({"input_word_ids": [[0]]}, training=False)
+        return encoder
+
+    def serving_module(self, model, task, **common):
+        return serving.CausalLMServing(model, max_new_tokens=task.get("max_new_tokens"),
+                                       **common)
+
+    def format_answer(self, outputs, i):
+        return {"generated": decode(outputs[serving.GENERATED_TEXT][i]),
+                serving.SCORE: finite(outputs[serving.SCORE][i])}

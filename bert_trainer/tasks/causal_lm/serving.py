@@ -1,0 +1,112 @@
+"""Generation on raw text: prompt strings in, generated strings, ids and scores out.
+
+A prompt is tokenized in the graph with the model directory's vocabulary and fed as
+`[SEP] prompt pieces` (the separator that starts every document in the training stream),
+generated with the key/value cache (`causal_generation.generate`) until the model emits
+`[SEP]` or `max_new_tokens` pieces, and detokenized (`Tokenizer.detokenize`), so an export
+runs with tensorflow and tensorflow-text only.
+
+Signatures (b prompts):
+
+  serving_default(prompt string [b])            greedy
+  generate(prompt string [b], temperature float32 [], top_k int32 [], top_p float32 [],
+           seed int32 [])                        greedy at temperature 0, else sampled
+      -> generated_text string [b], generated_ids int32 [b, max_new_tokens] (0 after the
+         end), generated_length int32 [b], score float32 [b] (the model's log-probability
+         of the generated pieces)
+  prompt_length(prompt string [b])
+      -> prompt_length int32 [b] (pieces, [SEP] included, before any cut),
+         max_prompt_length int32 [], max_new_tokens int32 []
+
+`max_new_tokens` is fixed when the module is built (the cache has static shapes); a prompt
+then keeps its last `max_prompt_length - 1` pieces (= seq_length - max_new_tokens - 1), the
+text nearest the continuation. `bert-train generate` refuses a longer prompt instead.
+"""
+
+import tensorflow as tf
+
+from bert_trainer.models.causal_generation import generate
+from bert_trainer.serving import SERVING_DEFAULT, TaskServing, text_input_spec
+
+PROMPT = "prompt"
+GENERATED_TEXT, GENERATED_IDS = "generated_text", "generated_ids"
+GENERATED_LENGTH, SCORE = "generated_length", "score"
+PROMPT_LENGTH, MAX_PROMPT_LENGTH, MAX_NEW_TOKENS = (
+    "prompt_length", "max_prompt_length", "max_new_tokens")
+GENERATE, PROMPT_LENGTHS = "generate", "prompt_length"  # signature names
+SETTINGS = ("temperature", "top_k", "top_p", "seed")
+DEFAULT_MAX_NEW_TOKENS = 64
+
+
+def default_max_new_tokens(seq_length: int) -> int:
+    """The export's bound when nothing says otherwise: 64, at most half the positions."""
+    return max(1, min(DEFAULT_MAX_NEW_TOKENS, seq_length // 2))
+
+
+class CausalLMServing(TaskServing):
+    """A `CausalLM` with its tokenizer (see the module docstring for the signatures).
+
+    Args:
+      model: a `CausalLM`.
+      max_new_tokens: the most pieces generated per prompt (static); below `seq_length`.
+      **kwargs: `ServingModule` arguments: vocab_file, lower_case, and seq_length, the
+        positions a prompt and its continuation share (at most the model's
+        max_sequence_length).
+
+    Attributes:
+      max_new_tokens: as given; may be changed until a signature is first traced.
+    """
+
+    family = "causal_lm"
+
+    def __init__(self, model, *, max_new_tokens: int | None = None, **kwargs):
+        super().__init__(model, **kwargs)
+        self.max_new_tokens = int(max_new_tokens or default_max_new_tokens(self.seq_length))
+
+    @property
+    def max_prompt_length(self) -> int:
+        """The most prompt pieces ([SEP] included) that leave room for `max_new_tokens`."""
+        return self.seq_length - self.max_new_tokens
+
+    def _specs(self) -> dict:
+        # No encode / serving_ids: a causal LM has no pooled output nor segment inputs.
+        settings = [tf.TensorSpec([], tf.float32, name="temperature"),
+                    tf.TensorSpec([], tf.int32, name="top_k"),
+                    tf.TensorSpec([], tf.float32, name="top_p"),
+                    tf.TensorSpec([], tf.int32, name="seed")]
+        return {SERVING_DEFAULT: (self._greedy, [text_input_spec(PROMPT)]),
+                GENERATE: (self._generate, [text_input_spec(PROMPT), *settings]),
+                PROMPT_LENGTHS: (self._prompt_length, [text_input_spec(PROMPT)])}
+
+    def _prompt_pieces(self, prompt) -> tf.RaggedTensor:
+        """`[SEP] pieces` of each prompt, int32 ragged [b, (p)], uncut."""
+        pieces = tf.cast(self.tokenizer.tokenize(prompt), tf.int32)
+        sep = tf.fill([pieces.nrows(), 1], tf.constant(self.tokenizer.sep_id, tf.int32))
+        return tf.concat([tf.RaggedTensor.from_tensor(sep), pieces], axis=1)
+
+    def _prompt_length(self, prompt):
+        lengths = self._prompt_pieces(prompt).row_lengths()
+        return {PROMPT_LENGTH: tf.cast(lengths, tf.int32),
+                MAX_PROMPT_LENGTH: tf.constant(self.max_prompt_length, tf.int32),
+                MAX_NEW_TOKENS: tf.constant(self.max_new_tokens, tf.int32)}
+
+    def _greedy(self, prompt):
+        return self._generate(prompt, 0.0, 0, 1.0, 0)
+
+    def _generate(self, prompt, temperature, top_k, top_p, seed):
+        if self.max_prompt_length < 1:
+            raise ValueError(f"max_new_tokens={self.max_new_tokens} leaves no position for a "
+                             f"prompt (seq_length={self.seq_length})")
+        ids = self._prompt_pieces(prompt)
+        # A long prompt keeps [SEP] and its last pieces: the text the continuation follows.
+        keep = self.max_prompt_length - 1
+        ids = tf.concat([ids[:, :1], ids[:, 1:][:, -keep:]], axis=1) if keep else ids[:, :1]
+        lengths = tf.cast(ids.row_lengths(), tf.int32)
+        out = generate(self.model, ids.to_tensor(0), lengths,
+                       max_new_tokens=self.max_new_tokens, end_id=self.tokenizer.sep_id,
+                       temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+        generated = out["generated_ids"]  # (b, max_new_tokens), 0 after the end
+        return {GENERATED_TEXT: self.tokenizer.detokenize(generated),
+                GENERATED_IDS: generated,
+                GENERATED_LENGTH: out["generated_lengths"],
+                SCORE: tf.cast(out["scores"], tf.float32)}

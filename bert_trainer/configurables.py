@@ -13,12 +13,16 @@ from gin import resource_reader
 from bert_trainer import config_files
 from bert_trainer.encoders import builder
 from bert_trainer.errors import UserError
+from bert_trainer.models import causal_lm
 from bert_trainer.tasks import finetuning, pretraining
 from bert_trainer.tasks.squad import task as question_answering
 from bert_trainer.training import optimization, trainer
 
 # The gin-configured builders. Call these (not the plain functions) to get the bindings.
 build_encoder = gin.external_configurable(builder.build_encoder, module="bert_trainer.encoders")
+# The decoder-only language model (`build_causal_lm.num_layers = 4`, configs/causal_lm/*.gin).
+build_causal_lm = gin.external_configurable(causal_lm.build_causal_lm,
+                                            module="bert_trainer.models")
 
 # --- Training: the trainer, the optimizer and the pretraining task ---------------------------
 # Configured by class name in .gin files (`TrainerConfig.train_steps = 1000`); the operative

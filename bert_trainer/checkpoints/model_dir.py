@@ -158,6 +158,7 @@ def build_encoder(info: ModelInfo) -> keras.Model:
     cls = keras.saving.get_registered_object(name)
     if cls is None:
         import bert_trainer.encoders  # noqa: F401, PLC0415 (registers the encoder classes)
+        import bert_trainer.models  # noqa: F401, PLC0415 (and the models used as one: CausalLM)
 
         cls = keras.saving.get_registered_object(name)
     if cls is None:

@@ -5,8 +5,9 @@ from bert_trainer.models.bert_classifier import BertClassifier
 from bert_trainer.models.bert_pretrainer import BertPretrainer
 from bert_trainer.models.bert_span_labeler import BertSpanLabeler
 from bert_trainer.models.bert_token_classifier import BertTokenClassifier
+from bert_trainer.models.causal_lm import CausalLM
 from bert_trainer.models.encoder_model import EncoderModel
 from bert_trainer.models.seq2seq_transformer import Seq2SeqTransformer
 
 __all__ = ["BertClassifier", "BertPretrainer", "BertSpanLabeler", "BertTokenClassifier",
-           "EncoderModel", "Seq2SeqTransformer"]
+           "CausalLM", "EncoderModel", "Seq2SeqTransformer"]

@@ -49,6 +49,14 @@ def test_split_holds_out_every_nth_document():
     assert train == ["d0", "d1", "d3", "d4", "d6", "d7", "d9"]
 
 
+def test_vocab_sample_spreads_over_the_corpus_within_its_size():
+    documents = [f"{i:03d}" * 10 for i in range(100)]  # 30 characters each
+    sample = data_lib.vocab_sample(documents, max_chars=600)
+    assert sample == documents[::5] and sum(map(len, sample)) <= 600
+    assert data_lib.vocab_sample(documents, max_chars=0) == documents
+    assert data_lib.vocab_sample(documents, max_chars=10**6) == documents
+
+
 def test_batches_cover_every_block_once_per_epoch():
     blocks = np.arange(24, dtype=np.int32).reshape(12, 2)
     stream = data_lib.batches_forever(blocks, batch_size=4, seed=0)
@@ -169,7 +177,8 @@ def test_smoke_run_measures_every_row(smoke):
     for row in quality.values():
         assert row["steps"] >= 2 and row["train_seconds"] > 0
         # Every held-out position with a next token is scored: blocks x (block_size - 1).
-        assert row["scored_tokens"] == data["blocks"]["heldout"] * (s["block_size"] - 1)
+        assert row["heldout_blocks"] == min(data["blocks"]["heldout"], s["max_eval_blocks"])
+        assert row["scored_tokens"] == row["heldout_blocks"] * (s["block_size"] - 1)
         # Near-untrained models: no better than a few times chance, never worse than far off.
         assert 1.0 < row["perplexity"] < 50 * data["vocab_size"]
         assert row["perplexity"] == pytest.approx(math.exp(row["loss"]))

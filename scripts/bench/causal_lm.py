@@ -136,7 +136,7 @@ def quality_section(args, results: dict) -> list[dict]:
             str(pathlib.Path(args.shared_dir) / "data" / "corpus"), workdir,
             block_size=args.block_size, vocab_size=args.quality_vocab_size,
             holdout_every=args.holdout_every, vocab_file=args.vocab_file,
-            max_documents=args.max_documents)
+            max_documents=args.max_documents, vocab_sample_chars=args.vocab_sample_chars)
         if args.keep_vocab and not args.vocab_file:
             pathlib.Path(args.keep_vocab).write_bytes(pathlib.Path(data["vocab_file"]).read_bytes())
         results["data"] = {k: v for k, v in data.items() if not k.endswith("_file")}
@@ -149,7 +149,8 @@ def quality_section(args, results: dict) -> list[dict]:
                   "vocab_size": data["vocab_size"], "size": args.size, "dropout": args.dropout,
                   "batch_size": args.quality_batch_size, "learning_rate": args.learning_rate,
                   "warmup_steps": args.warmup_steps, "lstm_units": args.lstm_units,
-                  "lstm_layers": args.lstm_layers, "seed": args.seed}
+                  "lstm_layers": args.lstm_layers, "max_eval_blocks": args.max_eval_blocks,
+                  "seed": args.seed}
         say(f"causal quality: {', '.join(kinds)}: {rounds} turns of {turn} s each")
         workers = [Worker("causal_lm_budget", {"kind": k, **params}, args.log,
                           WORKER_TIMEOUT_S) for k in kinds]
@@ -176,7 +177,8 @@ def _score(kind: str, worker: Worker, outcome: dict, args) -> dict:
             row.update(status="ok", params=info["params"], steps=scored["steps"],
                        train_seconds=scored["train_seconds"],
                        tokens_trained=scored["steps"] * args.quality_batch_size
-                       * info["block_size"], final_train_loss=outcome["runs"][-1]["loss"],
+                       * info["block_size"], heldout_blocks=info["heldout_blocks"],
+                       final_train_loss=outcome["runs"][-1]["loss"],
                        **{k: scored[k] for k in ("perplexity", "loss", "next_token_accuracy",
                                                  "scored_tokens", "eval_seconds")})
     say(f"  {kind}: {row['status']} perplexity {row.get('perplexity', float('nan')):.1f} "
@@ -203,9 +205,9 @@ def run(args) -> dict:
 SMOKE = {"size": "1/32/2/64", "vocab_size": 500, "seq_length": 32, "batch_size": 2,
          "step_warmup": 1, "step_rounds": 2, "step_steps": 1, "matmul_n": 256, "matmuls": 2,
          "gen_batch_size": 2, "prompt_length": 4, "max_new_tokens": 4, "gen_rounds": 2,
-         "max_documents": 30, "holdout_every": 5, "quality_vocab_size": 400, "block_size": 32,
+         "max_documents": 12, "holdout_every": 4, "quality_vocab_size": 400, "block_size": 32,
          "quality_batch_size": 4, "budget_minutes": 0.05, "turn_seconds": 1.5,
-         "warmup_steps": 2, "lstm_units": 32, "lstm_layers": 1}
+         "warmup_steps": 2, "lstm_units": 32, "lstm_layers": 1, "max_eval_blocks": 64}
 POSITIVE = ("vocab_size", "seq_length", "batch_size", "step_rounds", "step_steps", "matmul_n",
             "matmuls", "gen_batch_size", "prompt_length", "max_new_tokens", "gen_rounds",
             "holdout_every", "quality_vocab_size", "block_size", "quality_batch_size",
@@ -245,12 +247,18 @@ def parse_args(argv):
     g.add_argument("--quality_batch_size", type=int, default=16)
     g.add_argument("--quality_vocab_size", type=int, default=8000,
                    help="size of the WordPiece vocabulary learned from the training documents")
+    g.add_argument("--vocab_sample_chars", type=int, default=2_000_000,
+                   help="learn the vocabulary from evenly spaced training documents of at "
+                        "most this many characters (0: all; the whole corpus takes many "
+                        "minutes on 2 cores)")
     g.add_argument("--vocab_file", default=None, help="an uncased vocabulary to use instead "
                    "of learning one (e.g. what --keep_vocab saved)")
     g.add_argument("--keep_vocab", default=None, help="also save the learned vocabulary here")
     g.add_argument("--holdout_every", type=int, default=20,
                    help="hold out every N-th document of the corpus")
     g.add_argument("--max_documents", type=int, default=0, help="first N documents (0: all)")
+    g.add_argument("--max_eval_blocks", type=int, default=0,
+                   help="score at most this many held-out blocks, evenly spaced (0: all)")
     g.add_argument("--dropout", type=float, default=0.1)
     g.add_argument("--learning_rate", type=float, default=1e-3, help="peak, both models")
     g.add_argument("--warmup_steps", type=int, default=100)
@@ -272,11 +280,8 @@ def parse_args(argv):
     for name in POSITIVE:
         if getattr(args, name) <= 0:
             p.error(f"--{name} must be > 0")
-    try:
-        from bench.causal_lm_models import Size  # noqa: PLC0415
-
-        Size.parse(args.size)
-    except (TypeError, ValueError):
+    parts = args.size.split("/")  # Checked here without importing TensorFlow (the models do).
+    if len(parts) != 4 or not all(x.isdigit() and int(x) > 0 for x in parts):
         p.error(f"--size={args.size}: give L/H/A/F, e.g. 4/256/4/1024")
     if "quality" in args.only and not (pathlib.Path(args.shared_dir) / "data" / "corpus").is_dir():
         p.error(f"--shared_dir={args.shared_dir} has no data/corpus")

@@ -51,11 +51,22 @@ def split(documents: list[str], holdout_every: int) -> tuple[list[str], list[str
     return train, held
 
 
-def learn(documents: list[str], vocab_size: int, workdir: str) -> str:
-    """Learns an uncased WordPiece vocabulary from `documents`; returns the vocab.txt path."""
+def vocab_sample(documents: list[str], max_chars: int) -> list[str]:
+    """Every k-th document, k the smallest that keeps the sample within `max_chars` (0: all).
+
+    Spread over the whole corpus, so every source (books, speeches, the Bible) is in it.
+    """
+    total = sum(len(d) for d in documents)
+    stride = 1 if not max_chars or total <= max_chars else -(-total // max_chars)
+    return documents[::stride]
+
+
+def learn(documents: list[str], vocab_size: int, workdir: str, max_chars: int = 0) -> str:
+    """Learns an uncased WordPiece vocabulary from `documents` (a `vocab_sample` of at most
+    `max_chars` characters); returns the vocab.txt path."""
     text = os.path.join(workdir, "vocab_input.txt")
     with open(text, "w", encoding="utf-8") as f:
-        for document in documents:
+        for document in vocab_sample(documents, max_chars):
             f.write(document + "\n")
     output = os.path.join(workdir, "vocab.txt")
     learn_vocab(text, vocab_size, output, lower_case=True, progress=None, overwrite=True)
@@ -75,7 +86,8 @@ def pack(tokenizer: Tokenizer, documents: list[str], block_size: int) -> np.ndar
 
 
 def prepare(corpus_dir: str, workdir: str, *, block_size: int, vocab_size: int,
-            holdout_every: int, vocab_file: str | None = None, max_documents: int = 0) -> dict:
+            holdout_every: int, vocab_file: str | None = None, max_documents: int = 0,
+            vocab_sample_chars: int = 0) -> dict:
     """Reads, splits, (learns a vocabulary,) tokenizes and packs; saves the blocks.
 
     Returns:
@@ -85,7 +97,7 @@ def prepare(corpus_dir: str, workdir: str, *, block_size: int, vocab_size: int,
     train_docs, held_docs = split(read_documents(corpus_dir, max_documents), holdout_every)
     if not train_docs or not held_docs:
         raise ValueError(f"{corpus_dir}: too few documents to hold one in {holdout_every} out")
-    vocab_file = vocab_file or learn(train_docs, vocab_size, workdir)
+    vocab_file = vocab_file or learn(train_docs, vocab_size, workdir, vocab_sample_chars)
     tokenizer = Tokenizer(vocab_file, lower_case=True)
     out = {"vocab_file": vocab_file, "vocab_size": tokenizer.vocab_size,
            "documents": {"train": len(train_docs), "heldout": len(held_docs)}, "blocks": {}}

@@ -116,14 +116,16 @@ def _quality_lines(results: dict, s: dict) -> list[str]:
            f"{_fmt(d.get('documents', {}).get('heldout'))} documents (one in "
            f"{s['holdout_every']}).", "",
            _row(["model", "params", "steps", "train (s)", "tokens trained",
-                 "held-out perplexity", "next-token accuracy"]), _row(["---"] * 7)]
+                 "held-out perplexity", "next-token accuracy", "held-out blocks scored"]),
+           _row(["---"] * 8)]
     for r in results["quality"]:
         if r["status"] != "ok":
-            out.append(_row([LABELS[r["implementation"]], _not_measured(r)] + [""] * 5))
+            out.append(_row([LABELS[r["implementation"]], _not_measured(r)] + [""] * 6))
             continue
         out.append(_row([LABELS[r["implementation"]], _fmt(r["params"]), _fmt(r["steps"]),
                          _fmt(r["train_seconds"], 0), _fmt(r["tokens_trained"]),
-                         _fmt(r["perplexity"], 1), _fmt(r["next_token_accuracy"], 3)]))
+                         _fmt(r["perplexity"], 1), _fmt(r["next_token_accuracy"], 3),
+                         _fmt(r["heldout_blocks"])]))
     return out + [""]
 
 

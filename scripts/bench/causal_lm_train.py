@@ -111,6 +111,8 @@ def build_step(kind: str, vocab_size: int, size: str, seq_length: int, batch_siz
             info, run = built
             return {"flops_per_step": flops, **info}, run
     model = build_model(kind, vocab_size, size, seq_length, dropout)
+    if hasattr(model, "flops_per_example"):  # bert-train's own count (what its trainer logs)
+        flops = batch_size * float(model.flops_per_example(seq_length))
     train_step = make_train_step(model, keras_hub_step.make_optimizer(), batch_size,
                                  seq_length)
     position = [0]
@@ -164,11 +166,15 @@ def heldout_scores(model: keras.Model, blocks: np.ndarray, batch_size: int) -> d
 
 def build_budget(kind: str, train_file: str, heldout_file: str, vocab_size: int, size: str,
                  dropout: float, batch_size: int, learning_rate: float, warmup_steps: int,
-                 lstm_units: int = 512, lstm_layers: int = 2, seed: int = 0):
+                 lstm_units: int = 512, lstm_layers: int = 2, max_eval_blocks: int = 0,
+                 seed: int = 0):
     """Worker entry: run(n > 0) trains for n seconds (at least one step); run(0) scores the
     held-out blocks. The build ends with one untimed step (tracing), counted in "steps"."""
     keras.utils.set_random_seed(seed)
     train, heldout = np.load(train_file), np.load(heldout_file)
+    if max_eval_blocks:  # Evenly spaced, so every held-out document keeps its share.
+        heldout = heldout[np.linspace(0, len(heldout) - 1, min(max_eval_blocks, len(heldout)),
+                                      dtype=int)]
     block = train.shape[1]
     model = build_model(kind, vocab_size, size, block, dropout, lstm_units, lstm_layers)
     optimizer = keras.optimizers.AdamW(WarmupConstant(learning_rate, warmup_steps),
@@ -192,4 +198,5 @@ def build_budget(kind: str, train_file: str, heldout_file: str, vocab_size: int,
         totals["train_seconds"] += time.perf_counter() - start
         return {"loss": loss, **totals}
 
-    return {"params": models.num_params(model), "block_size": block}, run
+    return {"params": models.num_params(model), "block_size": block,
+            "heldout_blocks": len(heldout)}, run

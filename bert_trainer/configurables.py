@@ -15,6 +15,7 @@ from bert_trainer.encoders import builder
 from bert_trainer.errors import UserError
 from bert_trainer.models import causal_lm
 from bert_trainer.tasks import finetuning, pretraining
+from bert_trainer.tasks.causal_lm import task as causal_lm_task
 from bert_trainer.tasks.squad import task as question_answering
 from bert_trainer.training import optimization, trainer
 
@@ -32,6 +33,22 @@ OptimizerConfig = gin.external_configurable(optimization.OptimizerConfig,
                                             module="bert_trainer.training")
 PretrainingConfig = gin.external_configurable(pretraining.PretrainingConfig,
                                               module="bert_trainer.tasks")
+CausalLMConfig = gin.external_configurable(causal_lm_task.CausalLMConfig,
+                                           module="bert_trainer.tasks")
+PRETRAINING_OBJECTIVES = ("masked_lm", "causal_lm")
+
+
+@gin.configurable(module="bert_trainer.tasks")
+def pretraining_objective(name: str = "masked_lm") -> str:
+    """What `bert-train pretrain` trains: "masked_lm" (BERT: `build_encoder`,
+    `PretrainingConfig`) or "causal_lm" (GPT: `build_causal_lm`, `CausalLMConfig`).
+
+    Bound in .gin files (`pretraining_objective.name = 'causal_lm'`, configs/causal_lm/).
+    """
+    if name not in PRETRAINING_OBJECTIVES:
+        raise UserError(f"pretraining_objective.name={name!r} is unknown; use one of "
+                        f"{PRETRAINING_OBJECTIVES}")
+    return name
 # --- end of the training section --------------------------------------------------------------
 
 # --- Fine-tuning: what every task family shares, and SQuAD's windowing and decoding -----------

@@ -171,5 +171,5 @@ def test_loose_glob_skips_the_summary_json(tmp_path):
 
     (tmp_path / "train-00000-of-00001.tfrecord").write_bytes(b"")
     (tmp_path / "train-summary.json").write_text("{}")
-    files = pretraining_pipeline._list_files(str(tmp_path / "train-*"))
+    files = pretraining_pipeline.list_files(str(tmp_path / "train-*"))
     assert [f.rsplit("/", 1)[-1] for f in files] == ["train-00000-of-00001.tfrecord"]

@@ -1,4 +1,8 @@
-"""`bert-train create_pretraining_data`: write sentence-pair pretraining TFRecords from text.
+"""`bert-train create_pretraining_data`: write pretraining TFRecords from text.
+
+--objective=masked_lm (the default) writes BERT's sentence-pair examples; --objective=causal_lm
+packs the documents into blocks of --block_size tokens for next-token pretraining (one [SEP]
+before each document, documents spanning blocks, the final partial block dropped).
 
 Input is google-research/bert's format (one sentence per line, blank line between documents)
 or raw prose (paragraphs split into sentences; Gutenberg headers skipped), detected per file
@@ -7,6 +11,8 @@ DIR/train-summary.json. Example:
 
   bert-train create_pretraining_data --input='corpus/*.txt' --vocab=vocab.txt \\
       --output=data/train-*.tfrecord --max_seq_length=128 --dupe_factor=5 --seed=1
+  bert-train create_pretraining_data --objective=causal_lm --block_size=256 \\
+      --input='corpus/*.txt' --vocab=vocab.txt --output=data/causal-*.tfrecord
 """
 
 from absl import flags
@@ -26,6 +32,11 @@ SHARED_FLAGS = shared_flags.declare(
     overwrite=Usage(False, "Replace the shards and summary an earlier run wrote at --output, "
                     "once the new set is complete (other files are refused)."))
 flags.DEFINE_string("vocab", None, "The WordPiece vocab.txt.")
+flags.DEFINE_enum("objective", "masked_lm", ("masked_lm", "causal_lm"),
+                  "masked_lm: BERT's sentence pairs; causal_lm: documents packed into blocks "
+                  "of --block_size tokens for next-token prediction.")
+flags.DEFINE_integer("block_size", 256, "Tokens per block (causal_lm): the model's training "
+                     "sequence length.")
 flags.DEFINE_enum("input_format", "auto", text_corpus.INPUT_FORMATS,
                   "lines: one sentence per line, blank line between documents; prose: "
                   "paragraphs split into sentences; auto: detect per file.")
@@ -33,7 +44,8 @@ flags.DEFINE_integer("max_seq_length", 128, "Tokens per example, [CLS]/[SEP] inc
 shared_flags.define_float(__name__, "short_seq_prob", 0.1,
                           "Probability of a shorter random target length.")
 flags.DEFINE_integer("dupe_factor", 1, "Passes over the input, each with new random splits.")
-flags.DEFINE_integer("seed", 12345, "Random seed; the same seed and input give the same files.")
+flags.DEFINE_integer("seed", 12345, "Random seed; the same seed and input give the same files "
+                     "(causal_lm: it shuffles the blocks).")
 flags.DEFINE_integer("num_shards", None, "Write this many shards (round-robin).")
 flags.DEFINE_integer("examples_per_shard", None,
                      "Start a new shard every this many examples (default 100000).")
@@ -47,6 +59,10 @@ shared_flags.define_float(__name__, "masked_lm_prob", 0.15,
 flags.DEFINE_boolean("whole_word_masking", False, "Mask whole words (static).")
 
 FLAGS = flags.FLAGS
+# Flags of the sentence-pair examples only, and of the causal blocks only.
+_MASKED_LM_FLAGS = ("max_seq_length", "short_seq_prob", "dupe_factor", "static_masking",
+                    "max_predictions_per_seq", "masked_lm_prob", "whole_word_masking")
+_CAUSAL_LM_FLAGS = ("block_size",)
 
 
 def main(argv):
@@ -57,6 +73,9 @@ def main(argv):
         if not FLAGS[name].value:
             raise UserError(f"--{name} is required (see "
                             "'bert-train create_pretraining_data --help')")
+    _check_objective_flags()
+    if FLAGS.objective == "causal_lm":
+        return _causal_lm()
     config = cpd.PretrainingDataConfig(
         max_seq_length=FLAGS.max_seq_length, short_seq_prob=FLAGS.short_seq_prob,
         dupe_factor=FLAGS.dupe_factor, seed=FLAGS.seed, static_masking=FLAGS.static_masking,
@@ -69,4 +88,29 @@ def main(argv):
         overwrite=FLAGS.overwrite)
     print(f"wrote {summary['examples']:,} examples from {summary['documents']:,} documents "
           f"to {len(summary['shards'])} shard(s) in {summary['seconds']:.1f}s")
+    return 0
+
+
+def _check_objective_flags() -> None:
+    """Refuses a flag given on the command line that the chosen objective does not read."""
+    other = _MASKED_LM_FLAGS if FLAGS.objective == "causal_lm" else _CAUSAL_LM_FLAGS
+    given = [name for name in other if FLAGS[name].present]
+    if given:
+        raise UserError(f"--{given[0]} does not apply to --objective={FLAGS.objective}; "
+                        "drop it (or pick the other --objective)")
+
+
+def _causal_lm() -> int:
+    from bert_trainer.data import causal_lm_data  # noqa: PLC0415 (TensorFlow)
+
+    config = causal_lm_data.CausalDataConfig(block_size=FLAGS.block_size, seed=FLAGS.seed)
+    summary = causal_lm_data.create_causal_lm_data(
+        FLAGS.input, FLAGS.vocab, FLAGS.output, config, lower_case=FLAGS.lower_case,
+        input_format=FLAGS.input_format, encoding_errors=FLAGS.encoding_errors,
+        num_shards=FLAGS.num_shards, examples_per_shard=FLAGS.examples_per_shard,
+        overwrite=FLAGS.overwrite)
+    print(f"wrote {summary['examples']:,} blocks of {summary['block_size']} tokens from "
+          f"{summary['documents']:,} documents to {len(summary['shards'])} shard(s) in "
+          f"{summary['seconds']:.1f}s ({summary['tokens_dropped']} tokens of the final "
+          "partial block dropped)")
     return 0

@@ -1,13 +1,17 @@
-"""`bert-train pretrain`: pretrain a BERT encoder (masked LM + next sentence) from gin configs.
+"""`bert-train pretrain`: pretrain a BERT encoder (masked LM + next sentence) or a causal
+language model (next token, GPT-style) from gin configs.
 
-The gin files set the encoder (`build_encoder.*`), the data and masking
-(`PretrainingConfig.*`), the optimizer (`OptimizerConfig.*`) and the loop (`TrainerConfig.*`);
-the data flags below override the files. A run in a model_dir that holds checkpoints resumes
-from the latest one. Example:
+The gin files choose the objective (`pretraining_objective.name`: "masked_lm", the default,
+or "causal_lm"), the model (`build_encoder.*` / `build_causal_lm.*`), the data
+(`PretrainingConfig.*` / `CausalLMConfig.*`), the optimizer (`OptimizerConfig.*`) and the loop
+(`TrainerConfig.*`); the data flags below override the files. A run in a model_dir that holds
+checkpoints resumes from the latest one. Examples:
 
   bert-train pretrain --gin_file=configs/mini.gin --model_dir=runs/mini \\
       --train_data='data/train-*.tfrecord' --eval_data='data/eval-*.tfrecord' \\
       --vocab_file=vocab.txt
+  bert-train pretrain --gin_file=configs/causal_lm/mini.gin --model_dir=runs/gpt-mini \\
+      --train_data='data/causal-*.tfrecord' --vocab_file=vocab.txt
 """
 
 from absl import flags, logging
@@ -32,11 +36,16 @@ FLAGS = flags.FLAGS
 
 
 def _flag_bindings() -> list[str]:
-    """The data flags as gin bindings, so that operative_config.gin records them."""
-    pairs = [("PretrainingConfig.train_data", FLAGS.train_data),
-             ("PretrainingConfig.eval_data", FLAGS.eval_data),
-             ("PretrainingConfig.vocab_file", FLAGS.vocab_file),
-             ("TrainerConfig.init_checkpoint", FLAGS.init_checkpoint)]
+    """The data flags as gin bindings, so that operative_config.gin records them.
+
+    They are bound for both objectives' configs (the objective is read from gin only after
+    parsing); the operative config lists only the one the run builds.
+    """
+    data = [("train_data", FLAGS.train_data), ("eval_data", FLAGS.eval_data),
+            ("vocab_file", FLAGS.vocab_file)]
+    pairs = [(f"{config}.{name}", value) for config in ("PretrainingConfig", "CausalLMConfig")
+             for name, value in data]
+    pairs.append(("TrainerConfig.init_checkpoint", FLAGS.init_checkpoint))
     return [common.gin_binding(name, value) for name, value in pairs if value is not None]
 
 
@@ -55,8 +64,9 @@ def main(argv):
 def _build_trainer(model_dir: str):
     """Builds the task, the configs and the Trainer from the parsed gin config.
 
-    The init checkpoint is resolved once: a bert-train model directory fixes the encoder's
-    architecture and (unless bound) the vocabulary, and the same resolved checkpoint
+    The objective (gin's `pretraining_objective`) picks the task, its config and its model
+    builder. The init checkpoint is resolved once: a bert-train model directory fixes the
+    model's architecture and (unless bound) the vocabulary, and the same resolved checkpoint
     warm-starts the model. Settings the command derives (that vocabulary; no evaluation
     without eval data) are passed to the configs as arguments, leaving gin as parsed, and are
     recorded in the operative config.
@@ -65,6 +75,7 @@ def _build_trainer(model_dir: str):
 
     from bert_trainer import configurables  # noqa: PLC0415
     from bert_trainer.interop import resolve  # noqa: PLC0415
+    from bert_trainer.tasks.causal_lm.task import CausalLMTask  # noqa: PLC0415
     from bert_trainer.tasks.pretraining import PretrainingTask  # noqa: PLC0415
     from bert_trainer.training.trainer import Trainer  # noqa: PLC0415
 
@@ -74,16 +85,18 @@ def _build_trainer(model_dir: str):
     config = common.build_configured(configurables.TrainerConfig, "TrainerConfig")
     checkpoint = (resolve.as_resolved(config.init_checkpoint) if config.init_checkpoint
                   else None)
+    causal = configurables.pretraining_objective() == "causal_lm"
+    config_name = "CausalLMConfig" if causal else "PretrainingConfig"
     derived = {}
-    encoder_fn = configurables.build_encoder
+    model_fn = configurables.build_causal_lm if causal else configurables.build_encoder
     if checkpoint is not None and checkpoint.info is not None:
-        logging.info("Encoder architecture from %s (build_encoder bindings are ignored)",
-                     checkpoint.directory)
-        encoder_fn = checkpoint.build_encoder
-        if checkpoint.vocab_file and not common.gin_is_bound("PretrainingConfig.vocab_file"):
-            derived["PretrainingConfig"] = {"vocab_file": checkpoint.vocab_file}
-    task_config = configured(configurables.PretrainingConfig, "PretrainingConfig",
-                             **derived.get("PretrainingConfig", {}))
+        logging.info("Model architecture from %s (build_encoder / build_causal_lm bindings "
+                     "are ignored)", checkpoint.directory)
+        model_fn = checkpoint.build_encoder
+        if checkpoint.vocab_file and not common.gin_is_bound(f"{config_name}.vocab_file"):
+            derived[config_name] = {"vocab_file": checkpoint.vocab_file}
+    task_config = configured(getattr(configurables, config_name), config_name,
+                             **derived.get(config_name, {}))
     if task_config.eval_data is None and config.eval_steps != 0:
         if config.best_metric:
             raise UserError(f"TrainerConfig.best_metric={config.best_metric!r} needs eval data; "
@@ -91,11 +104,12 @@ def _build_trainer(model_dir: str):
         derived["TrainerConfig"] = {"eval_steps": 0, "eval_interval": None}
         config = configured(configurables.TrainerConfig, "TrainerConfig",
                             **derived["TrainerConfig"])
-        logging.warning("No eval data (--eval_data or PretrainingConfig.eval_data): "
-                        "training without evaluation")
+        logging.warning("No eval data (--eval_data or %s.eval_data): training without "
+                        "evaluation", config_name)
     optimizer = common.build_configured(configurables.OptimizerConfig, "OptimizerConfig")
     bindings = tuple(common.gin_binding(f"{what}.{name}", value)
                      for what, values in derived.items() for name, value in values.items())
-    return Trainer(PretrainingTask(task_config, encoder_fn, checkpoint=checkpoint), model_dir,
+    task_class = CausalLMTask if causal else PretrainingTask
+    return Trainer(task_class(task_config, model_fn, checkpoint=checkpoint), model_dir,
                    config=config, optimizer=optimizer, strategy=common.get_strategy(),
                    derived_bindings=bindings)

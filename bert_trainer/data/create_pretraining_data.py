@@ -249,6 +249,18 @@ def _process_chunk(docs, reservoir, config, rng, tokenizer, vocab, writer, stats
     stats["examples"] += len(instances)
 
 
+def check_sharding(num_shards: int | None, examples_per_shard: int | None) -> int | None:
+    """Validates the sharding arguments; returns `examples_per_shard` (100,000 if neither)."""
+    if num_shards is not None and examples_per_shard is not None:
+        raise UserError("pass --num_shards or --examples_per_shard, not both")
+    if (num_shards is not None and num_shards < 1) or (
+            examples_per_shard is not None and examples_per_shard < 1):
+        raise UserError("--num_shards and --examples_per_shard must be >= 1")
+    if num_shards is None and examples_per_shard is None:
+        return 100_000
+    return examples_per_shard
+
+
 def create_pretraining_data(inputs, vocab_file: str, output: str,
                             config: PretrainingDataConfig = PretrainingDataConfig(), *,
                             lower_case: bool = True, input_format: str = "auto",
@@ -275,13 +287,7 @@ def create_pretraining_data(inputs, vocab_file: str, output: str,
       The summary dict (also written as JSON).
     """
     config.validate()
-    if num_shards is not None and examples_per_shard is not None:
-        raise UserError("pass --num_shards or --examples_per_shard, not both")
-    if (num_shards is not None and num_shards < 1) or (
-            examples_per_shard is not None and examples_per_shard < 1):
-        raise UserError("--num_shards and --examples_per_shard must be >= 1")
-    if num_shards is None and examples_per_shard is None:
-        examples_per_shard = 100_000
+    examples_per_shard = check_sharding(num_shards, examples_per_shard)
     files = text_corpus.expand_inputs(inputs)
     tokenizer = Tokenizer(vocab_file, lower_case=lower_case)
     summary_path, old = shard_set.check_output(output, overwrite)

@@ -66,9 +66,13 @@ def write_summary(path: str, stats, shards: list[str], files: list[str], config,
         "feature_names": "google-research/bert" if config.static_masking else "bert_trainer",
         "config": dataclasses.asdict(config),
     }
-    # The summary marks the split complete, so it appears whole or not at all.
+    write_json(path, summary)
+    return summary
+
+
+def write_json(path: str, summary: dict) -> None:
+    """Writes a summary JSON whole or not at all (it marks its split complete)."""
     with open(path + ".tmp", "w", encoding="utf-8") as f:
         json.dump(summary, f, indent=2)
         f.write("\n")
     os.replace(path + ".tmp", path)
-    return summary

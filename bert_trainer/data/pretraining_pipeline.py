@@ -22,7 +22,8 @@ _GOOGLE_TO_OURS = features.GOOGLE_BERT_NAMES
 _OURS_TO_GOOGLE = {ours: google for google, ours in _GOOGLE_TO_OURS.items()}
 
 
-def _list_files(file_pattern) -> list[str]:
+def list_files(file_pattern) -> list[str]:
+    """The TFRecord files of glob(s) `file_pattern` (comma list allowed), sorted; JSON left out."""
     patterns = [file_pattern] if isinstance(file_pattern, str) else list(file_pattern)
     patterns = [p.strip() for part in patterns for p in str(part).split(",") if p.strip()]
     # create_pretraining_data writes DIR/train-summary.json beside DIR/train-*.tfrecord, so a
@@ -63,6 +64,10 @@ def _detect(path: str, masking: str, seq_length: int, max_predictions_per_seq: i
     if found == "dynamic" and features.INPUT_WORD_IDS not in lengths:
         raise UserError(f"{path} has features {sorted(lengths)}, not pretraining examples; "
                         "make it with create_pretraining_data")
+    if set(lengths) == {features.INPUT_WORD_IDS}:
+        raise UserError(f"{path} holds causal-LM blocks (create_pretraining_data "
+                        "--objective=causal_lm), not masked-LM examples; pretrain them with a "
+                        "causal config, e.g. --gin_file=configs/causal_lm/mini.gin")
     if masking != "auto" and masking != found:
         raise UserError(f"{path} holds {found}-masked examples but masking='{masking}'; "
                         f"pass masking='{found}' or 'auto'")
@@ -119,6 +124,42 @@ def _masking_vocab(vocab) -> MaskingVocab:
                     f"MaskingVocab, got {type(vocab).__name__}")
 
 
+def record_dataset(files: list[str], file_pattern, *, is_training: bool,
+                   input_context: tf.distribute.InputContext | None, shuffle_buffer: int,
+                   seed: int, deterministic: bool) -> tuple[tf.data.Dataset, int]:
+    """Serialized records of `files`: sharded over input pipelines, shuffled with `seed`.
+
+    Args:
+      files: the TFRecord files (`list_files`).
+      file_pattern: what the user gave, for error messages.
+      is_training: shuffle the files and the records, and repeat forever.
+      input_context: shards the files across input pipelines.
+      shuffle_buffer: records in the shuffle buffer (training).
+      seed: seeds the file order and the shuffle (the same order in every run: exact resume).
+      deterministic: keep element order fixed across runs (slower interleave).
+
+    Returns:
+      (dataset of scalar tf.string records, this input pipeline's id).
+    """
+    dataset = tf.data.Dataset.from_tensor_slices(files)
+    pipeline_id = 0
+    if input_context and input_context.num_input_pipelines > 1:
+        if len(files) < input_context.num_input_pipelines:
+            raise UserError(f"'{file_pattern}' has {len(files)} file(s) for "
+                            f"{input_context.num_input_pipelines} input pipelines; write at "
+                            "least that many shards (--num_shards)")
+        pipeline_id = input_context.input_pipeline_id
+        dataset = dataset.shard(input_context.num_input_pipelines, pipeline_id)
+    if is_training:
+        dataset = dataset.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+    dataset = dataset.interleave(
+        tf.data.TFRecordDataset, cycle_length=min(len(files), 8),
+        num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+    if is_training:
+        dataset = dataset.shuffle(shuffle_buffer, seed=seed).repeat()
+    return dataset, pipeline_id
+
+
 def pretraining_dataset(file_pattern, *, seq_length: int, max_predictions_per_seq: int,
                         batch_size: int, vocab=None, is_training: bool = True,
                         input_context: tf.distribute.InputContext | None = None,
@@ -153,26 +194,13 @@ def pretraining_dataset(file_pattern, *, seq_length: int, max_predictions_per_se
         raise UserError(f"masking='{masking}' is unknown; use one of {MASKING_MODES}")
     if batch_size < 1:
         raise UserError(f"batch_size={batch_size} must be >= 1")
-    files = _list_files(file_pattern)
+    files = list_files(file_pattern)
     static = _detect(files[0], masking, seq_length, max_predictions_per_seq) == "static"
     mask_vocab = None if static else _masking_vocab(vocab)
     seed = random.SystemRandom().randrange(2**31) if seed is None else seed
-    dataset = tf.data.Dataset.from_tensor_slices(files)
-    pipeline_id = 0
-    if input_context and input_context.num_input_pipelines > 1:
-        if len(files) < input_context.num_input_pipelines:
-            raise UserError(f"'{file_pattern}' has {len(files)} file(s) for "
-                            f"{input_context.num_input_pipelines} input pipelines; write at "
-                            "least that many shards (--num_shards)")
-        pipeline_id = input_context.input_pipeline_id
-        dataset = dataset.shard(input_context.num_input_pipelines, pipeline_id)
-    if is_training:
-        dataset = dataset.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
-    dataset = dataset.interleave(
-        tf.data.TFRecordDataset, cycle_length=min(len(files), 8),
-        num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
-    if is_training:
-        dataset = dataset.shuffle(shuffle_buffer, seed=seed).repeat()
+    dataset, pipeline_id = record_dataset(
+        files, file_pattern, is_training=is_training, input_context=input_context,
+        shuffle_buffer=shuffle_buffer, seed=seed, deterministic=deterministic)
     # Batching before parsing lets parse_example decode a whole batch in one op.
     dataset = dataset.batch(batch_size, drop_remainder=is_training)
     dataset = dataset.map(_parse_fn(static, seq_length, max_predictions_per_seq,

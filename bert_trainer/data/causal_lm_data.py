@@ -1,0 +1,208 @@
+"""Causal-LM pretraining TFRecords from text: documents packed into fixed-length blocks.
+
+GPT-2 / nanoGPT style: every document is tokenized with the WordPiece vocabulary and the
+documents are joined into one token stream with ONE separator before each document,
+
+    [SEP] doc1 tokens [SEP] doc2 tokens [SEP] doc3 tokens ...
+
+which is cut into blocks of exactly `block_size` tokens. Documents span blocks, so no token
+is padding; the final partial block (fewer than `block_size` tokens) is dropped, and the
+summary JSON says how many tokens that was (`tokens_dropped`). Every other token of the
+stream is in exactly one block.
+
+Streaming: documents are read and tokenized `chunk_documents` at a time; the chunk's stream is
+appended to the leftover of the previous chunk and cut into blocks, whose order within the
+chunk is shuffled with `seed` before they are dealt to the shards (so one shard does not hold
+a long run of one document's consecutive blocks). Memory is bounded by one chunk, and the
+output is deterministic for a seed, the inputs and `chunk_documents`.
+
+Each record holds one feature, `input_word_ids` (int64 [block_size]).
+"""
+
+import collections
+import dataclasses
+import itertools
+import os
+import random
+import sys
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from bert_trainer import features, outputs
+from bert_trainer.data import create_pretraining_data as cpd
+from bert_trainer.data import pretraining_data_report as report
+from bert_trainer.data import shard_set, text_corpus
+from bert_trainer.data.tokenizer import Tokenizer
+from bert_trainer.errors import UserError
+
+OBJECTIVE = "causal_lm"
+# Longer blocks than any positional table we build (GPT-2 has 1,024): a larger value is a typo.
+MAX_BLOCK_SIZE = 65_536
+
+
+@dataclasses.dataclass(frozen=True)
+class CausalDataConfig:
+    """How blocks are made.
+
+    Attributes:
+      block_size: tokens per block (the model's training sequence length).
+      seed: shuffles the blocks within each chunk.
+      chunk_documents: documents read and tokenized at a time.
+    """
+
+    block_size: int = 256
+    seed: int = 12345
+    chunk_documents: int = 1000
+
+    def validate(self):
+        if self.block_size < 2:
+            raise UserError(f"--block_size={self.block_size} is too short: a block needs at "
+                            "least 2 tokens (a token and the next one it predicts); GPT-2 "
+                            "uses 1024")
+        if self.block_size > MAX_BLOCK_SIZE:
+            raise UserError(f"--block_size={self.block_size} exceeds {MAX_BLOCK_SIZE:,}, "
+                            "longer than any model's positions; use the model's "
+                            "max_sequence_length (e.g. 256 or 1024)")
+        if self.chunk_documents < 1:
+            raise UserError(f"chunk_documents={self.chunk_documents} must be >= 1")
+
+
+def document_stream(documents: list[list[np.ndarray]], sep_id: int) -> np.ndarray:
+    """The token stream of tokenized documents: `[SEP] doc1 [SEP] doc2 ...`.
+
+    Args:
+      documents: documents as lists of int token-id arrays (one per sentence).
+      sep_id: the separator's id.
+
+    Returns:
+      int64 [sum of tokens + len(documents)].
+    """
+    sep = np.array([sep_id], np.int64)
+    pieces = [piece for doc in documents for piece in (sep, *doc)]
+    return np.concatenate(pieces).astype(np.int64) if pieces else np.zeros([0], np.int64)
+
+
+class BlockPacker:
+    """Cuts a stream that arrives in pieces into blocks of `block_size` tokens.
+
+    Tokens that do not fill a block wait for the next piece; `pending` is what is left at the
+    end (fewer than `block_size` tokens: the final partial block).
+    """
+
+    def __init__(self, block_size: int):
+        self.block_size = block_size
+        self.pending = np.zeros([0], np.int64)
+
+    def add(self, tokens: np.ndarray) -> np.ndarray:
+        """Appends `tokens` to the stream; returns the blocks completed, int64 [n, block_size]."""
+        stream = np.concatenate([self.pending, np.asarray(tokens, np.int64)])
+        n = len(stream) // self.block_size
+        self.pending = stream[n * self.block_size:]
+        return stream[:n * self.block_size].reshape(n, self.block_size)
+
+
+def block_to_example(block: np.ndarray) -> tf.train.Example:
+    feature = tf.train.Feature(int64_list=tf.train.Int64List(value=block))
+    return tf.train.Example(features=tf.train.Features(
+        feature={features.INPUT_WORD_IDS: feature}))
+
+
+def create_causal_lm_data(inputs, vocab_file: str, output: str,
+                          config: CausalDataConfig = CausalDataConfig(), *,
+                          lower_case: bool = True, input_format: str = "auto",
+                          encoding_errors: str = "strict", num_shards: int | None = None,
+                          examples_per_shard: int | None = None, overwrite: bool = False,
+                          progress=sys.stderr) -> dict:
+    """Writes causal-LM block TFRecords and a JSON summary next to them.
+
+    Args:
+      inputs: text files: comma list / globs (see `text_corpus.expand_inputs`).
+      vocab_file: the WordPiece `vocab.txt` (it must hold `[SEP]`).
+      output: shard pattern with one `*` (see `create_pretraining_data`).
+      config: see `CausalDataConfig`.
+      lower_case, input_format, encoding_errors: as `create_pretraining_data`.
+      num_shards / examples_per_shard: at most one; default 100,000 blocks per shard.
+      overwrite: replace the shards and summary an earlier run wrote at `output`, once the
+        new set is complete (see `create_pretraining_data`).
+      progress: stream for progress lines, or None.
+
+    Returns:
+      The summary dict (also written as JSON): counts of documents, tokens, blocks
+      ("examples"), `tokens_dropped` (the final partial block), the shards.
+    """
+    config.validate()
+    examples_per_shard = cpd.check_sharding(num_shards, examples_per_shard)
+    files = text_corpus.expand_inputs(inputs)
+    tokenizer = Tokenizer(vocab_file, lower_case=lower_case)
+    summary_path, old = shard_set.check_output(output, overwrite)
+    output = os.path.abspath(os.path.expanduser(output))
+    stats, tick = collections.Counter(), report.Progress(progress)
+    documents = text_corpus.read_documents(files, input_format, encoding_errors=encoding_errors,
+                                           stats=stats)
+    with outputs.staging_directory(output.replace("*", "shards"),
+                                   writing="pretraining data") as staging:
+        writer = shard_set.ShardWriter(output, num_shards, examples_per_shard, staging)
+        try:
+            dropped = _write_blocks(documents, config, tokenizer, writer, stats, tick)
+            shards = writer.close()
+        except BaseException:
+            writer.abort()
+            raise
+        if not stats["examples"]:
+            raise UserError(
+                f"--input={inputs} produced no blocks: {stats['documents']} documents make "
+                f"{dropped} tokens with separators, fewer than --block_size={config.block_size}; "
+                "give more text or a smaller --block_size")
+        tick(stats, force=True)
+        staged_summary = os.path.join(staging, os.path.basename(summary_path))
+        summary = _summary(stats, dropped, [f for _, f in shards], files, config, vocab_file,
+                           lower_case, time.time() - tick.start)
+        report.write_json(staged_summary, summary)
+        # The summary goes last: it marks the set complete. The old set goes only now.
+        outputs.replace_files([*shards, (staged_summary, summary_path)], old)
+    return summary
+
+
+def _write_blocks(documents, config, tokenizer, writer, stats, tick) -> int:
+    """Streams the documents chunk by chunk into blocks and deals them to `writer`.
+
+    Returns:
+      The number of tokens of the final partial block (dropped).
+    """
+    rng = random.Random(config.seed)
+    packer = BlockPacker(config.block_size)
+    chunks = iter(lambda: list(itertools.islice(documents, config.chunk_documents)), [])
+    for chunk in chunks:
+        docs = cpd.tokenize_documents(chunk, tokenizer)
+        stats["documents"] += len(docs)
+        stats["sentences"] += sum(len(d) for d in docs)
+        stats["corpus_tokens"] += sum(len(s) for d in docs for s in d)
+        blocks = packer.add(document_stream(docs, tokenizer.sep_id))
+        order = list(range(len(blocks)))
+        rng.shuffle(order)
+        for index in order:
+            writer.write(block_to_example(blocks[index]))
+        stats["examples"] += len(blocks)
+        tick(stats)
+    return len(packer.pending)
+
+
+def _summary(stats, dropped: int, shards: list[str], files: list[str],
+             config: CausalDataConfig, vocab_file: str, lower_case: bool,
+             seconds: float) -> dict:
+    tokens = stats["examples"] * config.block_size
+    return {
+        "objective": OBJECTIVE, "documents": stats["documents"],
+        "sentences": stats["sentences"], "corpus_tokens": stats["corpus_tokens"],
+        "separator_tokens": stats["documents"], "examples": stats["examples"],
+        "block_size": config.block_size, "tokens": tokens, "tokens_dropped": dropped,
+        "final_block": "dropped",
+        "shards": [os.path.basename(s) for s in shards],
+        "bad_utf8_lines": stats["bad_utf8_lines"], "seconds": round(seconds, 3),
+        "examples_per_second": round(stats["examples"] / max(seconds, 1e-9), 1),
+        "input_files": len(files), "vocab_file": os.path.abspath(vocab_file),
+        "lower_case": lower_case, "feature_names": "bert_trainer",
+        "config": dataclasses.asdict(config),
+    }

@@ -92,11 +92,13 @@ def random_blocks(vocab_size: int, batch_size: int, seq_length: int, seed: int =
 
 def _trainer_step(vocab_size, size, seq_length, batch_size, dropout, batches):
     """bert-train's own Trainer on its causal-LM task, or None where they are not in the tree."""
+    from bench import causal_lm_trainer  # noqa: PLC0415
+
     try:
-        from bench import causal_lm_trainer  # noqa: PLC0415
-    except ImportError:
+        return causal_lm_trainer.build(vocab_size, size, seq_length, batch_size, dropout,
+                                       batches)
+    except models.NotAvailable:
         return None
-    return causal_lm_trainer.build(vocab_size, size, seq_length, batch_size, dropout, batches)
 
 
 def build_step(kind: str, vocab_size: int, size: str, seq_length: int, batch_size: int,

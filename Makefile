@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test test-fast test-kernels-off lint demo bench bench-seq2seq clean
+.PHONY: install test test-fast test-kernels-off lint demo bench bench-seq2seq bench-causal-lm clean
 
 install: $(STAMP)
 
@@ -54,6 +54,15 @@ bench-seq2seq: install
 	$(PY) scripts/bench/seq2seq.py --output benchmarks/results_seq2seq.json \
 		--table benchmarks/README.md
 	$(PY) scripts/bench/seq2seq_decode.py --output benchmarks/results_seq2seq_decode.json
+
+# Causal language modelling: bert-train's CausalLM against keras-hub's GPT-2 (train step,
+# generation) and the course's LSTM language model (equal-time quality on ../shared's corpus;
+# benchmarks/README.md, "Causal language modelling"). About 30 minutes on 2 cores (2 x 10
+# minutes of training): not part of `bench`.
+bench-causal-lm: install
+	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) scripts/bench/causal_lm.py --output benchmarks/results_causal_lm.json \
+		--table benchmarks/README.md
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache runs/demo

@@ -38,6 +38,9 @@ def _builders() -> dict:
         "torch_finetune": "bench.torch_finetune:build",
         "seq2seq_step": "bench.seq2seq_train:build_step",
         "seq2seq_budget": "bench.seq2seq_train:build_budget",
+        "causal_lm_step": "bench.causal_lm_train:build_step",
+        "causal_lm_budget": "bench.causal_lm_train:build_budget",
+        "causal_lm_generate": "bench.causal_lm_generate:build",
     }
 
 

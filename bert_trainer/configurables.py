@@ -35,7 +35,9 @@ PretrainingConfig = gin.external_configurable(pretraining.PretrainingConfig,
                                               module="bert_trainer.tasks")
 CausalLMConfig = gin.external_configurable(causal_lm_task.CausalLMConfig,
                                            module="bert_trainer.tasks")
-PRETRAINING_OBJECTIVES = ("masked_lm", "causal_lm")
+# The pretraining objectives (what `bert-train pretrain` trains; not task families, although
+# the causal objective's models export through the family of the same name).
+MASKED_LM, CAUSAL_LM = PRETRAINING_OBJECTIVES = ("masked_lm", "causal_lm")
 
 
 @gin.configurable(module="bert_trainer.tasks")

@@ -22,6 +22,10 @@ from bert_trainer.commands.shared_flags import Usage
 from bert_trainer.data import text_corpus
 from bert_trainer.errors import UserError
 
+# The pretraining objectives whose records this command writes (as `bert-train pretrain`'s
+# `pretraining_objective.name`).
+MASKED_LM, CAUSAL_LM = OBJECTIVES = ("masked_lm", "causal_lm")
+
 SHARED_FLAGS = shared_flags.declare(
     __name__,
     input=Usage(None, "Text files: comma-separated list and/or globs."),
@@ -34,7 +38,7 @@ SHARED_FLAGS = shared_flags.declare(
     seed=Usage(12345, "Random seed; the same seed and input give the same files (causal_lm: "
                "it shuffles the blocks)."))
 flags.DEFINE_string("vocab", None, "The WordPiece vocab.txt.")
-flags.DEFINE_enum("objective", "masked_lm", ("masked_lm", "causal_lm"),
+flags.DEFINE_enum("objective", MASKED_LM, OBJECTIVES,
                   "masked_lm: BERT's sentence pairs; causal_lm: documents packed into blocks "
                   "of --block_size tokens for next-token prediction.")
 flags.DEFINE_integer("block_size", 256, "Tokens per block (causal_lm): the model's training "
@@ -74,7 +78,7 @@ def main(argv):
             raise UserError(f"--{name} is required (see "
                             "'bert-train create_pretraining_data --help')")
     _check_objective_flags()
-    if FLAGS.objective == "causal_lm":
+    if FLAGS.objective == CAUSAL_LM:
         return _causal_lm()
     config = cpd.PretrainingDataConfig(
         max_seq_length=FLAGS.max_seq_length, short_seq_prob=FLAGS.short_seq_prob,
@@ -93,7 +97,7 @@ def main(argv):
 
 def _check_objective_flags() -> None:
     """Refuses a flag given on the command line that the chosen objective does not read."""
-    other = _MASKED_LM_FLAGS if FLAGS.objective == "causal_lm" else _CAUSAL_LM_FLAGS
+    other = _MASKED_LM_FLAGS if FLAGS.objective == CAUSAL_LM else _CAUSAL_LM_FLAGS
     given = [name for name in other if FLAGS[name].present]
     if given:
         raise UserError(f"--{given[0]} does not apply to --objective={FLAGS.objective}; "

@@ -15,6 +15,7 @@ from bert_trainer.checkpoints import model_dir as model_dir_lib
 from bert_trainer.errors import UserError
 from bert_trainer.interop import formats, resolve
 from bert_trainer.interop.resolve import ResolvedCheckpoint
+from bert_trainer.models.causal_lm import CausalLM
 
 # Keys of an encoder config that describe how it runs, not what it is: the trainer's precision
 # policy must win over the dtype a checkpoint was written with.
@@ -93,6 +94,11 @@ def spec_from_checkpoint(checkpoint: str | ResolvedCheckpoint, *,
         raise UserError(f"{flag}={checkpoint.path} is a GPT-2 (causal LM) checkpoint, not a "
                         "BERT encoder; it warm-starts a causal_lm pretraining only (and "
                         "bert-train cannot tokenize text for it: GPT-2 uses a byte-level BPE)")
+    if checkpoint.encoder_class == CausalLM.__name__:
+        raise UserError(f"{flag}={checkpoint.path} holds a causal language model (CausalLM), "
+                        "not a BERT encoder; fine-tuning starts from a masked-LM encoder (a "
+                        "causal model continues with bert-train pretrain or generates with "
+                        "bert-train generate)")
     spec = _spec(checkpoint.encoder_class, checkpoint.registered_name,
                  checkpoint.encoder_config, vocab_file or checkpoint.vocab_file,
                  checkpoint.lower_case if lower_case is None else lower_case,

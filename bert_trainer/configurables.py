@@ -36,6 +36,7 @@ PretrainingConfig = gin.external_configurable(pretraining.PretrainingConfig,
 CausalLMConfig = gin.external_configurable(causal_lm_task.CausalLMConfig,
                                            module="bert_trainer.tasks")
 PRETRAINING_OBJECTIVES = ("masked_lm", "causal_lm")
+MASKED_LM, CAUSAL_LM = PRETRAINING_OBJECTIVES  # compared by name: "causal_lm" is also a family
 
 
 @gin.configurable(module="bert_trainer.tasks")

@@ -34,7 +34,10 @@ SHARED_FLAGS = shared_flags.declare(
     seed=Usage(12345, "Random seed; the same seed and input give the same files (causal_lm: "
                "it shuffles the blocks)."))
 flags.DEFINE_string("vocab", None, "The WordPiece vocab.txt.")
-flags.DEFINE_enum("objective", "masked_lm", ("masked_lm", "causal_lm"),
+# The objectives (configurables.PRETRAINING_OBJECTIVES, not imported: it loads TensorFlow);
+# compared by name, since "causal_lm" is also a task family's.
+MASKED_LM, CAUSAL_LM = "masked_lm", "causal_lm"
+flags.DEFINE_enum("objective", MASKED_LM, (MASKED_LM, CAUSAL_LM),
                   "masked_lm: BERT's sentence pairs; causal_lm: documents packed into blocks "
                   "of --block_size tokens for next-token prediction.")
 flags.DEFINE_integer("block_size", 256, "Tokens per block (causal_lm): the model's training "
@@ -74,7 +77,7 @@ def main(argv):
             raise UserError(f"--{name} is required (see "
                             "'bert-train create_pretraining_data --help')")
     _check_objective_flags()
-    if FLAGS.objective == "causal_lm":
+    if FLAGS.objective == CAUSAL_LM:
         return _causal_lm()
     config = cpd.PretrainingDataConfig(
         max_seq_length=FLAGS.max_seq_length, short_seq_prob=FLAGS.short_seq_prob,
@@ -93,7 +96,7 @@ def main(argv):
 
 def _check_objective_flags() -> None:
     """Refuses a flag given on the command line that the chosen objective does not read."""
-    other = _MASKED_LM_FLAGS if FLAGS.objective == "causal_lm" else _CAUSAL_LM_FLAGS
+    other = _MASKED_LM_FLAGS if FLAGS.objective == CAUSAL_LM else _CAUSAL_LM_FLAGS
     given = [name for name in other if FLAGS[name].present]
     if given:
         raise UserError(f"--{given[0]} does not apply to --objective={FLAGS.objective}; "

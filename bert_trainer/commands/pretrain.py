@@ -85,7 +85,7 @@ def _build_trainer(model_dir: str):
     config = common.build_configured(configurables.TrainerConfig, "TrainerConfig")
     checkpoint = (resolve.as_resolved(config.init_checkpoint) if config.init_checkpoint
                   else None)
-    causal = configurables.pretraining_objective() == "causal_lm"
+    causal = configurables.pretraining_objective() == configurables.CAUSAL_LM
     config_name = "CausalLMConfig" if causal else "PretrainingConfig"
     derived = {}
     model_fn = configurables.build_causal_lm if causal else configurables.build_encoder

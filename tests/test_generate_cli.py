@@ -191,3 +191,71 @@ def test_export_then_generate_from_the_saved_model_in_a_bare_process(causal_dir,
     assert [r["generated"] for r in lines["--saved_model"]] == [
         r["generated"] for r in lines["--model_dir"]]
     assert [r["prompt"] for r in lines["--saved_model"]] == PROMPTS
+
+
+def test_predict_answers_prompts_as_greedy_generate_does(causal_dir, capsys, tmp_path):
+    from bert_trainer import cli  # noqa: PLC0415
+
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("".join(p + "\n" for p in PROMPTS if p), encoding="utf-8")
+    capsys.readouterr()
+    assert cli.main(["bert-train", "predict", f"--model_dir={causal_dir['dir']}",
+                     f"--input={prompts}"]) == 0
+    predicted = jsonl(capsys.readouterr().out)
+    rc, out, err = run_cli([f"--model_dir={causal_dir['dir']}", f"--input={prompts}"], capsys)
+    assert rc == 0, err
+    generated = jsonl(out)
+    assert [r["prompt"] for r in predicted] == [p for p in PROMPTS if p]
+    assert [r["generated"] for r in predicted] == [r["generated"] for r in generated]
+    assert [r["line"] for r in predicted] == [1, 2, 3]
+
+
+DOCUMENTS = ["the cat sat on the mat .\nthe dog sat on the mat .",
+             "john lives in paris .\nmary lives in london .",
+             "a very good film .\nthe film was fine ."]
+
+
+@pytest.mark.slow
+def test_pretrain_generate_export_generate_from_the_export(tmp_path):
+    """The whole chain through the CLI: causal data, a tiny pretrain, generate, export."""
+    from export_testing import write_vocab  # noqa: PLC0415
+
+    env = subprocess_env()
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n\n".join(DOCUMENTS * 20) + "\n", encoding="utf-8")
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("the cat sat\njohn lives in\n", encoding="utf-8")
+    run_dir, export = tmp_path / "run", tmp_path / "export"
+    vocab_size = len(open(vocab, encoding="utf-8").read().split())
+    steps = [
+        ["create_pretraining_data", "--objective=causal_lm", f"--input={corpus}",
+         f"--vocab={vocab}", f"--output={tmp_path}/data/train-*.tfrecord", "--block_size=16",
+         "--num_shards=1"],
+        ["pretrain", "--gin_file=configs/causal_lm/tiny.gin", f"--model_dir={run_dir}",
+         f"--train_data={tmp_path}/data/train-*.tfrecord", f"--vocab_file={vocab}",
+         f"--gin_param=build_causal_lm.vocab_size = {vocab_size}",
+         "--gin_param=build_causal_lm.hidden_size = 32",
+         "--gin_param=build_causal_lm.inner_dim = 64",
+         "--gin_param=build_causal_lm.max_sequence_length = 32",
+         "--gin_param=CausalLMConfig.block_size = 16",
+         "--gin_param=CausalLMConfig.train_batch_size = 8",
+         "--gin_param=TrainerConfig.train_steps = 40",
+         "--gin_param=TrainerConfig.steps_per_loop = 20"],
+        ["generate", f"--model_dir={run_dir}", f"--input={prompts}",
+         f"--output={tmp_path}/from_run.jsonl"],
+        ["export", f"--model_dir={run_dir}", f"--output={export}"],
+        ["generate", f"--saved_model={export}", f"--input={prompts}",
+         f"--output={tmp_path}/from_export.jsonl"],
+    ]
+    for args in steps:
+        proc = subprocess.run([sys.executable, "-m", "bert_trainer.cli", *args],
+                              capture_output=True, text=True, env=env, timeout=600)
+        assert proc.returncode == 0, f"{args[0]}: {proc.stderr[-3000:]}"
+    from_run = jsonl((tmp_path / "from_run.jsonl").read_text())
+    from_export = jsonl((tmp_path / "from_export.jsonl").read_text())
+    assert [r["prompt"] for r in from_run] == ["the cat sat", "john lives in"]
+    assert [r["generated"] for r in from_export] == [r["generated"] for r in from_run]
+    for a, b in zip(from_export, from_run, strict=True):
+        assert a["score"] == pytest.approx(b["score"], abs=1e-3)
+    assert all(r["generated"] and r["score"] < 0 for r in from_run), from_run

@@ -80,6 +80,12 @@ def test_decode_step_position_by_position_equals_call(norm_first):
     rest = [np.asarray(model.decode_step(ids[:, i], i, cache)[0]) for i in range(4, 5)]
     assert_close(np.asarray(prefill), full[:, :4], rtol=1e-4, atol=1e-5)
     assert_close(rest[0], full[:, 4], rtol=1e-4, atol=1e-5)
+    # Without the projection: the blocks' output, which `logits` turns into call's logits.
+    hidden, _ = model.decode(ids[:, :4], 0, model.init_cache(3, 4), project=False)
+    assert hidden.shape == (3, 4, HIDDEN)
+    assert_close(model.logits(hidden), full[:, :4], rtol=1e-4, atol=1e-5)
+    states = model.hidden_states({"input_word_ids": ids})
+    np.testing.assert_array_equal(model.logits(states), full)  # call is exactly this
 
 
 def test_input_mask_left_or_right_padding_gives_the_unpadded_logits():

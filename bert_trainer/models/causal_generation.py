@@ -4,9 +4,11 @@ tokens one step at a time with the key/value cache.
 The model needs the API of `CausalLM`:
 
     init_cache(batch_size, max_length) -> nest of batch-major tensors
-    decode(token_ids [b, t], index, cache, positions=, key_mask=) -> (logits [b, t, V], cache)
+    decode(token_ids [b, t], index, cache, positions=, key_mask=, project=False)
+        -> (hidden [b, t, h], cache)                              (the prompts' prefill)
     decode_step(token_ids [b], index, cache, positions=, key_mask=) -> (logits [b, V], cache)
-    call({"input_word_ids", "input_mask"}) -> {"logits"}   (use_cache=False only)
+    hidden_states({"input_word_ids", "input_mask"}) -> [b, t, h], logits(hidden) -> [b, t, V]
+        (use_cache=False only)
     max_sequence_length
 
 Prompts of different lengths share one batch by left alignment, as keras-hub and Hugging Face
@@ -14,6 +16,8 @@ do: each prompt is shifted right so that all of them end at the same cache slot;
 before a prompt are masked out of attention and every token keeps its own position (slot minus
 the row's padding). All rows then step in lock step at one cache index, and each row's logits
 are those of the row decoded alone (a masked key adds an exact 0 to the softmax).
+
+Like `models.decoding`, which runs the loop, the module uses TensorFlow directly.
 """
 
 import tensorflow as tf
@@ -27,8 +31,8 @@ GENERATED_LENGTHS = "generated_lengths"  # int32 [b]: tokens before the end toke
 SCORES = "scores"  # float32 [b]: sum of the generated tokens' log-probabilities
 
 
-def _check_lengths(model, prompt_ids, prompt_lengths, max_new_tokens):
-    """ValueError for sizes known now; the in-graph check of per-row lengths otherwise.
+def _check_lengths(model, prompt_ids, prompt_lengths, max_new_tokens, new_token_limit):
+    """ValueError for sizes known now; in-graph checks of the others.
 
     Returns:
       A list of assertion ops (empty when everything was checked now).
@@ -44,26 +48,33 @@ def _check_lengths(model, prompt_ids, prompt_lengths, max_new_tokens):
     if prompt_ids.shape.rank != 2 or prompt_lengths.shape.rank != 1:
         raise ValueError(f"prompt_ids must be [batch, length] and prompt_lengths [batch], got "
                          f"shapes {prompt_ids.shape} and {prompt_lengths.shape}")
+    new = max_new_tokens if new_token_limit is None else tf.get_static_value(new_token_limit)
+    if new is not None and not 1 <= int(new) <= max_new_tokens:
+        raise ValueError(f"new_token_limit must lie in [1, max_new_tokens={max_new_tokens}], "
+                         f"got {int(new)}")
     width = prompt_ids.shape[1]
     lengths = tf.get_static_value(prompt_lengths)
-    if lengths is not None and lengths.size:
-        longest, shortest = int(lengths.max()), int(lengths.min())
-        if longest + max_new_tokens > limit:
-            raise ValueError(f"a prompt of {longest} tokens plus max_new_tokens="
-                             f"{max_new_tokens} exceeds the model's max_sequence_length="
-                             f"{limit}: shorten the prompt or lower max_new_tokens")
+    if lengths is not None and lengths.size and new is not None:
+        longest, shortest, new = int(lengths.max()), int(lengths.min()), int(new)
+        name = "max_new_tokens" if new_token_limit is None else "new_token_limit"
+        if longest + new > limit:
+            raise ValueError(f"a prompt of {longest} tokens plus {name}={new} exceeds the "
+                             f"model's max_sequence_length={limit}: shorten the prompt or "
+                             f"lower {name}")
         if shortest < 1 or (width is not None and longest > width):
             raise ValueError(f"prompt_lengths must lie in [1, {width}] (the prompt_ids "
                              f"width), got {lengths.tolist()}")
         return []
-    message = (f"a prompt plus max_new_tokens={max_new_tokens} exceeds the model's "
-               f"max_sequence_length={limit}, or a prompt length is outside [1, width]: "
-               "shorten the prompt or lower max_new_tokens")
-    return [tf.debugging.assert_less_equal(prompt_lengths + max_new_tokens, limit,
-                                           message=message),
+    new = tf.cast(max_new_tokens if new_token_limit is None else new_token_limit, tf.int32)
+    message = ("a prompt plus the new tokens exceeds the model's max_sequence_length="
+               f"{limit}, a prompt length is outside [1, width], or the new-token limit is "
+               f"outside [1, {max_new_tokens}]: shorten the prompt or ask fewer tokens")
+    return [tf.debugging.assert_less_equal(prompt_lengths + new, limit, message=message),
             tf.debugging.assert_positive(prompt_lengths, message=message),
             tf.debugging.assert_less_equal(prompt_lengths, tf.shape(prompt_ids)[1],
-                                           message=message)]
+                                           message=message),
+            tf.debugging.assert_positive(new, message=message),
+            tf.debugging.assert_less_equal(new, max_new_tokens, message=message)]
 
 
 def left_align(prompt_ids, prompt_lengths):
@@ -108,7 +119,8 @@ def cached_step(model, aligned, padding, cache_length):
     cache = model.init_cache(batch, cache_length)
     prefix = aligned[:, :-1]  # (b, width - 1)
     positions = tf.maximum(tf.range(width - 1)[None, :] - padding[:, None], 0)
-    _, cache = model.decode(prefix, 0, cache, positions=positions, key_mask=key_mask)
+    _, cache = model.decode(prefix, 0, cache, positions=positions, key_mask=key_mask,
+                            project=False)
     constants = {"padding": padding, "key_mask": key_mask}
 
     def step_fn(ids, index, state, constants):
@@ -120,10 +132,11 @@ def cached_step(model, aligned, padding, cache_length):
 
 
 def uncached_step(model, aligned, padding, cache_length):
-    """The step function that runs the model's `call` on the whole prefix every step.
+    """The step function that runs the model on the whole prefix every step.
 
     The baseline the cache is measured against (and a check of it): the same logits, with
-    O(t) positions computed at step t instead of one. The token buffer is the state.
+    O(t) positions computed at step t instead of one (the blocks only: the vocabulary
+    projection, as with the cache, is of the last position). The token buffer is the state.
 
     Args:
       model, aligned, padding, cache_length: as `cached_step`.
@@ -139,13 +152,14 @@ def uncached_step(model, aligned, padding, cache_length):
         prefix = decoding.write_at(state["prefix"], index, ids)
         inputs = {features.INPUT_WORD_IDS: prefix[:, :index + 1],
                   features.INPUT_MASK: constants["input_mask"][:, :index + 1]}
-        logits = model(inputs, training=False)[features.LOGITS]  # (b, index + 1, V)
-        return _without_pad(logits[:, -1]), {"prefix": prefix}
+        hidden = model.hidden_states(inputs, training=False)  # (b, index + 1, hidden)
+        return _without_pad(model.logits(hidden[:, -1:])[:, 0]), {"prefix": prefix}
     return step_fn, {"prefix": buffer}, {"input_mask": real}
 
 
 def generate(model, prompt_ids, prompt_lengths, *, max_new_tokens, end_id, temperature=0.0,
-             top_k=0, top_p=1.0, seed=None, use_cache=True, jit_compile=False):
+             top_k=0, top_p=1.0, seed=None, use_cache=True, jit_compile=False,
+             new_token_limit=None):
     """Continues each prompt until `end_id` or `max_new_tokens`, in the graph.
 
     Works eagerly, inside `tf.function` and in a SavedModel; the sampling settings may be
@@ -166,6 +180,10 @@ def generate(model, prompt_ids, prompt_lengths, *, max_new_tokens, end_id, tempe
       use_cache: False runs the model on the whole prefix each step (slow; a baseline).
       jit_compile: compile the prefill and the loop with XLA (needs the cache; a first
         call per shape compiles).
+      new_token_limit: optional int scalar (a tensor: a SavedModel's input), at most
+        `max_new_tokens`: stop after that many tokens; the shapes and the cache stay those
+        of `max_new_tokens` (the columns after the limit are 0). Checked against the
+        prompts' lengths in its stead.
 
     Returns:
       `{"generated_ids": int32 [b, max_new_tokens]` (without the end token, 0 from there
@@ -175,22 +193,25 @@ def generate(model, prompt_ids, prompt_lengths, *, max_new_tokens, end_id, tempe
 
     Raises:
       ValueError: max_new_tokens not a positive int, a prompt (when its length is known
-        now) plus max_new_tokens beyond max_sequence_length, bad sampling settings given as
-        numbers, or jit_compile without the cache. In a graph with lengths unknown until run
-        time, the length check raises `tf.errors.InvalidArgumentError` then.
+        now) plus max_new_tokens (or new_token_limit) beyond max_sequence_length, bad
+        sampling settings given as numbers, or jit_compile without the cache. In a graph
+        with lengths or a limit unknown until run time, those checks raise
+        `tf.errors.InvalidArgumentError` then.
     """
     if jit_compile and not use_cache:
         raise ValueError("jit_compile=True needs use_cache=True: without the cache the model "
                          "input grows every step, which XLA cannot compile")
     prompt_ids = tf.cast(tf.convert_to_tensor(prompt_ids), tf.int32)
     prompt_lengths = tf.cast(tf.convert_to_tensor(prompt_lengths), tf.int32)
-    checks = _check_lengths(model, prompt_ids, prompt_lengths, max_new_tokens)
+    checks = _check_lengths(model, prompt_ids, prompt_lengths, max_new_tokens, new_token_limit)
     greedy = isinstance(temperature, (int, float)) and temperature == 0
     if not greedy:
         decoding._check_sampling(temperature, top_k, top_p)  # noqa: SLF001 (its own checks)
         if seed is None:
             seed = tf.random.uniform([], 0, 2**31 - 1, tf.int32)
     settings = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed}
+    if new_token_limit is not None:
+        settings["max_steps"] = tf.cast(new_token_limit, tf.int32)
 
     def run(prompt_ids, prompt_lengths, settings):
         aligned, padding = left_align(prompt_ids, prompt_lengths)
@@ -201,14 +222,17 @@ def generate(model, prompt_ids, prompt_lengths, *, max_new_tokens, end_id, tempe
         kwargs = dict(max_decode_length=max_new_tokens, end_id=end_id,
                       initial_index=width - 1, constants=constants)
         if greedy:
-            return decoding.greedy_search(step_fn, aligned[:, -1], state, **kwargs)
+            return decoding.greedy_search(step_fn, aligned[:, -1], state, **kwargs,
+                                          max_steps=settings.get("max_steps"))
         return decoding.sample(step_fn, aligned[:, -1], state, **settings, **kwargs)
 
     if jit_compile:
         run = tf.function(run, jit_compile=True)
     with tf.control_dependencies(checks):
         prompt_ids = tf.identity(prompt_ids)
-    ids, scores = run(prompt_ids, prompt_lengths, settings if not greedy else {})
+    if greedy:  # the sampling settings are not used (nor traced)
+        settings = {key: settings[key] for key in ("max_steps",) if key in settings}
+    ids, scores = run(prompt_ids, prompt_lengths, settings)
     ids = tf.where(ids == end_id, PAD_ID, ids)  # the end token is the last nonzero one
     lengths = tf.reduce_sum(tf.cast(ids != PAD_ID, tf.int32), axis=1)
     return {GENERATED_IDS: ids, GENERATED_LENGTHS: lengths, SCORES: scores}

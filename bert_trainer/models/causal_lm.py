@@ -181,6 +181,17 @@ class CausalLM(keras.Model):
     # ------------------------------------------------------------------ forward passes
 
     def call(self, inputs, training=None):
+        return {features.LOGITS: self.logits(self.hidden_states(inputs, training=training))}
+
+    def hidden_states(self, inputs, training=None):
+        """The last block's output, before the final LayerNorm and the output projection.
+
+        Args:
+          inputs, training: as `call`.
+
+        Returns:
+          `[batch, t, hidden]` in the compute dtype (`logits` of it is `call`'s output).
+        """
         if features.INPUT_WORD_IDS not in inputs:
             raise ValueError(f"{self.name}: the features lack {features.INPUT_WORD_IDS!r}")
         ids = ops.cast(inputs[features.INPUT_WORD_IDS], "int32")  # (batch, t)
@@ -199,7 +210,7 @@ class CausalLM(keras.Model):
         x = self._embed(ids, positions, training=training)
         for layer in self.transformer_layers:
             x = layer(x, self_attention_mask=mask, training=training)
-        return {features.LOGITS: self._logits(x)}
+        return x
 
     def init_cache(self, batch_size, max_length):
         """Empty key/value caches of every block, for `decode` / `decode_step`.
@@ -217,7 +228,7 @@ class CausalLM(keras.Model):
         return {f"layer_{i}": layer.init_cache(batch_size, max_length)
                 for i, layer in enumerate(self.transformer_layers)}
 
-    def decode(self, token_ids, index, cache, positions=None, key_mask=None):
+    def decode(self, token_ids, index, cache, positions=None, key_mask=None, project=True):
         """Runs `t` new tokens at cache slots `index + [0, t)` over the cache (a prompt's
         prefill, or one step).
 
@@ -229,6 +240,8 @@ class CausalLM(keras.Model):
             for rows whose slots hold padding before their tokens (left padding).
           key_mask: optional bool `[batch, max_length]`, False for cache slots no token
             may attend to (padding); the causal limit (slot <= own slot) applies too.
+          project: False returns the last block's output `[batch, t, hidden]` instead of
+            the logits (a prefill that needs only the cache skips the vocabulary).
 
         Returns:
           `(logits [batch, t, vocab] float32, new_cache)`: given `call`'s tokens, slot by
@@ -250,7 +263,7 @@ class CausalLM(keras.Model):
             key = f"layer_{i}"
             x, new_cache[key] = layer(x, self_attention_mask=mask, cache=cache[key],
                                       decode_index=index)
-        return self._logits(x), new_cache
+        return (self.logits(x) if project else x), new_cache
 
     def decode_step(self, token_ids, index, cache, positions=None, key_mask=None):
         """One generation step: the logits after `token_ids` at cache slot `index`.
@@ -285,8 +298,9 @@ class CausalLM(keras.Model):
             x = self.embedding_layer_norm(x)
         return self.embedding_dropout(x, training=training)
 
-    def _logits(self, x):
-        """float32 `[batch, t, vocab]`: `x` (after the final LayerNorm) on the word table."""
+    def logits(self, x):
+        """The output: `x` `[batch, t, hidden]` from `hidden_states` (after the final
+        LayerNorm, if any) projected on the word table: float32 `[batch, t, vocab]`."""
         if self.final_layer_norm is not None:
             x = self.final_layer_norm(x)
         dtype = self.compute_dtype

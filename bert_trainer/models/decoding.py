@@ -72,11 +72,13 @@ def _with_constants(step_fn, constants):
 
 
 def _decode_one_path(step_fn, initial_ids, initial_state, max_decode_length, end_id,
-                     length_penalty, initial_index, choose, constants=None):
+                     length_penalty, initial_index, choose, constants=None, max_steps=None):
     """The loop greedy search and sampling share: one sequence per row, `choose` picks the token.
 
     Args:
       choose: (logits [n, vocab] float32, index) -> token ids [n] int32.
+      max_steps: optional int32 scalar tensor: stop after that many steps (at most
+        `max_decode_length`, which fixes the shapes); the ids after it stay 0.
 
     Returns:
       (ids [n, max_decode_length] int32, scores [n] float32), as the module docstring says.
@@ -106,13 +108,15 @@ def _decode_one_path(step_fn, initial_ids, initial_state, max_decode_length, end
     loop_vars = (tf.constant(0), initial_ids, tf.zeros([n, length], tf.int32),
                  tf.zeros([n], tf.float32), tf.zeros([n], tf.int32), tf.zeros([n], tf.bool),
                  initial_state)
+    if max_steps is not None:  # a run-time limit (a SavedModel's input) within the shapes
+        length = tf.minimum(tf.cast(max_steps, tf.int32), length)
     _, _, ids, log_prob, lengths, _, _ = tf.while_loop(
         cond, body, loop_vars, maximum_iterations=length)
     return ids, log_prob / length_penalty_factor(lengths, length_penalty)
 
 
 def greedy_search(step_fn, initial_ids, initial_state, *, max_decode_length, end_id,
-                  length_penalty=0.0, initial_index=0, constants=None):
+                  length_penalty=0.0, initial_index=0, constants=None, max_steps=None):
     """The most likely token at every step, until `end_id` or `max_decode_length`.
 
     Args:
@@ -126,13 +130,16 @@ def greedy_search(step_fn, initial_ids, initial_state, *, max_decode_length, end
       initial_index: int or int32 scalar tensor, the index of the first call.
       constants: optional nest of tensors with axis 0 = n, passed unchanged to every call as
         `step_fn(ids, index, state, constants)` (None: step_fn takes three arguments).
+      max_steps: optional int32 scalar tensor, fewer steps than `max_decode_length` chosen
+        at run time (ids after it stay 0); None: `max_decode_length`.
 
     Returns:
       (ids [n, max_decode_length] int32, scores [n] float32): see the module docstring.
     """
     return _decode_one_path(step_fn, initial_ids, initial_state, max_decode_length, end_id,
                             length_penalty, initial_index,
-                            lambda logits, index: tf.argmax(logits, axis=-1), constants)
+                            lambda logits, index: tf.argmax(logits, axis=-1), constants,
+                            max_steps)
 
 
 def _filter_logits(logits, temperature, top_k, top_p):
@@ -174,7 +181,8 @@ def _check_sampling(temperature, top_k, top_p):
 
 
 def sample(step_fn, initial_ids, initial_state, *, max_decode_length, end_id, temperature=1.0,
-           top_k=0, top_p=1.0, seed=0, length_penalty=0.0, initial_index=0, constants=None):
+           top_k=0, top_p=1.0, seed=0, length_penalty=0.0, initial_index=0, constants=None,
+           max_steps=None):
     """Tokens drawn from the model's distribution, reproducibly (stateless RNG).
 
     Each step draws from softmax(logits / temperature) restricted to the top_k most likely
@@ -185,7 +193,7 @@ def sample(step_fn, initial_ids, initial_state, *, max_decode_length, end_id, te
 
     Args:
       step_fn, initial_ids, initial_state, max_decode_length, end_id, initial_index,
-        constants: as `greedy_search`.
+        constants, max_steps: as `greedy_search`.
       temperature: float >= 0; 0 picks the most likely token (greedy).
       top_k: int >= 0; 0 keeps every token.
       top_p: float in (0, 1]; 1 keeps every token.
@@ -216,7 +224,7 @@ def sample(step_fn, initial_ids, initial_state, *, max_decode_length, end_id, te
         return tf.where(temperature > 0, drawn, tf.argmax(logits, -1, tf.int32))
 
     return _decode_one_path(step_fn, initial_ids, initial_state, max_decode_length, end_id,
-                            length_penalty, initial_index, choose, constants)
+                            length_penalty, initial_index, choose, constants, max_steps)
 
 
 def tile_beams(tensor, beam_size):

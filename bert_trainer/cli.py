@@ -13,7 +13,7 @@ import sys
 import tempfile
 
 SUBCOMMANDS = {
-    "pretrain": "Pretrain a BERT encoder (masked LM + next sentence) from a gin config.",
+    "pretrain": "Pretrain a BERT encoder (masked LM) or a GPT-style causal LM from gin.",
     "finetune": "Fine-tune an encoder on a task (classification, QA, tagging).",
     "evaluate": "Evaluate a model directory on a task's eval split.",
     "predict": "Run a trained model or exported SavedModel over text.",
@@ -21,7 +21,7 @@ SUBCOMMANDS = {
     "export": "Export a text-in SavedModel for serving.",
     "convert": "Convert Hugging Face / Google BERT checkpoints to and from bert-train.",
     "vocab": "Learn a WordPiece vocabulary from text files.",
-    "create_pretraining_data": "Write sentence-pair pretraining TFRecords from text.",
+    "create_pretraining_data": "Write pretraining TFRecords (sentence pairs or causal blocks).",
 }
 
 

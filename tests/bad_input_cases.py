@@ -675,3 +675,79 @@ GENERATE_CASES = [
      [*GEN[:2], "--input={gen_root}/long_prompts.txt",
       "--output={gen_root}/old_generations.jsonl", "--overwrite"], "has 41 pieces"),
 ]
+
+
+# ------------------------------------------------------------------------------------------
+# Causal language modelling (tests/test_bad_inputs.py test_causal_lm_bad_input_refused_before_
+# anything_is_written): create_pretraining_data --objective=causal_lm (CAUSAL_DATA_CASES) and
+# pretrain with the causal objective (CAUSAL_PRETRAIN_CASES). Extra placeholders (the
+# `causal_paths` fixture): {causal_text} (60 short documents), {causal_blocks} (their blocks
+# of 64 tokens), {mlm_records} (masked-LM examples), {causal_model} (a tiny CausalLM's model
+# directory), {causal_out} (a directory nothing may appear in).
+# ------------------------------------------------------------------------------------------
+CAUSAL_DATA = ["create_pretraining_data", "--objective=causal_lm", "--input={lines.txt}",
+               "--vocab={vocab}", "--output={causal_out}/blocks-*.tfrecord"]
+CAUSAL_DATA_CASES = [
+    ("causal data block_size 1", [*CAUSAL_DATA, "--block_size=1"],
+     "--block_size=1 is too short: a block needs at least 2 tokens"),
+    ("causal data block_size 0", [*CAUSAL_DATA, "--block_size=0"],
+     "--block_size=0 is too short"),
+    ("causal data block_size beyond any model", [*CAUSAL_DATA, "--block_size=100000"],
+     "--block_size=100000 exceeds 65,536, longer than any model's positions"),
+    ("causal data empty input", [*CAUSAL_DATA, "--input={empty.tsv}"],
+     "--input={empty.tsv} produced no blocks: 0 documents make 0 tokens with separators, "
+     "fewer than --block_size=256"),
+    ("causal data input shorter than a block",
+     [*CAUSAL_DATA, "--input={causal_text}", "--block_size=4096"],
+     "--input={causal_text} produced no blocks: 60 documents make "),
+    ("causal data masked-LM flag", [*CAUSAL_DATA, "--max_seq_length=64"],
+     "--max_seq_length does not apply to --objective=causal_lm"),
+    ("masked-LM data block_size flag",
+     ["create_pretraining_data", "--input={lines.txt}", "--vocab={vocab}",
+      "--output={causal_out}/d-*.tfrecord", "--block_size=64"],
+     "--block_size does not apply to --objective=masked_lm"),
+    ("causal data unknown objective", [*CAUSAL_DATA, "--objective=gpt"],
+     "flag --objective=gpt: value should be one of <masked_lm|causal_lm>"),
+    ("causal data output without *",
+     [*CAUSAL_DATA, "--output={causal_out}/blocks.tfrecord"],
+     "--output={causal_out}/blocks.tfrecord must hold exactly one '*'"),
+]
+CAUSAL_PRETRAIN = ["pretrain", "--gin_file=configs/causal_lm/tiny.gin", "--model_dir={fresh}",
+                   "--train_data={causal_blocks}", "--vocab_file={vocab}",
+                   "--gin_param=build_causal_lm.vocab_size = 3000",
+                   "--gin_param=build_causal_lm.hidden_size = 32",
+                   "--gin_param=CausalLMConfig.block_size = 64",
+                   "--gin_param=TrainerConfig.train_steps = 2"]
+CAUSAL_PRETRAIN_CASES = [
+    ("causal pretrain block_size beyond the positions",
+     [*CAUSAL_PRETRAIN, "--gin_param=build_causal_lm.max_sequence_length = 32"],
+     "CausalLMConfig.block_size=64 exceeds the model's max_sequence_length=32"),
+    ("causal pretrain masked-LM records", [*CAUSAL_PRETRAIN, "--train_data={mlm_records}"],
+     "holds masked-LM examples, not causal-LM blocks; make it with 'bert-train "
+     "create_pretraining_data --objective=causal_lm'"),
+    ("causal pretrain blocks of another length",
+     [*CAUSAL_PRETRAIN, "--gin_param=CausalLMConfig.block_size = 32"],
+     "has blocks of 64 tokens but CausalLMConfig.block_size=32; pass "
+     "CausalLMConfig.block_size = 64"),
+    ("causal pretrain vocab of another size",
+     [*CAUSAL_PRETRAIN, "--gin_param=build_causal_lm.vocab_size = 30522"],
+     "has 3000 tokens but the model's vocab_size is 30522; set build_causal_lm.vocab_size = "
+     "3000"),
+    ("causal pretrain from a BERT checkpoint", [*CAUSAL_PRETRAIN, "--init_checkpoint={pretrained}"],
+     "--init_checkpoint={pretrained} holds a BertEncoder; the causal_lm objective "
+     "warm-starts from a CausalLM"),
+    ("masked-LM pretrain on causal blocks",
+     ["pretrain", "--gin_file=configs/smoke.gin", "--model_dir={fresh}",
+      "--gin_param=build_encoder.vocab_size = 3000", "--train_data={causal_blocks}",
+      "--vocab_file={vocab}"],
+     "holds causal-LM blocks (create_pretraining_data --objective=causal_lm), not masked-LM "
+     "examples"),
+    ("masked-LM pretrain from a causal model",
+     ["pretrain", "--gin_file=configs/smoke.gin", "--model_dir={fresh}",
+      "--train_data={mlm_records}", "--init_checkpoint={causal_model}"],
+     "--init_checkpoint={causal_model} holds a CausalLM; the masked_lm objective warm-starts "
+     "from a BERT encoder"),
+    ("pretrain unknown objective",
+     [*CAUSAL_PRETRAIN, "--gin_param=pretraining_objective.name = 'gpt'"],
+     "pretraining_objective.name='gpt' is unknown; use one of ('masked_lm', 'causal_lm')"),
+]

@@ -648,3 +648,63 @@ def test_generate_bad_input_refused_before_anything_is_written(case, args, expec
     assert {k: tree_digest(paths[k]) for k in before} == before
     assert not os.path.exists(os.path.join(paths["gen_root"], "new.jsonl"))
     assert not os.path.exists(paths["missing"])
+
+
+# ------------------------------------------------------------------------------------------
+# Causal language modelling (bad_input_cases.CAUSAL_DATA_CASES, CAUSAL_PRETRAIN_CASES).
+# ------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def causal_paths(inputs, tmp_path_factory):
+    """`inputs` plus causal blocks, masked-LM examples and an output directory to keep empty."""
+    from bert_trainer.data import causal_lm_data  # noqa: PLC0415
+    from bert_trainer.data import create_pretraining_data as cpd  # noqa: PLC0415
+
+    root = tmp_path_factory.mktemp("causal_inputs")
+    text = root / "corpus.txt"
+    text.write_text("".join(f"the film {i} was good . it was fine .\nthe end {i} .\n\n"
+                            for i in range(60)), encoding="utf-8")
+    causal_lm_data.create_causal_lm_data(
+        str(text), inputs["vocab"], str(root / "blocks" / "b-*.tfrecord"),
+        causal_lm_data.CausalDataConfig(block_size=64), progress=None)
+    cpd.create_pretraining_data(str(text), inputs["vocab"], str(root / "mlm" / "m-*.tfrecord"),
+                                cpd.PretrainingDataConfig(max_seq_length=64), progress=None)
+    (root / "out").mkdir()
+    _causal_model_dir(root / "causal_model", inputs["vocab"])
+    return {**inputs, "causal_blocks": str(root / "blocks" / "b-*.tfrecord"),
+            "causal_model": str(root / "causal_model"),
+            "mlm_records": str(root / "mlm" / "m-*.tfrecord"), "causal_out": str(root / "out"),
+            "fresh": str(root / "fresh_run"), "causal_root": str(root), "causal_text": str(text)}
+
+
+def _causal_model_dir(directory, vocab_file: str) -> None:
+    """A bert-train model directory of a tiny CausalLM (random weights) at ckpt-1."""
+    import tensorflow as tf  # noqa: PLC0415
+
+    from bert_trainer.checkpoints import layout, model_dir  # noqa: PLC0415
+    from bert_trainer.models.causal_lm import CausalLM  # noqa: PLC0415
+
+    model = CausalLM(vocab_size=3000, hidden_size=16, num_layers=1, num_attention_heads=2,
+                     inner_dim=32, max_sequence_length=64)
+    model_dir.write_model_info(str(directory), model, vocab_file=vocab_file,
+                               task={"name": "causal_lm", "family": "causal_lm",
+                                     "block_size": 64})
+    tf.train.Checkpoint(model=layout.model_trackable(model)).write(str(directory / "ckpt-1"))
+    (directory / "checkpoint").write_text('model_checkpoint_path: "ckpt-1"\n')
+
+
+CAUSAL_CASES = bad_input_cases.CAUSAL_DATA_CASES + bad_input_cases.CAUSAL_PRETRAIN_CASES
+
+
+@pytest.mark.parametrize("case, args, expected", CAUSAL_CASES, ids=[c[0] for c in CAUSAL_CASES])
+def test_causal_lm_bad_input_refused_before_anything_is_written(case, args, expected,
+                                                                causal_paths, capsys):
+    from bert_trainer import cli  # noqa: PLC0415
+
+    guarded = {d: tree_digest(causal_paths[d]) for d in ("causal_root", "pretrained")}
+    reset()
+    capsys.readouterr()
+    rc = cli.main(["bert-train", *fill(args, causal_paths)])
+    assert_one_line(case, rc, capsys.readouterr().err, fill([expected], causal_paths)[0])
+    assert {d: tree_digest(causal_paths[d]) for d in guarded} == guarded
+    assert os.listdir(causal_paths["causal_out"]) == []
+    assert not os.path.exists(causal_paths["fresh"]), "a failed run left a model_dir behind"

@@ -155,16 +155,15 @@ def test_build_model_refuses_what_does_not_fit(vocab_file, tmp_path):
         CausalLMConfig()
 
 
-def test_flops_are_counted_when_the_model_counts_them(vocab_file):
+def test_flops_counter_counts_the_training_call(vocab_file):
     task, model = make_task(vocab_file)
-    counter = task.flops_counter(model)
-    if not getattr(model, "counts_flops", False):
-        pytest.skip("CausalLM does not count its FLOPs (no training_flops)")
-    features = batch(5)
-    flops = float(counter(features, model(task.model_inputs(features), training=True)))
-    # 6 x the matmul parameters x tokens is the bulk (PaLM's count); attention adds to it.
-    params = 1 * (4 * 16 * 16 + 2 * 16 * 32) + 16 * len(VOCAB)
-    assert flops >= 6 * params * 3 * 8 * 0.9
+    features = batch(5)  # 3 blocks of 8 tokens
+    flops = float(task.flops_counter(model)(
+        features, model(task.model_inputs(features), training=True)))
+    # forward x 3: per token the layer's matmuls and the tied projection, per block attention.
+    h, f, s, vocab = 16, 32, 8, len(VOCAB)
+    forward = s * (2 * (4 * h * h + 2 * h * f) + 2 * h * vocab) + 2 * 2 * s * s * h
+    assert flops == pytest.approx(3 * 3 * forward, rel=1e-6)
 
 
 # ---------------------------------------------------------------------------- the pipeline
@@ -229,3 +228,113 @@ def test_pipeline_refuses_other_records(blocks, tmp_path, vocab_file, minilm_dir
     with pytest.raises(UserError, match="causal-LM data '.*nothing-\\*' matches no file"):
         causal_lm_pipeline.causal_lm_dataset(str(tmp_path / "nothing-*"), block_size=8,
                                              batch_size=2)
+
+
+# ------------------------------------------------------------------- warm start, gin configs
+
+
+def test_initialize_warm_starts_every_weight_from_a_causal_model_dir(vocab_file, tmp_path):
+    from bert_trainer.checkpoints import layout  # noqa: PLC0415
+    from bert_trainer.interop import resolve  # noqa: PLC0415
+
+    task, trained = make_task(vocab_file)
+    for variable in trained.weights:
+        variable.assign(variable + 0.5)
+    task.write_model_info(str(tmp_path / "run"))
+    tf.train.Checkpoint(model=layout.model_trackable(trained)).write(str(tmp_path / "run" /
+                                                                         "ckpt-7"))
+    (tmp_path / "run" / "checkpoint").write_text('model_checkpoint_path: "ckpt-7"\n')
+    checkpoint = resolve.as_resolved(str(tmp_path / "run"))
+    # As `bert-train pretrain --init_checkpoint`: the directory's model info builds the model.
+    fresh_task = CausalLMTask(CausalLMConfig(vocab_file=vocab_file, block_size=8),
+                              checkpoint.build_encoder, checkpoint=checkpoint)
+    fresh = fresh_task.build_model()
+    assert isinstance(fresh, CausalLM)
+    assert max(np.abs(a.numpy() - b.numpy()).max()
+               for a, b in zip(fresh.weights, trained.weights, strict=True)) >= 0.4
+    fresh_task.initialize(fresh, checkpoint.path)
+    for a, b in zip(fresh.weights, trained.weights, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
+
+
+@pytest.mark.parametrize("name, sizes", [
+    ("tiny", (2, 128, 2, 512, 128, 128)),
+    ("mini", (4, 256, 4, 1024, 256, 256)),
+    ("small", (6, 512, 8, 2048, 512, 256)),
+    ("gpt2_small", (12, 768, 12, 3072, 1024, 1024)),
+])
+def test_shipped_configs(name, sizes, vocab_file):
+    from bert_trainer import configurables  # noqa: PLC0415
+    from bert_trainer.commands import common  # noqa: PLC0415
+
+    common.parse_gin([f"configs/causal_lm/{name}.gin"], [], [])
+    assert configurables.pretraining_objective() == "causal_lm"
+    got = tuple(gin.query_parameter(f"build_causal_lm.{key}") for key in (
+        "num_layers", "hidden_size", "num_attention_heads", "inner_dim", "max_sequence_length"))
+    config = configurables.CausalLMConfig(vocab_file=vocab_file)
+    assert (*got, config.block_size) == sizes
+    assert gin.query_parameter("build_causal_lm.norm_first") is True
+    if name in ("tiny", "mini"):  # built: the sizes make a model (GPT-2 small's take seconds)
+        model = configurables.build_causal_lm(vocab_size=len(VOCAB))
+        assert (model.num_layers, model.hidden_size) == sizes[:2]
+
+
+# ------------------------------------------------------------------------------ strategies
+
+# Logical CPU devices must be configured before TensorFlow initializes its devices, which the
+# test process has already done: the comparison runs in a fresh interpreter.
+MIRRORED_SCRIPT = """
+import json, sys
+import numpy as np
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from bert_trainer.models.causal_lm import CausalLM
+from bert_trainer.tasks.causal_lm.task import CausalLMConfig, CausalLMTask
+from bert_trainer.training.optimization import OptimizerConfig
+from bert_trainer.training.trainer import Trainer, TrainerConfig
+
+root, vocab, blocks = sys.argv[1:4]
+
+def run(strategy, model_dir):
+    config = CausalLMConfig(train_data=blocks, eval_data=blocks, vocab_file=vocab, block_size=8,
+                            train_batch_size=8, eval_batch_size=6, shuffle_buffer=50)
+    task = CausalLMTask(config, lambda: CausalLM(
+        vocab_size=53, hidden_size=16, num_layers=1, num_attention_heads=2, inner_dim=32,
+        max_sequence_length=8, output_dropout=0.0, attention_dropout=0.0))
+    trainer = Trainer(task, model_dir, strategy=strategy,
+                      config=TrainerConfig(train_steps=4, steps_per_loop=2, summary_interval=4),
+                      optimizer=OptimizerConfig(learning_rate=1e-2, warmup_steps=1))
+    result = trainer.train_and_evaluate()
+    return result.eval, [v.numpy() for v in trainer.model.trainable_variables]
+
+one, w1 = run(None, f"{root}/one")
+two, w2 = run(tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]), f"{root}/two")
+print("RESULT " + json.dumps({"eval": [one, two], "max_weight_difference": max(
+    float(np.abs(a - b).max()) for a, b in zip(w1, w2))}))
+"""
+
+
+@pytest.mark.slow
+def test_mirrored_over_two_cpus_matches_one_device(blocks, vocab_file, tmp_path):
+    import os  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    from robust_testing import subprocess_env  # noqa: PLC0415
+
+    pattern, summary = blocks
+    proc = subprocess.run([sys.executable, "-c", MIRRORED_SCRIPT, str(tmp_path), vocab_file,
+                           pattern], env=subprocess_env(), capture_output=True, text=True,
+                          timeout=600, cwd=os.getcwd())
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    result = json.loads(lines[-1][len("RESULT "):])
+    one, two = result["eval"]
+    # The whole eval split, its last batch uneven over the two replicas: the perplexity sums
+    # token losses and counts over replicas and batches before the exp.
+    assert summary["examples"] % 6 != 0, summary["examples"]
+    for name in ("loss", "perplexity", "next_token_accuracy"):
+        assert two[name] == pytest.approx(one[name], rel=1e-5), (name, one, two)
+    assert one["perplexity"] == pytest.approx(np.exp(one["loss"]), rel=1e-5)  # full blocks
+    assert result["max_weight_difference"] < 1e-5

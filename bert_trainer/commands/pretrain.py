@@ -90,6 +90,7 @@ def _build_trainer(model_dir: str):
     derived = {}
     model_fn = configurables.build_causal_lm if causal else configurables.build_encoder
     if checkpoint is not None and checkpoint.info is not None:
+        _check_objective(checkpoint, causal)
         logging.info("Model architecture from %s (build_encoder / build_causal_lm bindings "
                      "are ignored)", checkpoint.directory)
         model_fn = checkpoint.build_encoder
@@ -113,3 +114,14 @@ def _build_trainer(model_dir: str):
     return Trainer(task_class(task_config, model_fn, checkpoint=checkpoint), model_dir,
                    config=config, optimizer=optimizer, strategy=common.get_strategy(),
                    derived_bindings=bindings)
+
+
+def _check_objective(checkpoint, causal: bool) -> None:
+    """Refuses an init checkpoint of the other objective's model (a CausalLM for masked LM)."""
+    held = checkpoint.info.encoder_class
+    if (held == "CausalLM") != causal:
+        objective = "causal_lm" if causal else "masked_lm"
+        wanted = "a CausalLM" if causal else "a BERT encoder"
+        raise UserError(f"--init_checkpoint={checkpoint.path} holds a {held}; the {objective} "
+                        f"objective warm-starts from {wanted} (pretraining_objective.name in "
+                        "the gin config picks the objective, e.g. configs/causal_lm/*.gin)")

@@ -192,7 +192,10 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         y = ops.matmul(rows, ops.reshape(kernel, (width, -1)))  # (batch * target | tokens, out)
         if dense.bias is not None:
             y = ops.add(y, ops.cast(dense.bias, self.compute_dtype))
-        return y if packing is not None else ops.reshape(y, (shape[0], shape[2], -1))
+        # The output width is spelled out: with an empty batch (a replica's share of the last
+        # eval batch) a -1 cannot be inferred from 0 elements.
+        out = dense.kernel.shape[-1]
+        return y if packing is not None else ops.reshape(y, (shape[0], shape[2], out))
 
     def _project(self, query, key, value, packing=None):
         """Q (pre-scaled), K and V, each `[batch, heads, seq, head_dim]`."""

@@ -145,8 +145,11 @@ class CausalLMTask(Task):
         """The `CausalLM` of `model_fn`, checked against the config and built."""
         model = self.model_fn()
         if not hasattr(model, "decode_step"):
-            raise UserError(f"the causal_lm objective needs a CausalLM (build_causal_lm), got "
-                            f"{type(model).__name__}")
+            source = (f"--init_checkpoint={self.checkpoint.path} holds" if self.checkpoint
+                      else "the model builder gave")
+            raise UserError(f"{source} a {type(model).__name__}, not a CausalLM; the causal_lm "
+                            "objective trains a decoder-only model (build_causal_lm, or a "
+                            "causal model directory to warm-start from)")
         c = self.config
         if c.block_size > model.max_sequence_length:
             raise UserError(f"CausalLMConfig.block_size={c.block_size} exceeds the model's "

@@ -69,7 +69,8 @@ def test_greedy_serving_equals_generate_on_the_tokenized_prompts(module, causal_
 
 def test_sampling_repeats_with_its_seed_and_changes_with_another(module):
     fn = module.function("generate")
-    args = dict(prompt=tf.constant(PROMPTS), temperature=tf.constant(1.0),
+    args = dict(prompt=tf.constant(PROMPTS), max_new_tokens=tf.constant(0),
+                temperature=tf.constant(1.0),
                 top_k=tf.constant(0), top_p=tf.constant(1.0))
     first = fn(**args, seed=tf.constant(3))["generated_ids"].numpy()
     again = fn(**args, seed=tf.constant(3))["generated_ids"].numpy()
@@ -80,6 +81,26 @@ def test_sampling_repeats_with_its_seed_and_changes_with_another(module):
     top1 = fn(**{**args, "top_k": tf.constant(1)}, seed=tf.constant(9))  # top-1: greedy too
     np.testing.assert_array_equal(greedy["generated_ids"].numpy(),
                                   top1["generated_ids"].numpy())
+
+
+def test_a_call_may_ask_for_fewer_new_pieces_than_the_bound(module, causal_dir):
+    fn = module.function("generate")
+    settings = dict(temperature=tf.constant(0.0), top_k=tf.constant(0), top_p=tf.constant(1.0),
+                    seed=tf.constant(0))
+    full = fn(prompt=tf.constant(PROMPTS), max_new_tokens=tf.constant(0), **settings)
+    short = fn(prompt=tf.constant(PROMPTS), max_new_tokens=tf.constant(5), **settings)
+    expected, _ = reference(causal_dir["model"], causal_dir["vocab"], PROMPTS, 5)
+    np.testing.assert_array_equal(short["generated_ids"].numpy()[:, :5],
+                                  expected["generated_ids"].numpy())
+    assert (short["generated_ids"].numpy()[:, 5:] == 0).all()
+    ids = full["generated_ids"].numpy()
+    np.testing.assert_array_equal(short["generated_ids"].numpy()[:, :5], ids[:, :5])
+    # 25 pieces are too many for 16 new ones (cut), not for 5: the whole prompt is read.
+    long = ["dog " * 10 + "cat " * 15]
+    whole = fn(prompt=tf.constant(long), max_new_tokens=tf.constant(5), **settings)
+    expected, _ = reference(causal_dir["model"], causal_dir["vocab"], long, 5)
+    np.testing.assert_array_equal(whole["generated_ids"].numpy()[:, :5],
+                                  expected["generated_ids"].numpy())
 
 
 def test_prompt_length_counts_sep_and_a_long_prompt_keeps_its_end(module):
@@ -160,8 +181,9 @@ def test_export_then_generate_from_the_saved_model_in_a_bare_process(causal_dir,
                            f"--model_dir={causal_dir['dir']}", f"--output={export}"],
                           capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "generate(prompt, temperature, top_k, top_p, seed)" in proc.stdout, proc.stdout
-    settings = {"temperature": 0.8, "top_k": 10, "top_p": 0.9, "seed": 5}
+    assert ("generate(prompt, max_new_tokens, temperature, top_k, top_p, seed)"
+            in proc.stdout), proc.stdout
+    settings = {"max_new_tokens": 0, "temperature": 0.8, "top_k": 10, "top_p": 0.9, "seed": 5}
     requests = [{"key": "greedy", "export": str(export), "signature": "serving_default",
                  "inputs": {"prompt": PROMPTS}},
                 {"key": "sampled", "export": str(export), "signature": "generate",
@@ -177,7 +199,7 @@ def test_export_then_generate_from_the_saved_model_in_a_bare_process(causal_dir,
     assert results["greedy"]["generated_text"] == [t.decode() for t in
                                                    greedy["generated_text"].numpy()]
     sampled = module.function("generate")(prompt=tf.constant(PROMPTS), **{
-        k: tf.constant(v, tf.int32 if k in ("top_k", "seed") else tf.float32)
+        k: tf.constant(v, tf.int32 if isinstance(v, int) else tf.float32)
         for k, v in settings.items()})
     assert results["sampled"]["generated_ids"] == sampled["generated_ids"].numpy().tolist()
     # The command on the export gives the model_dir's lines.
@@ -191,6 +213,13 @@ def test_export_then_generate_from_the_saved_model_in_a_bare_process(causal_dir,
     assert [r["generated"] for r in lines["--saved_model"]] == [
         r["generated"] for r in lines["--model_dir"]]
     assert [r["prompt"] for r in lines["--saved_model"]] == PROMPTS
+    # Fewer new pieces per call than the export's bound; more is refused in one line.
+    for flag, rc in (("--max_new_tokens=4", 0), ("--max_new_tokens=17", 2)):
+        proc = subprocess.run([sys.executable, "-m", "bert_trainer.cli", "generate",
+                               f"--saved_model={export}", flag, "--prompt=the cat sat on the"],
+                              capture_output=True, text=True, env=env, timeout=600)
+        assert proc.returncode == rc, proc.stderr[-3000:]
+    assert "--max_new_tokens=17: the export" in proc.stderr and "pass at most 16" in proc.stderr
 
 
 def test_predict_answers_prompts_as_greedy_generate_does(causal_dir, capsys, tmp_path):

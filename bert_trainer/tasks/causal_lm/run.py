@@ -70,15 +70,17 @@ class Generator:
     """A model's generation functions (in-process or loaded from an export).
 
     Attributes:
-      generate: (prompt, temperature, top_k, top_p, seed) -> serving outputs.
+      generate: (prompt, max_new_tokens, temperature, top_k, top_p, seed) -> serving outputs.
       prompt_length: (prompt) -> {prompt_length, max_prompt_length, max_new_tokens}.
       source: "--model_dir=DIR" or "--saved_model=DIR", for messages.
+      max_new_tokens: the pieces asked per call (None: the functions' bound).
       holds: what the functions need alive (a loaded SavedModel), or None.
     """
 
     generate: Callable
     prompt_length: Callable
     source: str
+    max_new_tokens: int | None = None
     holds: object = None
 
     def lengths(self, prompts: list[str]) -> tuple[np.ndarray, int, int]:
@@ -124,10 +126,11 @@ def _from_saved_model(saved_model: str, max_new_tokens: int | None) -> Generator
                           loaded.signatures[serving.PROMPT_LENGTHS],
                           f"--saved_model={saved_model}", holds=loaded)
     bound = generator.lengths([])[2]
-    if max_new_tokens is not None and max_new_tokens != bound:
+    if max_new_tokens is not None and max_new_tokens > bound:
         raise UserError(f"--max_new_tokens={max_new_tokens}: the export {saved_model} "
-                        f"generates up to {bound} pieces (fixed when it was exported); omit "
-                        "--max_new_tokens, or generate from the --model_dir")
+                        f"generates up to {bound} pieces (fixed when it was exported); pass "
+                        f"at most {bound}, or generate from the --model_dir")
+    generator.max_new_tokens = max_new_tokens
     return generator
 
 
@@ -189,21 +192,22 @@ def check_prompt_lengths(generator: Generator, prompts: list[str], batch_size: i
     """Refuses a prompt whose pieces and the new ones exceed the positions; returns the bound.
 
     Returns:
-      max_new_tokens (the generator's bound).
+      max_new_tokens (the generator's, else its bound).
     """
-    max_prompt, bound = None, None
+    new = None
     for start in range(0, len(prompts), batch_size):
         lengths, max_prompt, bound = generator.lengths(prompts[start:start + batch_size])
-        over = np.flatnonzero(lengths > max_prompt)
+        new = generator.max_new_tokens or bound
+        positions = max_prompt + bound
+        over = np.flatnonzero(lengths + new > positions)
         if over.size:
             i = start + int(over[0])
             length = int(lengths[over[0]])
             raise UserError(
                 f"prompt {i + 1} ({prompts[i][:40]!r}) has {length} pieces ([SEP] included); "
-                f"with max_new_tokens={bound} that needs {length + bound} positions, more than "
-                f"the model's {max_prompt + bound}; shorten the prompt or lower "
-                "--max_new_tokens")
-    return bound
+                f"with max_new_tokens={new} that needs {length + new} positions, more than "
+                f"the model's {positions}; shorten the prompt or lower --max_new_tokens")
+    return new
 
 
 def batch_seed(seed: int, batch_number: int) -> int:
@@ -224,6 +228,7 @@ def generate_lines(generator: Generator, prompts: list[str], write: Callable[[st
         batch = prompts[start:start + batch_size]
         out = generator.generate(
             prompt=tf.constant(batch, tf.string),
+            max_new_tokens=tf.constant(generator.max_new_tokens or 0, tf.int32),
             temperature=tf.constant(settings.temperature, tf.float32),
             top_k=tf.constant(settings.top_k, tf.int32),
             top_p=tf.constant(settings.top_p, tf.float32),

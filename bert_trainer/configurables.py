@@ -35,9 +35,8 @@ PretrainingConfig = gin.external_configurable(pretraining.PretrainingConfig,
                                               module="bert_trainer.tasks")
 CausalLMConfig = gin.external_configurable(causal_lm_task.CausalLMConfig,
                                            module="bert_trainer.tasks")
-# The pretraining objectives (what `bert-train pretrain` trains; not task families, although
-# the causal objective's models export through the family of the same name).
-MASKED_LM, CAUSAL_LM = PRETRAINING_OBJECTIVES = ("masked_lm", "causal_lm")
+PRETRAINING_OBJECTIVES = ("masked_lm", "causal_lm")
+MASKED_LM, CAUSAL_LM = PRETRAINING_OBJECTIVES  # compared by name: "causal_lm" is also a family
 
 
 @gin.configurable(module="bert_trainer.tasks")

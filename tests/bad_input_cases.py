@@ -713,9 +713,10 @@ CAUSAL_PRETRAIN_CASES = [
 # Generation (tests/test_bad_inputs.py test_generate_bad_input_refused_before_anything_is_
 # written): `bert-train generate`'s settings, prompts, sources and outputs. Placeholders:
 # {causal} a tiny causal model_dir (32 positions: 16 for the prompt by default),
-# {classifier} a fine-tuned classification model_dir, {gen_root} a directory holding
-# GENERATE_FILES, {missing} a path that does not exist. Nothing may be written: no --output
-# file appears, and {causal}, {classifier} and {gen_root} keep every byte.
+# {classifier} a fine-tuned classification model_dir ({relabelled}: a copy whose task says
+# causal_lm), {gen_root} a directory holding GENERATE_FILES, {missing} a path that does not
+# exist. Nothing may be written: no --output file appears, and the model_dirs and {gen_root}
+# keep every byte.
 # ------------------------------------------------------------------------------------------
 GENERATE_FILES = {
     "prompts.txt": "the cat sat on the\njohn lives in paris\n",
@@ -755,6 +756,10 @@ GENERATE_CASES = [
      ["generate", "--model_dir={classifier}", "--prompt=a", f"--output={GEN_OUT}"],
      "--model_dir={classifier} is not a causal language model (it was trained for task "
      "'toy_classification')"),
+    ("generate from a BERT model_dir labelled causal_lm",
+     ["generate", "--model_dir={relabelled}", "--prompt=a", f"--output={GEN_OUT}"],
+     "{relabelled}/bert_train.json: the encoder is a BertEncoder, not a causal language model "
+     "(CausalLM)"),
     ("generate from a missing model_dir",
      ["generate", "--model_dir={missing}", "--prompt=a", f"--output={GEN_OUT}"],
      "{missing}/bert_train.json does not exist"),
@@ -784,3 +789,4 @@ GENERATE_CASES = [
      [*GEN[:2], "--input={gen_root}/long_prompts.txt",
       "--output={gen_root}/old_generations.jsonl", "--overwrite"], "has 41 pieces"),
 ]
+

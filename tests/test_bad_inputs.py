@@ -743,9 +743,15 @@ def generate_paths(tmp_path_factory):
     files.mkdir()
     for name, text in bad_input_cases.GENERATE_FILES.items():
         (files / name).write_bytes(text.encode("latin-1" if "latin1" in name else "utf-8"))
+    relabelled = root / "relabelled_run"  # a BERT classifier whose task says causal_lm
+    shutil.copytree(classifier, relabelled)
+    info = json.loads((relabelled / "bert_train.json").read_text())
+    info["task"] = {"name": "causal_lm", "family": "causal_lm"}
+    (relabelled / "bert_train.json").write_text(json.dumps(info))
     paths = {"causal": causal, "classifier": str(classifier), "gen_root": str(files),
-             "missing": str(root / "missing")}
-    return paths, {k: tree_digest(paths[k]) for k in ("causal", "classifier", "gen_root")}
+             "relabelled": str(relabelled), "missing": str(root / "missing")}
+    guarded = ("causal", "classifier", "gen_root", "relabelled")
+    return paths, {k: tree_digest(paths[k]) for k in guarded}
 
 
 @pytest.mark.parametrize("case, args, expected", bad_input_cases.GENERATE_CASES,
@@ -761,3 +767,4 @@ def test_generate_bad_input_refused_before_anything_is_written(case, args, expec
     assert {k: tree_digest(paths[k]) for k in before} == before
     assert not os.path.exists(os.path.join(paths["gen_root"], "new.jsonl"))
     assert not os.path.exists(paths["missing"])
+

@@ -69,7 +69,8 @@ def test_greedy_serving_equals_generate_on_the_tokenized_prompts(module, causal_
 
 def test_sampling_repeats_with_its_seed_and_changes_with_another(module):
     fn = module.function("generate")
-    args = dict(prompt=tf.constant(PROMPTS), temperature=tf.constant(1.0),
+    args = dict(prompt=tf.constant(PROMPTS), max_new_tokens=tf.constant(0),
+                temperature=tf.constant(1.0),
                 top_k=tf.constant(0), top_p=tf.constant(1.0))
     first = fn(**args, seed=tf.constant(3))["generated_ids"].numpy()
     again = fn(**args, seed=tf.constant(3))["generated_ids"].numpy()
@@ -80,6 +81,26 @@ def test_sampling_repeats_with_its_seed_and_changes_with_another(module):
     top1 = fn(**{**args, "top_k": tf.constant(1)}, seed=tf.constant(9))  # top-1: greedy too
     np.testing.assert_array_equal(greedy["generated_ids"].numpy(),
                                   top1["generated_ids"].numpy())
+
+
+def test_a_call_may_ask_for_fewer_new_pieces_than_the_bound(module, causal_dir):
+    fn = module.function("generate")
+    settings = dict(temperature=tf.constant(0.0), top_k=tf.constant(0), top_p=tf.constant(1.0),
+                    seed=tf.constant(0))
+    full = fn(prompt=tf.constant(PROMPTS), max_new_tokens=tf.constant(0), **settings)
+    short = fn(prompt=tf.constant(PROMPTS), max_new_tokens=tf.constant(5), **settings)
+    expected, _ = reference(causal_dir["model"], causal_dir["vocab"], PROMPTS, 5)
+    np.testing.assert_array_equal(short["generated_ids"].numpy()[:, :5],
+                                  expected["generated_ids"].numpy())
+    assert (short["generated_ids"].numpy()[:, 5:] == 0).all()
+    ids = full["generated_ids"].numpy()
+    np.testing.assert_array_equal(short["generated_ids"].numpy()[:, :5], ids[:, :5])
+    # 25 pieces are too many for 16 new ones (cut), not for 5: the whole prompt is read.
+    long = ["dog " * 10 + "cat " * 15]
+    whole = fn(prompt=tf.constant(long), max_new_tokens=tf.constant(5), **settings)
+    expected, _ = reference(causal_dir["model"], causal_dir["vocab"], long, 5)
+    np.testing.assert_array_equal(whole["generated_ids"].numpy()[:, :5],
+                                  expected["generated_ids"].numpy())
 
 
 def test_prompt_length_counts_sep_and_a_long_prompt_keeps_its_end(module):
@@ -160,8 +181,9 @@ def test_export_then_generate_from_the_saved_model_in_a_bare_process(causal_dir,
                            f"--model_dir={causal_dir['dir']}", f"--output={export}"],
                           capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "generate(prompt, temperature, top_k, top_p, seed)" in proc.stdout, proc.stdout
-    settings = {"temperature": 0.8, "top_k": 10, "top_p": 0.9, "seed": 5}
+    assert ("generate(prompt, max_new_tokens, temperature, top_k, top_p, seed)"
+            in proc.stdout), proc.stdout
+    settings = {"max_new_tokens": 0, "temperature": 0.8, "top_k": 10, "top_p": 0.9, "seed": 5}
     requests = [{"key": "greedy", "export": str(export), "signature": "serving_default",
                  "inputs": {"prompt": PROMPTS}},
                 {"key": "sampled", "export": str(export), "signature": "generate",
@@ -177,7 +199,7 @@ def test_export_then_generate_from_the_saved_model_in_a_bare_process(causal_dir,
     assert results["greedy"]["generated_text"] == [t.decode() for t in
                                                    greedy["generated_text"].numpy()]
     sampled = module.function("generate")(prompt=tf.constant(PROMPTS), **{
-        k: tf.constant(v, tf.int32 if k in ("top_k", "seed") else tf.float32)
+        k: tf.constant(v, tf.int32 if isinstance(v, int) else tf.float32)
         for k, v in settings.items()})
     assert results["sampled"]["generated_ids"] == sampled["generated_ids"].numpy().tolist()
     # The command on the export gives the model_dir's lines.
@@ -191,3 +213,78 @@ def test_export_then_generate_from_the_saved_model_in_a_bare_process(causal_dir,
     assert [r["generated"] for r in lines["--saved_model"]] == [
         r["generated"] for r in lines["--model_dir"]]
     assert [r["prompt"] for r in lines["--saved_model"]] == PROMPTS
+    # Fewer new pieces per call than the export's bound; more is refused in one line.
+    for flag, rc in (("--max_new_tokens=4", 0), ("--max_new_tokens=17", 2)):
+        proc = subprocess.run([sys.executable, "-m", "bert_trainer.cli", "generate",
+                               f"--saved_model={export}", flag, "--prompt=the cat sat on the"],
+                              capture_output=True, text=True, env=env, timeout=600)
+        assert proc.returncode == rc, proc.stderr[-3000:]
+    assert "--max_new_tokens=17: the export" in proc.stderr and "pass at most 16" in proc.stderr
+
+
+def test_predict_answers_prompts_as_greedy_generate_does(causal_dir, capsys, tmp_path):
+    from bert_trainer import cli  # noqa: PLC0415
+
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("".join(p + "\n" for p in PROMPTS if p), encoding="utf-8")
+    capsys.readouterr()
+    assert cli.main(["bert-train", "predict", f"--model_dir={causal_dir['dir']}",
+                     f"--input={prompts}"]) == 0
+    predicted = jsonl(capsys.readouterr().out)
+    rc, out, err = run_cli([f"--model_dir={causal_dir['dir']}", f"--input={prompts}"], capsys)
+    assert rc == 0, err
+    generated = jsonl(out)
+    assert [r["prompt"] for r in predicted] == [p for p in PROMPTS if p]
+    assert [r["generated"] for r in predicted] == [r["generated"] for r in generated]
+    assert [r["line"] for r in predicted] == [1, 2, 3]
+
+
+DOCUMENTS = ["the cat sat on the mat .\nthe dog sat on the mat .",
+             "john lives in paris .\nmary lives in london .",
+             "a very good film .\nthe film was fine ."]
+
+
+@pytest.mark.slow
+def test_pretrain_generate_export_generate_from_the_export(tmp_path):
+    """The whole chain through the CLI: causal data, a tiny pretrain, generate, export."""
+    from export_testing import write_vocab  # noqa: PLC0415
+
+    env = subprocess_env()
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n\n".join(DOCUMENTS * 20) + "\n", encoding="utf-8")
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("the cat sat\njohn lives in\n", encoding="utf-8")
+    run_dir, export = tmp_path / "run", tmp_path / "export"
+    vocab_size = len(open(vocab, encoding="utf-8").read().split())
+    steps = [
+        ["create_pretraining_data", "--objective=causal_lm", f"--input={corpus}",
+         f"--vocab={vocab}", f"--output={tmp_path}/data/train-*.tfrecord", "--block_size=16",
+         "--num_shards=1"],
+        ["pretrain", "--gin_file=configs/causal_lm/tiny.gin", f"--model_dir={run_dir}",
+         f"--train_data={tmp_path}/data/train-*.tfrecord", f"--vocab_file={vocab}",
+         f"--gin_param=build_causal_lm.vocab_size = {vocab_size}",
+         "--gin_param=build_causal_lm.hidden_size = 32",
+         "--gin_param=build_causal_lm.inner_dim = 64",
+         "--gin_param=build_causal_lm.max_sequence_length = 32",
+         "--gin_param=CausalLMConfig.block_size = 16",
+         "--gin_param=CausalLMConfig.train_batch_size = 8",
+         "--gin_param=TrainerConfig.train_steps = 40",
+         "--gin_param=TrainerConfig.steps_per_loop = 20"],
+        ["generate", f"--model_dir={run_dir}", f"--input={prompts}",
+         f"--output={tmp_path}/from_run.jsonl"],
+        ["export", f"--model_dir={run_dir}", f"--output={export}"],
+        ["generate", f"--saved_model={export}", f"--input={prompts}",
+         f"--output={tmp_path}/from_export.jsonl"],
+    ]
+    for args in steps:
+        proc = subprocess.run([sys.executable, "-m", "bert_trainer.cli", *args],
+                              capture_output=True, text=True, env=env, timeout=600)
+        assert proc.returncode == 0, f"{args[0]}: {proc.stderr[-3000:]}"
+    from_run = jsonl((tmp_path / "from_run.jsonl").read_text())
+    from_export = jsonl((tmp_path / "from_export.jsonl").read_text())
+    assert [r["prompt"] for r in from_run] == ["the cat sat", "john lives in"]
+    assert [r["generated"] for r in from_export] == [r["generated"] for r in from_run]
+    for a, b in zip(from_export, from_run, strict=True):
+        assert a["score"] == pytest.approx(b["score"], abs=1e-3)
+    assert all(r["generated"] and r["score"] < 0 for r in from_run), from_run

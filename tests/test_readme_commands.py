@@ -141,7 +141,7 @@ def readme_run(tmp_path_factory):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
                PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
     run = subprocess.run(["bash", "-c", _script(commands)], cwd=root, env=env, text=True,
-                         capture_output=True, timeout=900)
+                         capture_output=True, timeout=1800)
     outputs = dict(re.findall(r"^@@ (\d+)\n(.*?)(?=^@@ \d+\n|\Z)", run.stdout, flags=re.S | re.M))
     return commands, root, run, {int(k): v for k, v in outputs.items()}
 
@@ -207,7 +207,7 @@ def test_the_causal_lm_generates_text_from_the_run_and_its_export(readme_run):
                                              "--prompt=\"the government\"").strip())
     exported = [json.loads(line) for line in
                 (root / "runs/examples/gpt_generations.jsonl").read_text().splitlines()]
-    # Greedy from the export (its default bound) continues the prompt as the model_dir does.
+    # Greedy from the export continues the prompt as the model_dir does.
     assert len(exported) == 1 and exported[0]["prompt"] == greedy[0]["prompt"]
     assert exported[0]["generated"] == greedy[0]["generated"]
     assert exported[0]["score"] == pytest.approx(greedy[0]["score"], abs=1e-3)

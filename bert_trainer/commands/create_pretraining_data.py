@@ -22,10 +22,6 @@ from bert_trainer.commands.shared_flags import Usage
 from bert_trainer.data import text_corpus
 from bert_trainer.errors import UserError
 
-# The pretraining objectives whose records this command writes (as `bert-train pretrain`'s
-# `pretraining_objective.name`).
-MASKED_LM, CAUSAL_LM = OBJECTIVES = ("masked_lm", "causal_lm")
-
 SHARED_FLAGS = shared_flags.declare(
     __name__,
     input=Usage(None, "Text files: comma-separated list and/or globs."),
@@ -38,7 +34,10 @@ SHARED_FLAGS = shared_flags.declare(
     seed=Usage(12345, "Random seed; the same seed and input give the same files (causal_lm: "
                "it shuffles the blocks)."))
 flags.DEFINE_string("vocab", None, "The WordPiece vocab.txt.")
-flags.DEFINE_enum("objective", MASKED_LM, OBJECTIVES,
+# The objectives (configurables.PRETRAINING_OBJECTIVES, not imported: it loads TensorFlow);
+# compared by name, since "causal_lm" is also a task family's.
+MASKED_LM, CAUSAL_LM = "masked_lm", "causal_lm"
+flags.DEFINE_enum("objective", MASKED_LM, (MASKED_LM, CAUSAL_LM),
                   "masked_lm: BERT's sentence pairs; causal_lm: documents packed into blocks "
                   "of --block_size tokens for next-token prediction.")
 flags.DEFINE_integer("block_size", 256, "Tokens per block (causal_lm): the model's training "

@@ -6,8 +6,9 @@
 The SavedModel holds the tokenizer (vocab.txt as an asset) and the post-processing, so it
 answers raw strings and needs only tensorflow + tensorflow-text to run. Signatures:
 serving_default (text in: classification/regression `text[, text_b]`, QA `question, context`,
-tagging `text`), serving_ids and encode (token ids in). A pretraining model directory exports
-`encode` only. See bert_trainer/export/__init__.py for every input and output.
+tagging `text`, a causal LM `prompt`), serving_ids and encode (token ids in). A pretraining
+model directory exports `encode` only; a causal LM's export generates (see `bert-train
+generate --saved_model`). See bert_trainer/export/__init__.py for every input and output.
 """
 
 from absl import flags

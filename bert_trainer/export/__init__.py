@@ -12,6 +12,13 @@ An export answers raw strings in any process that has `tensorflow` and `tensorfl
                                                         entity_start, entity_end [b, E] int32,
                                                         num_entities [b] int32 (padded, see
                                                         `tagging_serving`)
+    causal_lm       serving_default(prompt) (greedy), generate(prompt, temperature, top_k,
+                    top_p, seed)                     -> generated_text [b] string,
+                                                        generated_ids [b, N] int32,
+                                                        generated_length [b] int32, score [b]
+                                                        float32; prompt_length(prompt) (see
+                                                        tasks/causal_lm/serving.py; no
+                                                        serving_ids or encode)
     every family    serving_ids(input_word_ids, input_mask, input_type_ids) -> the task model's
                                                         raw outputs (logits, ...)
                     encode(input_word_ids, input_mask, input_type_ids) -> sequence_output

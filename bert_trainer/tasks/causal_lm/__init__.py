@@ -1,5 +1,6 @@
 """Causal language modelling (GPT-style): next-token pretraining, generation and its export.
 
+  task.py      `CausalLMTask`: next-token loss, perplexity, next-token accuracy (pretrain)
   family.py    `CausalLMFamily`: rebuilds the model for export and generate, writes answers
   serving.py   `CausalLMServing`: prompt strings in, generated strings, ids and scores out
   run.py       `bert-train generate`: prompts from flags, a file or stdin to JSON lines

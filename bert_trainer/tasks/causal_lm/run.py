@@ -70,14 +70,18 @@ class Generator:
     """A model's generation functions (in-process or loaded from an export).
 
     Attributes:
-      generate: (prompt, temperature, top_k, top_p, seed) -> serving outputs.
+      generate: (prompt, max_new_tokens, temperature, top_k, top_p, seed) -> serving outputs.
       prompt_length: (prompt) -> {prompt_length, max_prompt_length, max_new_tokens}.
       source: "--model_dir=DIR" or "--saved_model=DIR", for messages.
+      max_new_tokens: the pieces asked per call (None: the functions' bound).
+      holds: what the functions need alive (a loaded SavedModel), or None.
     """
 
     generate: Callable
     prompt_length: Callable
     source: str
+    max_new_tokens: int | None = None
+    holds: object = None
 
     def lengths(self, prompts: list[str]) -> tuple[np.ndarray, int, int]:
         """(pieces of each prompt, max prompt pieces, max_new_tokens)."""
@@ -90,15 +94,13 @@ class Generator:
 def _from_model_dir(model_dir: str, checkpoint: str | None,
                     max_new_tokens: int | None) -> Generator:
     info = model_dir_lib.read_model_info(model_dir)
-    where = os.path.join(model_dir, model_dir_lib.MODEL_INFO_FILE)
     task = info.task or {}
     if task.get("family") != family_lib.CausalLMFamily.name:
         trained = f"task '{task['name']}'" if task.get("name") else "masked LM pretraining"
         raise UserError(f"--model_dir={model_dir} is not a causal language model (it was "
                         f"trained for {trained}); generate from a model_dir pretrained with "
                         "--gin_file=configs/causal_lm/mini.gin")
-    family_lib.check_causal(model_dir_lib.build_encoder(info), where)
-    module = exporter.build_serving_module(model_dir, checkpoint=checkpoint)
+    module = exporter.build_serving_module(model_dir, checkpoint=checkpoint)  # checks the model
     if max_new_tokens is not None:
         if max_new_tokens >= module.seq_length:
             raise UserError(f"--max_new_tokens={max_new_tokens} leaves no position for the "
@@ -122,13 +124,13 @@ def _from_saved_model(saved_model: str, max_new_tokens: int | None) -> Generator
                         "it is not the export of a causal language model")
     generator = Generator(loaded.signatures[serving.GENERATE],
                           loaded.signatures[serving.PROMPT_LENGTHS],
-                          f"--saved_model={saved_model}")
+                          f"--saved_model={saved_model}", holds=loaded)
     bound = generator.lengths([])[2]
-    if max_new_tokens is not None and max_new_tokens != bound:
+    if max_new_tokens is not None and max_new_tokens > bound:
         raise UserError(f"--max_new_tokens={max_new_tokens}: the export {saved_model} "
-                        f"generates up to {bound} pieces (fixed when it was exported); omit "
-                        "--max_new_tokens, or generate from the --model_dir")
-    generator.loaded = loaded  # keeps the loaded object (and its variables) alive
+                        f"generates up to {bound} pieces (fixed when it was exported); pass "
+                        f"at most {bound}, or generate from the --model_dir")
+    generator.max_new_tokens = max_new_tokens
     return generator
 
 
@@ -169,6 +171,8 @@ def read_prompts(prompts: list[str] | None, input_path: str | None) -> list[str]
     if input_path not in (None, "-") and not os.path.isfile(input_path):
         raise UserError(f"--input={input_path} does not exist; pass a file of prompts (one a "
                         "line) or - for stdin")
+    if source == "<stdin>" and sys.stdin.isatty():
+        print("generate: reading prompts from stdin, one a line (Ctrl-D ends)", file=sys.stderr)
     with contextlib.ExitStack() as stack:
         reader = (sys.stdin.buffer if source == "<stdin>"
                   else stack.enter_context(open(input_path, "rb")))
@@ -188,21 +192,22 @@ def check_prompt_lengths(generator: Generator, prompts: list[str], batch_size: i
     """Refuses a prompt whose pieces and the new ones exceed the positions; returns the bound.
 
     Returns:
-      max_new_tokens (the generator's bound).
+      max_new_tokens (the generator's, else its bound).
     """
-    max_prompt, bound = None, None
+    new = None
     for start in range(0, len(prompts), batch_size):
         lengths, max_prompt, bound = generator.lengths(prompts[start:start + batch_size])
-        over = np.flatnonzero(lengths > max_prompt)
+        new = generator.max_new_tokens or bound
+        positions = max_prompt + bound
+        over = np.flatnonzero(lengths + new > positions)
         if over.size:
             i = start + int(over[0])
             length = int(lengths[over[0]])
             raise UserError(
                 f"prompt {i + 1} ({prompts[i][:40]!r}) has {length} pieces ([SEP] included); "
-                f"with max_new_tokens={bound} that needs {length + bound} positions, more than "
-                f"the model's {max_prompt + bound}; shorten the prompt or lower "
-                "--max_new_tokens")
-    return bound
+                f"with max_new_tokens={new} that needs {length + new} positions, more than "
+                f"the model's {positions}; shorten the prompt or lower --max_new_tokens")
+    return new
 
 
 def batch_seed(seed: int, batch_number: int) -> int:
@@ -223,6 +228,7 @@ def generate_lines(generator: Generator, prompts: list[str], write: Callable[[st
         batch = prompts[start:start + batch_size]
         out = generator.generate(
             prompt=tf.constant(batch, tf.string),
+            max_new_tokens=tf.constant(generator.max_new_tokens or 0, tf.int32),
             temperature=tf.constant(settings.temperature, tf.float32),
             top_k=tf.constant(settings.top_k, tf.int32),
             top_p=tf.constant(settings.top_p, tf.float32),

@@ -9,8 +9,10 @@ runs with tensorflow and tensorflow-text only.
 Signatures (b prompts):
 
   serving_default(prompt string [b])            greedy
-  generate(prompt string [b], temperature float32 [], top_k int32 [], top_p float32 [],
-           seed int32 [])                        greedy at temperature 0, else sampled
+  generate(prompt string [b], max_new_tokens int32 [], temperature float32 [],
+           top_k int32 [], top_p float32 [], seed int32 [])
+                                                 greedy at temperature 0, else sampled;
+                                                 max_new_tokens <= 0: the export's bound
       -> generated_text string [b], generated_ids int32 [b, max_new_tokens] (0 after the
          end), generated_length int32 [b], score float32 [b] (the model's log-probability
          of the generated pieces)
@@ -18,9 +20,11 @@ Signatures (b prompts):
       -> prompt_length int32 [b] (pieces, [SEP] included, before any cut),
          max_prompt_length int32 [], max_new_tokens int32 []
 
-`max_new_tokens` is fixed when the module is built (the cache has static shapes); a prompt
-then keeps its last `max_prompt_length - 1` pieces (= seq_length - max_new_tokens - 1), the
-text nearest the continuation. `bert-train generate` refuses a longer prompt instead.
+The module's `max_new_tokens` is fixed when it is built (the cache has static shapes); a call
+may ask for fewer (`generate`'s max_new_tokens, clipped to the bound: the loop stops there).
+A prompt keeps its last `seq_length - n - 1` pieces for n new ones (at the bound:
+`max_prompt_length - 1`), the text nearest the continuation. `bert-train generate` refuses a
+longer prompt instead.
 """
 
 import tensorflow as tf
@@ -70,7 +74,8 @@ class CausalLMServing(TaskServing):
 
     def _specs(self) -> dict:
         # No encode / serving_ids: a causal LM has no pooled output nor segment inputs.
-        settings = [tf.TensorSpec([], tf.float32, name="temperature"),
+        settings = [tf.TensorSpec([], tf.int32, name="max_new_tokens"),
+                    tf.TensorSpec([], tf.float32, name="temperature"),
                     tf.TensorSpec([], tf.int32, name="top_k"),
                     tf.TensorSpec([], tf.float32, name="top_p"),
                     tf.TensorSpec([], tf.int32, name="seed")]
@@ -91,21 +96,30 @@ class CausalLMServing(TaskServing):
                 MAX_NEW_TOKENS: tf.constant(self.max_new_tokens, tf.int32)}
 
     def _greedy(self, prompt):
-        return self._generate(prompt, 0.0, 0, 1.0, 0)
+        return self._generate(prompt, 0, 0.0, 0, 1.0, 0)
 
-    def _generate(self, prompt, temperature, top_k, top_p, seed):
+    def _generate(self, prompt, max_new_tokens, temperature, top_k, top_p, seed):
         if self.max_prompt_length < 1:
             raise ValueError(f"max_new_tokens={self.max_new_tokens} leaves no position for a "
                              f"prompt (seq_length={self.seq_length})")
-        ids = self._prompt_pieces(prompt)
-        # A long prompt keeps [SEP] and its last pieces: the text the continuation follows.
-        keep = self.max_prompt_length - 1
-        ids = tf.concat([ids[:, :1], ids[:, 1:][:, -keep:]], axis=1) if keep else ids[:, :1]
+        bound = self.max_new_tokens
+        limit = tf.cast(max_new_tokens, tf.int32)
+        limit = tf.where(limit > 0, tf.minimum(limit, bound), bound)  # (): the new pieces
+        pieces = tf.cast(self.tokenizer.tokenize(prompt), tf.int32)  # (b, (p))
+        # A long prompt keeps its last pieces: the text the continuation follows.
+        count = tf.cast(pieces.row_lengths(), tf.int32)
+        first = tf.maximum(count - (self.seq_length - limit - 1), 0)  # (b,) first kept piece
+        index = tf.ragged.range(count)
+        kept = index.with_flat_values(index.flat_values
+                                      >= tf.gather(first, index.value_rowids()))
+        pieces = tf.ragged.boolean_mask(pieces, kept)
+        sep = tf.fill([pieces.nrows(), 1], tf.constant(self.tokenizer.sep_id, tf.int32))
+        ids = tf.concat([tf.RaggedTensor.from_tensor(sep), pieces], axis=1)  # [SEP] pieces
         lengths = tf.cast(ids.row_lengths(), tf.int32)
-        out = generate(self.model, ids.to_tensor(0), lengths,
-                       max_new_tokens=self.max_new_tokens, end_id=self.tokenizer.sep_id,
+        out = generate(self.model, ids.to_tensor(0), lengths, max_new_tokens=bound,
+                       new_token_limit=limit, end_id=self.tokenizer.sep_id,
                        temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
-        generated = out["generated_ids"]  # (b, max_new_tokens), 0 after the end
+        generated = out["generated_ids"]  # (b, max_new_tokens), 0 after the end or the limit
         return {GENERATED_TEXT: self.tokenizer.detokenize(generated),
                 GENERATED_IDS: generated,
                 GENERATED_LENGTH: out["generated_lengths"],

@@ -20,8 +20,9 @@ from robust_testing import TESTS, subprocess_env
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import UserError
 from bert_trainer.export import exporter
+from bert_trainer.export import generate as run
 from bert_trainer.models.causal_generation import generate
-from bert_trainer.tasks.causal_lm import run, serving
+from bert_trainer.tasks.causal_lm import serving
 
 
 @pytest.fixture(scope="module")

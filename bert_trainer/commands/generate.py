@@ -8,7 +8,7 @@ Prompts come from --prompt (repeatable), --input (one prompt a line) or stdin. G
 --temperature=0 (the default), else sampled with --top_k/--top_p; the same --seed, prompts and
 --batch_size give the same text. Generation stops at the end token ([SEP]) or after
 --max_new_tokens pieces. Output lines: {"prompt", "generated", "score"}. See
-bert_trainer/tasks/causal_lm/run.py.
+bert_trainer/export/generate.py.
 """
 
 import sys
@@ -17,7 +17,7 @@ from absl import flags
 
 from bert_trainer.commands import shared_flags
 from bert_trainer.commands.shared_flags import Usage
-from bert_trainer.tasks.causal_lm import run
+from bert_trainer.export import generate as run
 
 SHARED_FLAGS = shared_flags.declare(
     __name__,

@@ -3,7 +3,9 @@
   task.py      `CausalLMTask`: next-token loss, perplexity, next-token accuracy (pretrain)
   family.py    `CausalLMFamily`: rebuilds the model for export and generate, writes answers
   serving.py   `CausalLMServing`: prompt strings in, generated strings, ids and scores out
-  run.py       `bert-train generate`: prompts from flags, a file or stdin to JSON lines
+
+`bert-train generate` (prompts from flags, a file or stdin to JSON lines) runs that serving
+module from `bert_trainer/export/generate.py`, beside `predict`.
 """
 
 from bert_trainer.tasks.causal_lm.family import CausalLMFamily

@@ -719,6 +719,7 @@ CAUSAL_PRETRAIN_CASES = [
 # keep every byte.
 # ------------------------------------------------------------------------------------------
 GENERATE_FILES = {
+    "train.tsv": "text\tlabel\ngood film\t1\nbad film\t0\n",
     "prompts.txt": "the cat sat on the\njohn lives in paris\n",
     "long_prompts.txt": "the cat\n" + "cat " * 40 + "\n",
     "gen_notes.txt": "my notes\n",
@@ -752,6 +753,11 @@ GENERATE_CASES = [
      "--temperature=-0.5 must be >= 0 (0: greedy)"),
     ("generate negative seed", [*GEN, "--seed=-3", f"--output={GEN_OUT}"],
      "--seed=-3 must be in [0, 2147483647]"),
+    ("finetune from a causal model_dir",
+     ["finetune", "--task=classification", "--train_file={gen_root}/train.tsv",
+      "--init_checkpoint={causal}", "--model_dir={missing}"],
+     "--init_checkpoint={causal} holds a causal language model (CausalLM), not a BERT "
+     "encoder; fine-tuning starts from a masked-LM encoder"),
     ("generate from a classifier",
      ["generate", "--model_dir={classifier}", "--prompt=a", f"--output={GEN_OUT}"],
      "--model_dir={classifier} is not a causal language model (it was trained for task "

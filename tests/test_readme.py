@@ -25,6 +25,28 @@ def test_readme_classifier_example_builds_and_trains():
     assert np.isfinite(loss)
 
 
+@pytest.mark.slow  # builds two models and decodes in this process
+def test_readme_decoder_examples_translate_and_generate():
+    blocks = _python_blocks((REPO / "README.md").read_text())
+    assert len(blocks) >= 3, "README.md lost its decoder examples"
+    namespace: dict = {}
+    exec(blocks[1], namespace)  # noqa: S102 - the README is ours
+    assert namespace["logits"].shape == (1, 3, 1000)
+    out = namespace["out"]
+    assert out["decoded_ids"].shape == (1, 8) and out["decoded_scores"].shape == (1,)
+    exec(blocks[2], namespace)  # noqa: S102
+    assert namespace["logits"].shape == (1, 4, 1000)
+    greedy, sampled = namespace["greedy"], namespace["sampled"]
+    for result in (greedy, sampled):
+        assert result["generated_ids"].shape == (2, 8)
+        assert result["generated_ids"].dtype == np.int32
+        assert np.all(result["generated_lengths"].numpy() <= 8)
+    # The greedy continuation is the argmax of the model's own logits at each new position.
+    gpt, prompt = namespace["gpt"], np.array([[3, 17, 25]], "int32")
+    first = int(np.argmax(gpt({"input_word_ids": prompt})["logits"][0, -1, 1:])) + 1  # no [PAD]
+    assert int(greedy["generated_ids"][0, 0]) == (0 if first == 3 else first)  # 3: the end
+
+
 def test_readme_commands_are_make_targets():
     readme = (REPO / "README.md").read_text()
     makefile = (REPO / "Makefile").read_text()

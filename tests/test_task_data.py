@@ -154,6 +154,6 @@ def test_wrong_format_and_missing_source(tmp_path):
     with pytest.raises(UserError, match="task 'mine' has no TFDS source; pass its train data "
                                         "with --train_file"):
         registry.local_task_data("mine", "regression").load("train")
-    with pytest.raises(UserError, match="unknown task family 'ner'; known: classification, "
-                                        "regression, squad, tagging"):
+    with pytest.raises(UserError, match="unknown task family 'ner'; known: causal_lm, "
+                                        "classification, regression, squad, tagging, translate"):
         registry.local_task_data("mine", "ner")

@@ -7,6 +7,7 @@ transformers (scripts/make_gpt2_golden.py; torch is not a test dependency).
 
 import json
 import os
+import re
 import shutil
 
 import keras
@@ -146,42 +147,50 @@ def test_split_qkv_on_a_constructed_case():
 # ------------------------------------------------------------------ refusals
 
 
-def _one_line_error(path, match):
-    with pytest.raises(UserError, match=match) as info:
+def _refusal(path) -> str:
+    """The UserError message reading the GPT-2 weights at `path` gives."""
+    with pytest.raises(UserError) as info:
         gpt2.read_gpt2(path)
-    assert "\n" not in str(info.value)
     return str(info.value)
 
 
 def test_a_missing_tensor_is_named(tmp_path):
     tensors = _tensors()
     del tensors["transformer.h.1.mlp.c_fc.bias"]
-    _one_line_error(_copy(tmp_path, tensors), r"lacks h\.1\.mlp\.c_fc\.bias \(1 of 28")
+    message = _refusal(_copy(tmp_path, tensors))
+    assert re.search(r"lacks h\.1\.mlp\.c_fc\.bias \(1 of 28", message), message
+    assert "\n" not in message
 
 
 def test_a_wrong_shape_is_named(tmp_path):
     tensors = _tensors()
     tensors["transformer.h.0.attn.c_attn.weight"] = np.zeros((32, 64), np.float32)
-    _one_line_error(_copy(tmp_path, tensors),
-                    r"h\.0\.attn\.c_attn\.weight has shape \(32, 64\) but the config implies "
-                    r"\(32, 96\)")
+    message = _refusal(_copy(tmp_path, tensors))
+    assert re.search(r"h\.0\.attn\.c_attn\.weight has shape \(32, 64\) but the config implies "
+                     r"\(32, 96\)", message), message
+    assert "\n" not in message
 
 
 def test_an_unknown_tensor_is_named(tmp_path):
     tensors = _tensors()
     tensors["score.weight"] = np.zeros((2, 32), np.float32)
-    _one_line_error(_copy(tmp_path, tensors), r"unexpected tensor score\.weight")
+    message = _refusal(_copy(tmp_path, tensors))
+    assert re.search(r"unexpected tensor score\.weight", message), message
+    assert "\n" not in message
 
 
 def test_a_layer_count_mismatch_names_n_layer(tmp_path):
-    _one_line_error(_copy(tmp_path, config_changes={"n_layer": 1}),
-                    r"says n_layer=1 but .* holds 2 layers")
+    message = _refusal(_copy(tmp_path, config_changes={"n_layer": 1}))
+    assert re.search(r"says n_layer=1 but .* holds 2 layers", message), message
+    assert "\n" not in message
 
 
 def test_an_untied_lm_head_is_refused(tmp_path):
     tensors = _tensors()
     tensors["lm_head.weight"] = tensors["transformer.wte.weight"] + 1
-    _one_line_error(_copy(tmp_path, tensors), r"lm_head\.weight differs from wte\.weight")
+    message = _refusal(_copy(tmp_path, tensors))
+    assert re.search(r"lm_head\.weight differs from wte\.weight", message), message
+    assert "\n" not in message
 
 
 @pytest.mark.parametrize("field,value", [
@@ -189,7 +198,8 @@ def test_an_untied_lm_head_is_refused(tmp_path):
     ("scale_attn_weights", False), ("tie_word_embeddings", False),
     ("activation_function", "swish"), ("model_type", "bert")])
 def test_an_unsupported_config_field_is_refused(tmp_path, field, value):
-    message = _one_line_error(_copy(tmp_path, config_changes={field: value}), field)
+    message = _refusal(_copy(tmp_path, config_changes={field: value}))
+    assert field in message and "\n" not in message, message
     assert "config.json" in message
 
 

@@ -1,0 +1,129 @@
+"""`bert-train finetune --seeds=1,2,3` (or `--num_seeds=N`): one fine-tune per seed.
+
+Each seed runs the whole fine-tune into model_dir/seed-N/ from the gin config parsed anew plus
+its seed bindings (bert_trainer/tasks/multi_seed.py derives them); then each seed's metrics, with
+their mean, sample standard deviation, min and max, go to model_dir/eval_results.json. A rerun
+skips finished seeds and resumes a half-done one. `finetune` hands over what one run does
+(`SingleRun`), so this module knows the seeds and nothing of the task.
+"""
+
+import os
+from collections.abc import Callable
+from typing import NamedTuple
+
+from absl import flags
+
+from bert_trainer.commands import common
+
+FLAGS = flags.FLAGS
+
+
+class SingleRun(NamedTuple):
+    """What `finetune` does for one run, as the seeds loop needs it."""
+
+    flag_bindings: Callable[[], list[str]]  # the gin bindings the flags make
+    plan: Callable[[], tuple]  # (the task, built and its inputs read; the run's final step)
+    run_one: Callable[..., int]  # run_one(model_dir, label=...) -> the exit code
+
+
+def run_seeds(model_dir: str, seeds: list[int], gin_files: list[str], single: SingleRun) -> int:
+    """Fine-tunes once per seed into model_dir/seed-N/, then reports the metrics' spread.
+
+    Each seed's run starts from the gin config parsed anew plus its seed bindings, in a fresh
+    Keras session: nothing one seed binds or builds reaches the next.
+    """
+
+    from bert_trainer.tasks import multi_seed  # noqa: PLC0415
+
+    _check_seed_flags()
+    config = _run_config(gin_files, single.flag_bindings())
+    with common.one_line_errors(), common.model_dir_lock(model_dir, "finetune --seeds"):
+        previous = multi_seed.check_multi_seed_dir(model_dir, config)
+        # What each seed's run checks before writing, checked once before anything is written.
+        task, final_step = single.plan()
+        multi_seed.write_manifest(model_dir, config, seeds, previous)
+        records = {}
+        for seed in seeds:
+            code, records[seed] = _run_seed(model_dir, seed, final_step, gin_files, single)
+            if code:
+                return code
+        if any(r is None for r in records.values()):
+            return 0  # a non-chief worker: the chief writes the results
+        path, summary = multi_seed.write_results(model_dir, records, task=task.name,
+                                                 family=task.task_data.family)
+    print(f"bert-train finetune: {len(seeds)} seeds ({', '.join(map(str, seeds))}), mean ± "
+          f"sample standard deviation | results {path}", flush=True)
+    for name, stats in summary.items():
+        if not name.startswith("num_"):  # counts (num_examples) are the same for every seed
+            print("  " + multi_seed.format_metric(name, stats), flush=True)
+    return 0
+
+
+def _run_seed(model_dir: str, seed: int, final_step: int, gin_files: list[str],
+              single: SingleRun) -> tuple[int, dict | None]:
+    """Runs seed `seed` into model_dir/seed-N/ unless it is finished.
+
+    Returns:
+      (the exit code, the seed's final eval_results.json record or None).
+    """
+    from bert_trainer.tasks import multi_seed  # noqa: PLC0415
+
+    record = multi_seed.finished_results(model_dir, seed, final_step, FLAGS.eval_file)
+    if record is not None:
+        print(f"bert-train finetune: seed {seed}: finished at step {final_step}, skipped",
+              flush=True)
+        return 0, record
+    _reset_run_state()
+    common.parse_gin(gin_files, FLAGS.gin_param,
+                     [*single.flag_bindings(), *multi_seed.gin_bindings(seed)])
+    directory = multi_seed.seed_dir(model_dir, seed)
+    with common.model_dir_lock(directory, "finetune"):
+        code = single.run_one(directory, label=f"seed {seed}: ")
+    return code, multi_seed.finished_results(model_dir, seed, final_step, FLAGS.eval_file)
+
+
+def _check_seed_flags() -> None:
+    """Refuses gin bindings that --seeds would override or that leave nothing to report."""
+    import gin  # noqa: PLC0415
+
+    from bert_trainer.errors import UserError  # noqa: PLC0415
+
+    for name in ("TrainerConfig.seed", "FinetuneConfig.seed"):
+        if common.gin_is_bound(name):
+            raise UserError(f"{name} is bound, but --seeds/--num_seeds set it for each seed's "
+                            "run; drop the binding")
+    if (common.gin_is_bound("TrainerConfig.eval_steps")
+            and gin.query_parameter("TrainerConfig.eval_steps") == 0):
+        raise UserError("--seeds/--num_seeds report evaluation metrics, but "
+                        "TrainerConfig.eval_steps = 0 turns evaluation off; drop that binding")
+
+
+def _run_config(gin_files: list[str], flag_bindings: list[str]) -> dict:
+    """The flags that make a run what it is; every seed of a multi-seed run shares them."""
+    def path(value):
+        return value if value is None or "://" in value else os.path.abspath(value)
+
+    return {"task": FLAGS.task, "train_file": path(FLAGS.train_file),
+            "eval_file": path(FLAGS.eval_file), "data_dir": FLAGS.data_dir,
+            "init_checkpoint": path(FLAGS.init_checkpoint), "vocab_file": path(FLAGS.vocab_file),
+            "lower_case": FLAGS.lower_case,
+            "gin_files": [common.resolve_gin_file(f) for f in gin_files],
+            "gin_params": list(FLAGS.gin_param), "flag_bindings": flag_bindings,
+            "max_train_examples": FLAGS.max_train_examples,
+            "max_eval_examples": FLAGS.max_eval_examples, "text_column": FLAGS.text_column,
+            "text_b_column": FLAGS.text_b_column, "label_column": FLAGS.label_column,
+            # Only when given: a manifest written before these flags existed still matches.
+            **{name: getattr(FLAGS, name) for name in ("source_column", "target_column")
+               if getattr(FLAGS, name) is not None},
+            "header": FLAGS.header,
+            "label_names": list(FLAGS.label_names) if FLAGS.label_names else None,
+            "skip_bad_rows": FLAGS.skip_bad_rows}
+
+
+def _reset_run_state() -> None:
+    """Clears gin's bindings and Keras' session (layer name counters, global seed)."""
+    import gin  # noqa: PLC0415
+    import keras  # noqa: PLC0415
+
+    gin.clear_config()
+    keras.backend.clear_session()

@@ -80,6 +80,11 @@ def test_decode_step_position_by_position_equals_call(norm_first):
     rest = [np.asarray(model.decode_step(ids[:, i], i, cache)[0]) for i in range(4, 5)]
     assert_close(np.asarray(prefill), full[:, :4], rtol=1e-4, atol=1e-5)
     assert_close(rest[0], full[:, 4], rtol=1e-4, atol=1e-5)
+    # With the transposed table a generation loop makes once: the same logits.
+    table = model.decoding_table()
+    assert table.shape == (HIDDEN, VOCAB)
+    step, _ = model.decode_step(ids[:, 4], 4, cache, output_table=table)
+    assert_close(np.asarray(step), rest[0], rtol=1e-5, atol=1e-6)
     # Without the projection: the blocks' output, which `logits` turns into call's logits.
     hidden, _ = model.decode(ids[:, :4], 0, model.init_cache(3, 4), project=False)
     assert hidden.shape == (3, 4, HIDDEN)

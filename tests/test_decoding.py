@@ -363,3 +363,22 @@ def test_constants_equal_the_same_tensors_carried_in_the_state():
     unbiased = decoding.greedy_search(step_fn, starts, make_state(3),
                                       max_decode_length=max_length, end_id=END)
     assert unbiased[0].numpy().tolist() != constant[3].numpy().tolist()  # the bias matters
+
+
+def test_uniform_noise_is_the_same_eagerly_in_graphs_and_under_xla():
+    """Sampling's noise: one stream per (seed, step), equal with and without XLA (TF's
+    stateless generators are not), uniform in (0, 1), and different across seeds and steps."""
+    seed = decoding._sampling_seed(7)  # noqa: SLF001
+    shape = tf.constant([8, 1000])
+
+    def noise(index):
+        return decoding.uniform_noise(shape, seed, index)
+
+    eager = noise(3).numpy()
+    np.testing.assert_array_equal(tf.function(noise)(tf.constant(3)).numpy(), eager)
+    np.testing.assert_array_equal(tf.function(noise, jit_compile=True)(3).numpy(), eager)
+    assert 0 < eager.min() and eager.max() < 1
+    assert abs(eager.mean() - 0.5) < 0.01 and abs(eager.std() - 12 ** -0.5) < 0.01
+    assert np.abs(noise(4).numpy() - eager).mean() > 0.3  # another step, other numbers
+    other = decoding.uniform_noise(shape, decoding._sampling_seed(8), 3).numpy()  # noqa: SLF001
+    assert np.abs(other - eager).mean() > 0.3

@@ -161,6 +161,47 @@ def _filter_logits(logits, temperature, top_k, top_p):
     return tf.where(scaled < threshold, NEG_INF, scaled)
 
 
+_GOLDEN = 0x9E3779B97F4A7C15  # SplitMix64's increment (2^64 / the golden ratio)
+
+
+def _shift_xor(z, bits):
+    """`z ^ (z >> bits)` on uint64."""
+    return tf.bitwise.bitwise_xor(z, tf.bitwise.right_shift(z, tf.constant(bits, tf.uint64)))
+
+
+def _mix64(z):
+    """SplitMix64's output function on uint64 (wrapping arithmetic)."""
+    z = _shift_xor(z, 30) * tf.constant(0xBF58476D1CE4E5B9, tf.uint64)
+    z = _shift_xor(z, 27) * tf.constant(0x94D049BB133111EB, tf.uint64)
+    return _shift_xor(z, 31)
+
+
+def uniform_noise(shape, seed, index):
+    """float32 uniforms in (0, 1), shape `[n, vocab]`, for decoding step `index`.
+
+    SplitMix64 over (seed, step, element) in integer ops, which XLA and the graph executor
+    compute alike: a seed gives the same numbers eagerly, in a graph, compiled with XLA and on
+    any device. (TensorFlow's stateless generators, Philox named or not, draw other numbers
+    under XLA than without it.)
+
+    Args:
+      shape: int32 `[2]`.
+      seed: int64 `[2]` (`_sampling_seed`).
+      index: int scalar, the step.
+    """
+    seed = tf.bitcast(tf.cast(seed, tf.int64), tf.uint64)
+    golden = tf.constant(_GOLDEN, tf.uint64)
+    step = tf.cast(tf.cast(index, tf.int64), tf.uint64)
+    xor = tf.bitwise.bitwise_xor
+    key = xor(_mix64(xor(_mix64(seed[0] + golden), seed[1])), _mix64((step + 1) * golden))
+    count = tf.cast(tf.range(tf.reduce_prod(shape)), tf.uint64)
+    bits = _mix64(key + (count + 1) * golden)
+    # The top 24 bits, centred in their interval: never 0 nor 1.
+    top = tf.bitwise.right_shift(bits, tf.constant(40, tf.uint64))
+    uniform = (tf.cast(top, tf.float32) + 0.5) * (1.0 / 2**24)
+    return tf.reshape(uniform, shape)
+
+
 def _sampling_seed(seed):
     """A stateless RNG seed, shape [2] int64, from an int or a [2] tensor."""
     if isinstance(seed, int):
@@ -215,11 +256,9 @@ def sample(step_fn, initial_ids, initial_state, *, max_decode_length, end_id, te
 
     def choose(logits, index):
         filtered = _filter_logits(logits, temperature, top_k, top_p)
-        step_seed = tf.random.experimental.stateless_fold_in(seed, tf.cast(index, tf.int64))
         # Gumbel-max: argmax(logits + Gumbel noise) is a draw from softmax(logits), and unlike
         # stateless_categorical it compiles with XLA. Filtered tokens stay at -inf.
-        uniform = tf.random.stateless_uniform(tf.shape(filtered), step_seed, minval=1e-20,
-                                              maxval=1.0)
+        uniform = uniform_noise(tf.shape(filtered), seed, index)
         drawn = tf.argmax(filtered - tf.math.log(-tf.math.log(uniform)), -1, tf.int32)
         return tf.where(temperature > 0, drawn, tf.argmax(logits, -1, tf.int32))
 

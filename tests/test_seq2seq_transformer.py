@@ -232,3 +232,37 @@ def test_target_ids_give_the_logits_of_the_real_target_tokens_only():
     np.testing.assert_array_equal(np.asarray(out[s2s.TARGET_LABELS]), targets[rows, cols])
     np.testing.assert_allclose(np.asarray(out[s2s.TARGET_LOGITS]), full[rows, cols],
                                rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("position_encoding", ["learned", "sinusoidal"])
+def test_packed_decoder_equals_the_padded_one_and_its_gradients(monkeypatch, position_encoding):
+    """The training call computes the decoder on the real target tokens only (TokenPacking)
+    where packing is free: the same logits and gradients as the decoder on every slot."""
+    from bert_trainer.models import seq2seq_transformer as s2s  # noqa: PLC0415
+
+    model = _model(position_encoding=position_encoding)
+    targets = np.array([[5, 9, 3, 0, 0, 0, 0], [4, 8, 6, 7, 2, 3, 0]], "int32")
+    inputs = {**_inputs(), features.TARGET_IDS: targets}
+
+    def run(packs: bool):
+        monkeypatch.setattr(type(model), "packs_tokens", lambda self: packs)
+        with tf.GradientTape() as tape:
+            logits = model(inputs, training=False)[s2s.TARGET_LOGITS]
+            loss = tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(
+                targets[np.nonzero(targets)], logits))
+        grads = tape.gradient(loss, model.trainable_variables)
+        # None: a variable the loss does not reach (the encoder's pooler), in both.
+        return np.asarray(logits), [None if g is None else np.asarray(tf.convert_to_tensor(g))
+                                    for g in grads]
+
+    packed, packed_grads = run(True)
+    padded, padded_grads = run(False)
+    assert packed.shape == (int((targets != 0).sum()), VOCAB)
+    np.testing.assert_allclose(packed, padded, rtol=1e-5, atol=1e-5)
+    for variable, a, b in zip(model.trainable_variables, packed_grads, padded_grads,
+                              strict=True):
+        assert (a is None) == (b is None), variable.path
+        if a is not None:
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6, err_msg=variable.path)
+    reached = [g for g in packed_grads if g is not None]
+    assert len(reached) > len(packed_grads) // 2 and all(np.abs(g).max() > 0 for g in reached)

@@ -82,11 +82,15 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
                 and not keras.config.is_flash_attention_enabled())
         if packing is not None:
             dense = self.output_dense
-            if (not lean or len(value.shape) != 2 or len(key.shape) != 2
+            # Key and value packed [tokens, width] (the query packed or not), or only the query
+            # packed over whole [batch, seq, width] keys and values (cross-attention).
+            ranks = (len(query.shape), len(key.shape), len(value.shape))
+            if (not lean or ranks[1] != ranks[2] or ranks[1] not in (2, 3)
+                    or (ranks[1] == 3 and ranks[0] != 2)
                     or len(dense.kernel.shape) != 3 or getattr(dense, "quantization_mode", None)):
                 raise ValueError(f"MultiHeadAttention '{self.name}': packed inputs take none "
                                  "of the options of Keras' general computation")
-            if attention_mask is None:  # the slots not kept must be hidden from the queries
+            if attention_mask is None and ranks[1] == 2:  # unkept key slots must be hidden
                 raise ValueError(f"MultiHeadAttention '{self.name}': packed inputs need the "
                                  "padding mask")
             return self._lean_call(query, key, value, attention_mask, training, packing)
@@ -99,8 +103,8 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         return self._lean_call(query, key, value, attention_mask, training)
 
     def _lean_call(self, query, key, value, attention_mask, training, packing=None):
-        """The lean computation; with `packing`, key and value (and a rank-2 query) are its
-        packed `[tokens, width]` rows, unpacked around the attention itself."""
+        """The lean computation; with `packing`, the rank-2 ones of query, key and value are
+        its packed `[tokens, width]` rows, unpacked around the attention itself."""
         q, k, v = self._project(query, key, value, packing)  # (batch, heads, seq, dim) each
         query_packing = packing if len(query.shape) == 2 else None
         return self._attend(q, k, v, attention_mask, training, query_packing)
@@ -206,6 +210,8 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
                 packing)
         (q,) = self._fused_projection(query, [self.query_dense], [scale],
                                       packing if len(query.shape) == 2 else None)
+        if len(key.shape) != 2:
+            packing = None  # keys and values [batch, seq, width]: a packed query only
         if key is value:
             k, v = self._fused_projection(key, [self.key_dense, self.value_dense], [1, 1],
                                           packing)

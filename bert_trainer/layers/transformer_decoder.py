@@ -59,6 +59,11 @@ class TransformerDecoder(TransformerEncoder):
       cache: a dict from `init_cache`; then `decode_index` (int32 scalar, the position of
         `inputs`' first row) is required.
       training: enables dropout.
+      packing: a `TokenPacking` of the target slots (their real tokens, right-padded), with
+        `inputs` its packed `[tokens, hidden]` rows: every dense layer, LayerNorm and the
+        feed-forward network run on those rows only, attention unpacks around itself, and
+        the output is packed too (no cache; the causal mask hides the padding after each
+        row's tokens). Training on the CPU outside XLA, where shapes may vary.
 
     Returns:
       `[batch, target, hidden]`, or `(outputs, new_cache)` when `cache` is given.
@@ -156,13 +161,17 @@ class TransformerDecoder(TransformerEncoder):
         return cache
 
     def call(self, inputs, encoder_output=None, encoder_mask=None, self_attention_mask=None,
-             cache=None, decode_index=None, training=None):
-        x = inputs  # (batch, target, hidden)
-        if len(x.shape) != 3:
+             cache=None, decode_index=None, training=None, packing=None):
+        x = inputs  # (batch, target, hidden), or packed (tokens, hidden)
+        if len(x.shape) != (2 if packing is not None else 3):
             raise ValueError(f"TransformerDecoder '{self.name}': inputs must be [batch, target, "
-                             f"hidden], got shape {tuple(x.shape)}")
+                             f"hidden] (with packing: [tokens, hidden]), got shape "
+                             f"{tuple(x.shape)}")
         if cache is not None and decode_index is None:
             raise ValueError(f"TransformerDecoder '{self.name}': a cache needs decode_index")
+        if packing is not None and cache is not None:
+            raise ValueError(f"TransformerDecoder '{self.name}': packed inputs take no cache")
+        attention_kwargs = {} if packing is None else {"packing": packing}
         has_cross_cache = cache is not None and CROSS_KEY in cache
         if self.use_cross_attention and encoder_output is None and not has_cross_cache:
             raise ValueError(f"TransformerDecoder '{self.name}': cross-attention needs "
@@ -172,10 +181,11 @@ class TransformerDecoder(TransformerEncoder):
         new_cache = None
         if cache is None:
             mask = self_attention_mask
-            if mask is None:
-                mask = causal_mask(ops.shape(x)[1])  # (1, target, target)
+            if mask is None:  # (1, target, target)
+                mask = causal_mask(ops.shape(x)[1] if packing is None else packing.seq)
             attention = self.attention_layer(query=source, value=source, key=source,
-                                             attention_mask=mask, training=training)
+                                             attention_mask=mask, training=training,
+                                             **attention_kwargs)
         else:
             attention, new_cache = self._cached_self_attention(
                 source, cache, decode_index, self_attention_mask, training)
@@ -184,7 +194,8 @@ class TransformerDecoder(TransformerEncoder):
             x = self.attention_layer_norm(x)
 
         if self.use_cross_attention:
-            x = self._cross_attention_block(x, encoder_output, encoder_mask, cache, training)
+            x = self._cross_attention_block(x, encoder_output, encoder_mask, cache, training,
+                                            attention_kwargs)
 
         x = self._feed_forward_block(x, training)
         return x if cache is None else (x, new_cache)
@@ -210,7 +221,8 @@ class TransformerDecoder(TransformerEncoder):
         new_cache.update({KEY: key, VALUE: value})
         return attention, new_cache
 
-    def _cross_attention_block(self, x, encoder_output, encoder_mask, cache, training):
+    def _cross_attention_block(self, x, encoder_output, encoder_mask, cache, training,
+                               attention_kwargs=None):
         """`x` after the (residual, normalized) cross-attention over the encoder output."""
         query = self.cross_attention_layer_norm(x) if self.norm_first else x
         mask = None
@@ -231,7 +243,7 @@ class TransformerDecoder(TransformerEncoder):
                                  f"{x.shape[-1]}")
             attention = self.cross_attention(query=query, value=encoder_output,
                                              key=encoder_output, attention_mask=mask,
-                                             training=training)
+                                             training=training, **(attention_kwargs or {}))
         x = x + self.cross_attention_dropout(attention, training=training)
         if not self.norm_first:
             x = self.cross_attention_layer_norm(x)

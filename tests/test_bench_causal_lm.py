@@ -194,7 +194,7 @@ def test_smoke_table_replaces_only_its_block(smoke):
     assert text.startswith("# Benchmarks\nprose\n") and text.endswith("more prose\n")
     assert "\nold\n" not in text and "Smoke run: the numbers mean nothing" in text
     for kind, label in causal_lm_report.LABELS.items():
-        assert (label in text) is (kind != "cached_xla"), label  # The XLA row: off in --smoke.
+        assert (label in text) is (kind != "cached_graph"), label  # That row: off in --smoke.
     assert [t["name"] for t in results["targets"]] == [
         "train step: bert-train / keras-hub steps/s",
         "generation: bert-train (cache) / keras-hub tokens/s",

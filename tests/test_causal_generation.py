@@ -147,9 +147,13 @@ class _PadLovingModel:
             tf.fill(tf.shape(token_ids), 7), 10)
         return logits, cache
 
-    def decode_step(self, token_ids, index, cache, positions=None, key_mask=None):
+    def decode_step(self, token_ids, index, cache, positions=None, key_mask=None,
+                    output_table=None):
         logits, cache = self.decode(token_ids[:, None], index, cache)
         return logits[:, 0], cache
+
+    def decoding_table(self):
+        return None
 
 
 def test_pad_is_never_generated():
@@ -197,10 +201,44 @@ def test_saved_model_with_tensor_settings(tmp_path):
         loaded(prompts, LENGTHS, 0.0, 0, 1.0, 0, NEW + 1)
 
 
-def test_xla_compiled_equals_plain():
+def test_xla_by_default_equals_the_graph_executor_greedy_and_sampled():
+    """The default loop (XLA with the cache, prompt widths bucketed) gives the graph
+    executor's tokens, and a seed draws the same sample in both."""
+    from bert_trainer.models import causal_generation  # noqa: PLC0415
+
     model = _model()
-    compiled = _run(model, jit_compile=True)
-    np.testing.assert_array_equal(compiled[GENERATED_IDS], _run(model)[GENERATED_IDS])
+    for settings in ({}, {"temperature": 1.3, "top_k": 30, "top_p": 0.95, "seed": 11}):
+        default = _run(model, **settings)
+        plain = _run(model, jit_compile=False, **settings)
+        np.testing.assert_array_equal(default[GENERATED_IDS], plain[GENERATED_IDS])
+        np.testing.assert_allclose(default[SCORES], plain[SCORES], rtol=1e-5, atol=1e-5)
+    # One compiled loop per model and settings, reused by the next call.
+    loops = causal_generation._COMPILED[model]  # noqa: SLF001
+    assert len(loops) == 2
+    _run(model)
+    assert len(loops) == 2
+
+
+def test_prompt_widths_are_bucketed_without_changing_the_tokens():
+    from bert_trainer.models.causal_generation import WIDTH_BUCKET, bucket_width  # noqa: PLC0415
+
+    prompts = _prompts()  # width 7
+    padded = bucket_width(tf.constant(prompts), limit=100, max_new_tokens=8)
+    assert padded.shape == (4, WIDTH_BUCKET)
+    np.testing.assert_array_equal(padded[:, :7], prompts)
+    np.testing.assert_array_equal(padded[:, 7:], 0)
+    # Never past the room the new tokens leave, and never cutting a prompt.
+    assert bucket_width(tf.constant(prompts), limit=24, max_new_tokens=8).shape == (4, 16)
+    assert bucket_width(tf.constant(prompts), limit=12, max_new_tokens=8).shape == (4, 7)
+    dynamic = tf.function(lambda ids: bucket_width(ids, limit=100, max_new_tokens=8),
+                          input_signature=[tf.TensorSpec([None, None], tf.int32)])
+    assert dynamic(tf.constant(prompts)).shape == (4, WIDTH_BUCKET)
+    model = _model()
+    wide = np.zeros((4, 16), "int32")
+    wide[:, :7] = prompts
+    for jit in (True, False):
+        np.testing.assert_array_equal(_run(model, wide, jit_compile=jit)[GENERATED_IDS],
+                                      _run(model, jit_compile=jit)[GENERATED_IDS])
 
 
 def test_mixed_bfloat16_generation_runs():

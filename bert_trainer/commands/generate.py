@@ -7,8 +7,10 @@
 Prompts come from --prompt (repeatable), --input (one prompt a line) or stdin. Greedy at
 --temperature=0 (the default), else sampled with --top_k/--top_p; the same --seed, prompts and
 --batch_size give the same text. Generation stops at the end token ([SEP]) or after
---max_new_tokens pieces. Output lines: {"prompt", "generated", "score"}. See
-bert_trainer/export/generate.py.
+--max_new_tokens pieces. Output lines: {"prompt", "generated", "score"}. From a --model_dir
+the decoding loop runs compiled with XLA (a first batch per prompt-width bucket compiles); an
+export runs it in the graph executor, which any TensorFlow runtime has: the same seed gives
+the same text from both. See bert_trainer/export/generate.py.
 """
 
 import sys

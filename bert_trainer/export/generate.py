@@ -107,6 +107,8 @@ def _from_model_dir(model_dir: str, checkpoint: str | None,
                             f"prompt: the model has {module.seq_length} positions "
                             "(max_sequence_length); lower it")
         module.max_new_tokens = max_new_tokens  # before the first call traces the functions
+    # In this process XLA is there: the compiled loop (an export leaves it off, see serving).
+    module.jit_compile = True
     return Generator(module.function(serving.GENERATE), module.function(serving.PROMPT_LENGTHS),
                      f"--model_dir={model_dir}")
 

@@ -6,9 +6,11 @@ The model needs the API of `CausalLM`:
     init_cache(batch_size, max_length) -> nest of batch-major tensors
     decode(token_ids [b, t], index, cache, positions=, key_mask=, project=False)
         -> (hidden [b, t, h], cache)                              (the prompts' prefill)
-    decode_step(token_ids [b], index, cache, positions=, key_mask=) -> (logits [b, V], cache)
-    hidden_states({"input_word_ids", "input_mask"}) -> [b, t, h], logits(hidden) -> [b, t, V]
-        (use_cache=False only)
+    decode_step(token_ids [b], index, cache, positions=, key_mask=, output_table=)
+        -> (logits [b, V], cache)
+    decoding_table() -> the output table, made once per call and given to every step
+    hidden_states({"input_word_ids", "input_mask"}) -> [b, t, h],
+        logits(hidden, output_table) -> [b, t, V]                   (use_cache=False only)
     max_sequence_length
 
 Prompts of different lengths share one batch by left alignment, as keras-hub and Hugging Face
@@ -20,11 +22,16 @@ are those of the row decoded alone (a masked key adds an exact 0 to the softmax)
 Like `models.decoding`, which runs the loop, the module uses TensorFlow directly.
 """
 
+import weakref
+
 import tensorflow as tf
 
 from bert_trainer import features
 from bert_trainer.models import decoding
 
+# With XLA (the default), prompt widths are padded up to a multiple of this: a run compiles once
+# per bucket of widths, not once per width.
+WIDTH_BUCKET = 32
 PAD_ID = 0  # [PAD]: never generated (its logit is -inf), 0 after a row's end token
 GENERATED_IDS = "generated_ids"  # int32 [b, max_new_tokens]: 0 after the end
 GENERATED_LENGTHS = "generated_lengths"  # int32 [b]: tokens before the end token
@@ -95,6 +102,23 @@ def left_align(prompt_ids, prompt_lengths):
     return tf.where(source >= 0, aligned, PAD_ID), padding
 
 
+def bucket_width(prompt_ids, limit, max_new_tokens):
+    """`prompt_ids` with zero columns added up to a multiple of `WIDTH_BUCKET`, without going
+    past `limit - max_new_tokens` columns (nor cutting any).
+
+    Left alignment turns the extra columns into padding that no token attends to, with every
+    token at its own position: the logits are those of the unpadded prompts.
+    """
+    width = prompt_ids.shape[1]
+    if width is not None:  # static: the padded shape stays static
+        target = max(width, min(-(-width // WIDTH_BUCKET) * WIDTH_BUCKET, limit - max_new_tokens))
+        return tf.pad(prompt_ids, [[0, 0], [0, target - width]])
+    width = tf.shape(prompt_ids)[1]
+    target = tf.maximum(width, tf.minimum(-(-width // WIDTH_BUCKET) * WIDTH_BUCKET,
+                                          limit - max_new_tokens))
+    return tf.pad(prompt_ids, [[0, 0], [0, target - width]])
+
+
 def _without_pad(logits):
     """float32 logits with [PAD]'s set to -inf: a row never generates it."""
     logits = tf.cast(logits, tf.float32)
@@ -122,11 +146,12 @@ def cached_step(model, aligned, padding, cache_length):
     _, cache = model.decode(prefix, 0, cache, positions=positions, key_mask=key_mask,
                             project=False)
     constants = {"padding": padding, "key_mask": key_mask}
+    table = model.decoding_table()  # once, outside the loop
 
     def step_fn(ids, index, state, constants):
         logits, cache = model.decode_step(ids, index, state["cache"],
                                           positions=index - constants["padding"],
-                                          key_mask=constants["key_mask"])
+                                          key_mask=constants["key_mask"], output_table=table)
         return _without_pad(logits), {"cache": cache}
     return step_fn, {"cache": cache}, constants
 
@@ -147,18 +172,56 @@ def uncached_step(model, aligned, padding, cache_length):
     batch, width = tf.shape(aligned)[0], tf.shape(aligned)[1]
     buffer = tf.concat([aligned, tf.zeros([batch, cache_length - width], tf.int32)], axis=1)
     real = tf.cast(tf.range(cache_length)[None, :] >= padding[:, None], tf.int32)
+    table = model.decoding_table()  # as the cached loop's
 
     def step_fn(ids, index, state, constants):
         prefix = decoding.write_at(state["prefix"], index, ids)
         inputs = {features.INPUT_WORD_IDS: prefix[:, :index + 1],
                   features.INPUT_MASK: constants["input_mask"][:, :index + 1]}
         hidden = model.hidden_states(inputs, training=False)  # (b, index + 1, hidden)
-        return _without_pad(model.logits(hidden[:, -1:])[:, 0]), {"prefix": prefix}
+        logits = model.logits(hidden[:, -1:], output_table=table)[:, 0]
+        return _without_pad(logits), {"prefix": prefix}
     return step_fn, {"prefix": buffer}, {"input_mask": real}
 
 
+def _loop(model, max_new_tokens, end_id, greedy, use_cache):
+    """run(prompt_ids, prompt_lengths, settings) -> (ids, scores): the prefill and the loop."""
+    def run(prompt_ids, prompt_lengths, settings):
+        aligned, padding = left_align(prompt_ids, prompt_lengths)
+        width = tf.shape(aligned)[1]
+        cache_length = width + max_new_tokens - 1
+        make = cached_step if use_cache else uncached_step
+        step_fn, state, constants = make(model, aligned, padding, cache_length)
+        kwargs = dict(max_decode_length=max_new_tokens, end_id=end_id,
+                      initial_index=width - 1, constants=constants)
+        if greedy:
+            return decoding.greedy_search(step_fn, aligned[:, -1], state, **kwargs,
+                                          max_steps=settings.get("max_steps"))
+        return decoding.sample(step_fn, aligned[:, -1], state, **settings, **kwargs)
+    return run
+
+
+# model -> {(max_new_tokens, end_id, greedy): the XLA-compiled loop}: the same `tf.function`
+# for every call, so eager calls reuse its traces and compiled programs (shape by shape).
+_COMPILED = weakref.WeakKeyDictionary()
+
+
+def _compiled_loop(model, max_new_tokens, end_id, greedy):
+    """`_loop` with the cache, compiled with XLA; one `tf.function` per model and settings."""
+    key = (max_new_tokens, end_id, greedy)
+    try:
+        loops = _COMPILED.setdefault(model, {})
+        hash(key)
+    except TypeError:  # a model without weak references, or an end_id tensor: no reuse
+        return tf.function(_loop(model, max_new_tokens, end_id, greedy, True), jit_compile=True)
+    if key not in loops:  # through a proxy: the entry must not keep its own key alive
+        loops[key] = tf.function(_loop(weakref.proxy(model), max_new_tokens, end_id, greedy,
+                                       True), jit_compile=True)
+    return loops[key]
+
+
 def generate(model, prompt_ids, prompt_lengths, *, max_new_tokens, end_id, temperature=0.0,
-             top_k=0, top_p=1.0, seed=None, use_cache=True, jit_compile=False,
+             top_k=0, top_p=1.0, seed=None, use_cache=True, jit_compile=None,
              new_token_limit=None):
     """Continues each prompt until `end_id` or `max_new_tokens`, in the graph.
 
@@ -178,8 +241,13 @@ def generate(model, prompt_ids, prompt_lengths, *, max_new_tokens, end_id, tempe
       top_k: int >= 0 (0: off); top_p: float in (0, 1] (1: off).
       seed: int or int scalar tensor; None draws one (a different continuation each call).
       use_cache: False runs the model on the whole prefix each step (slow; a baseline).
-      jit_compile: compile the prefill and the loop with XLA (needs the cache; a first
-        call per shape compiles).
+      jit_compile: compile the prefill and the loop with XLA (needs the cache). None (the
+        default) means True with the cache, False without it. XLA runs a step as one
+        program; the graph executor (False) dispatches the step's ~200 small ops one by one,
+        which on a CPU costs more than their arithmetic. A first call per shape compiles
+        (about a second for the mini model, over the tracing every path pays); prompt widths
+        are padded up to a multiple of `WIDTH_BUCKET` so a run of varied prompts compiles
+        once per bucket. False suits a SavedModel meant for any TensorFlow runtime.
       new_token_limit: optional int scalar (a tensor: a SavedModel's input), at most
         `max_new_tokens`: stop after that many tokens; the shapes and the cache stay those
         of `max_new_tokens` (the columns after the limit are 0). Checked against the
@@ -201,6 +269,8 @@ def generate(model, prompt_ids, prompt_lengths, *, max_new_tokens, end_id, tempe
     if jit_compile and not use_cache:
         raise ValueError("jit_compile=True needs use_cache=True: without the cache the model "
                          "input grows every step, which XLA cannot compile")
+    if jit_compile is None:
+        jit_compile = use_cache
     prompt_ids = tf.cast(tf.convert_to_tensor(prompt_ids), tf.int32)
     prompt_lengths = tf.cast(tf.convert_to_tensor(prompt_lengths), tf.int32)
     checks = _check_lengths(model, prompt_ids, prompt_lengths, max_new_tokens, new_token_limit)
@@ -213,23 +283,13 @@ def generate(model, prompt_ids, prompt_lengths, *, max_new_tokens, end_id, tempe
     if new_token_limit is not None:
         settings["max_steps"] = tf.cast(new_token_limit, tf.int32)
 
-    def run(prompt_ids, prompt_lengths, settings):
-        aligned, padding = left_align(prompt_ids, prompt_lengths)
-        width = tf.shape(aligned)[1]
-        cache_length = width + max_new_tokens - 1
-        make = cached_step if use_cache else uncached_step
-        step_fn, state, constants = make(model, aligned, padding, cache_length)
-        kwargs = dict(max_decode_length=max_new_tokens, end_id=end_id,
-                      initial_index=width - 1, constants=constants)
-        if greedy:
-            return decoding.greedy_search(step_fn, aligned[:, -1], state, **kwargs,
-                                          max_steps=settings.get("max_steps"))
-        return decoding.sample(step_fn, aligned[:, -1], state, **settings, **kwargs)
-
-    if jit_compile:
-        run = tf.function(run, jit_compile=True)
     with tf.control_dependencies(checks):
         prompt_ids = tf.identity(prompt_ids)
+    if jit_compile:
+        run = _compiled_loop(model, max_new_tokens, end_id, greedy)
+        prompt_ids = bucket_width(prompt_ids, int(model.max_sequence_length), max_new_tokens)
+    else:
+        run = _loop(model, max_new_tokens, end_id, greedy, use_cache)
     if greedy:  # the sampling settings are not used (nor traced)
         settings = {key: settings[key] for key in ("max_steps",) if key in settings}
     ids, scores = run(prompt_ids, prompt_lengths, settings)

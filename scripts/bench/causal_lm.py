@@ -95,7 +95,7 @@ def step_section(args, results: dict) -> list[dict]:
 
 def generate_section(args, results: dict) -> list[dict]:
     """Greedy generation tokens/s of the three kinds, alternating rounds of one call each."""
-    kinds = ("cached", "uncached", *(("cached_xla",) if args.gen_xla else ()), "keras_hub")
+    kinds = ("cached", "uncached", *(("cached_graph",) if args.gen_graph else ()), "keras_hub")
     say(f"causal generate: {', '.join(kinds)}; batch {args.gen_batch_size}, prompt "
         f"{args.prompt_length}, {args.max_new_tokens} new tokens")
     params = {"vocab_size": args.vocab_size, "size": args.size,
@@ -205,7 +205,7 @@ def run(args) -> dict:
 SMOKE = {"size": "1/32/2/64", "vocab_size": 500, "seq_length": 32, "batch_size": 2,
          "step_warmup": 1, "step_rounds": 2, "step_steps": 1, "matmul_n": 256, "matmuls": 2,
          "gen_batch_size": 2, "prompt_length": 4, "max_new_tokens": 4, "gen_rounds": 2,
-         "gen_xla": False,
+         "gen_graph": False,
          "max_documents": 12, "holdout_every": 4, "quality_vocab_size": 400, "block_size": 32,
          "quality_batch_size": 4, "budget_minutes": 0.05, "turn_seconds": 1.5,
          "warmup_steps": 2, "lstm_units": 32, "lstm_layers": 1, "max_eval_blocks": 64}
@@ -239,9 +239,9 @@ def parse_args(argv):
     g.add_argument("--prompt_length", type=int, default=32)
     g.add_argument("--max_new_tokens", type=int, default=64)
     g.add_argument("--gen_rounds", type=int, default=3, help="alternating rounds of one call")
-    g.add_argument("--gen_xla", action=argparse.BooleanOptionalAction, default=True,
-                   help="also time generate(jit_compile=True), the opt-in XLA loop (an extra "
-                        "row; off in --smoke)")
+    g.add_argument("--gen_graph", action=argparse.BooleanOptionalAction, default=True,
+                   help="also time generate(jit_compile=False), the cached loop in the graph "
+                        "executor as an export runs it (an extra row; off in --smoke)")
     g = p.add_argument_group("quality section")
     g.add_argument("--budget_minutes", type=float, default=10.0,
                    help="wall-clock training time of each model")

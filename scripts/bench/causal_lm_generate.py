@@ -1,11 +1,13 @@
 """Worker side of the causal-LM benchmark's generation section (a bench/worker.py entry).
 
-Three kinds, each one `generate` call per unit on the same batch of random prompts:
+Four kinds, each one `generate` call per unit on the same batch of random prompts:
 
-- `cached`: bert-train's `causal_generation.generate` with the key/value cache (greedy).
-- `uncached`: the same with `use_cache=False` (the whole prefix re-run at every step).
-- `cached_xla`: the cached one with generate's opt-in `jit_compile=True` (XLA compiles the
-  prefill and the loop; an extra row, not a target).
+- `cached`: bert-train's `causal_generation.generate` with the key/value cache (greedy), as
+  it runs by default: the prefill and the loop compiled with XLA.
+- `uncached`: the same with `use_cache=False` (the whole prefix re-run at every step; its
+  input grows every step, so the graph executor runs it).
+- `cached_graph`: the cached one with `jit_compile=False`, in the graph executor as an export
+  runs it (an extra row, not a target).
 - `keras_hub`: `keras_hub.models.GPT2CausalLM.generate` compiled with the greedy sampler
   (its cached `call_with_cache` loop; keras-hub leaves XLA off on a CPU-only machine), prompts
   given as `token_ids` padded to prompt + new tokens with a `padding_mask`, and no stop token,
@@ -22,7 +24,7 @@ import tensorflow as tf
 
 from bench import causal_lm_models as models
 
-KINDS = ("cached", "uncached", "cached_xla", "keras_hub")
+KINDS = ("cached", "uncached", "cached_graph", "keras_hub")
 
 
 def prompts(vocab_size: int, batch_size: int, prompt_length: int, seed: int = 0) -> np.ndarray:
@@ -57,7 +59,7 @@ def build(kind: str, vocab_size: int, size: str, batch_size: int, prompt_length:
         def generate_once() -> np.ndarray:
             out = model.generate(inputs, stop_token_ids=None)
             return np.asarray(out["token_ids"])[:, prompt_length:]
-    elif kind in ("cached", "uncached", "cached_xla"):
+    elif kind in ("cached", "uncached", "cached_graph"):
         try:
             from bert_trainer.models import causal_generation  # noqa: PLC0415
         except ImportError as e:
@@ -70,7 +72,8 @@ def build(kind: str, vocab_size: int, size: str, batch_size: int, prompt_length:
         def generate_fn(prompt_ids):
             return causal_generation.generate(
                 model, prompt_ids, lengths, max_new_tokens=max_new_tokens, end_id=end_id,
-                use_cache=kind != "uncached", jit_compile=kind == "cached_xla")
+                use_cache=kind != "uncached",
+                jit_compile=False if kind == "cached_graph" else None)
 
         def generate_once() -> np.ndarray:
             out = generate_fn(tf.constant(ids))

@@ -59,9 +59,14 @@ class CausalLMServing(TaskServing):
 
     Attributes:
       max_new_tokens: as given; may be changed until a signature is first traced.
+      jit_compile: run the decoding loop compiled with XLA (`generate`'s jit_compile), which
+        on a CPU about doubles the tokens/s. False by default: an export stays servable by
+        any TensorFlow runtime, XLA's just-in-time compiler or not; `bert-train generate
+        --model_dir` sets it before the first trace.
     """
 
     family = "causal_lm"
+    jit_compile = False
 
     def __init__(self, model, *, max_new_tokens: int | None = None, **kwargs):
         super().__init__(model, **kwargs)
@@ -118,7 +123,8 @@ class CausalLMServing(TaskServing):
         lengths = tf.cast(ids.row_lengths(), tf.int32)
         out = generate(self.model, ids.to_tensor(0), lengths, max_new_tokens=bound,
                        new_token_limit=limit, end_id=self.tokenizer.sep_id,
-                       temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+                       temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+                       jit_compile=self.jit_compile)
         generated = out["generated_ids"]  # (b, max_new_tokens), 0 after the end or the limit
         return {GENERATED_TEXT: self.tokenizer.detokenize(generated),
                 GENERATED_IDS: generated,

@@ -110,12 +110,11 @@ def bucket_width(prompt_ids, limit, max_new_tokens):
     token at its own position: the logits are those of the unpadded prompts.
     """
     width = prompt_ids.shape[1]
-    if width is not None:  # static: the padded shape stays static
-        target = max(width, min(-(-width // WIDTH_BUCKET) * WIDTH_BUCKET, limit - max_new_tokens))
-        return tf.pad(prompt_ids, [[0, 0], [0, target - width]])
-    width = tf.shape(prompt_ids)[1]
-    target = tf.maximum(width, tf.minimum(-(-width // WIDTH_BUCKET) * WIDTH_BUCKET,
-                                          limit - max_new_tokens))
+    # A static width is padded with Python ints, so the padded shape stays static.
+    low, high = (max, min) if width is not None else (tf.maximum, tf.minimum)
+    if width is None:
+        width = tf.shape(prompt_ids)[1]
+    target = low(width, high(-(-width // WIDTH_BUCKET) * WIDTH_BUCKET, limit - max_new_tokens))
     return tf.pad(prompt_ids, [[0, 0], [0, target - width]])
 
 

@@ -106,6 +106,43 @@ def test_targets_compare_the_right_rows():
     assert seq2seq_report.targets(results)[1]["value"] is None
 
 
+def test_budget_size_and_recipe_apply_to_bert_train_only(tmp_path, capsys):
+    shared = tmp_path / "shared"
+    (shared / "data" / "spa_eng").mkdir(parents=True)
+    (shared / "data" / "spa_eng" / "train.tsv").write_text("Go.\tVe.\n")
+    from bench import seq2seq
+
+    args = seq2seq.parse_args([f"--shared_dir={shared}", "--budget_kinds=gru,bert_train",
+                               "--budget_size=2/64/2/128", "--budget_learning_rate=2e-3",
+                               "--budget_warmup_steps=50", "--budget_dropout=0.2"])
+    assert args.budget_kinds == ("gru", "bert_train")
+    prepared = {"joint": {"train": "t.npz", "dev": "d.npz", "vocab_file": "v.txt",
+                          "lower_case": False, "vocab_size": 100}}
+    ours = seq2seq._budget_params(args, prepared, "bert_train")
+    assert (ours["size"], ours["learning_rate"], ours["warmup_steps"], ours["dropout"]) == (
+        "2/64/2/128", 2e-3, 50, 0.2)
+    gru = seq2seq._budget_params(args, prepared, "gru")
+    assert gru["size"] == args.size == "4/256/4/1024" and "learning_rate" not in gru
+    # The step section keeps the size it shares with keras-hub.
+    assert seq2seq._params(args, prepared, "bert_train")["size"] == "4/256/4/1024"
+    for bad, message in (("--budget_kinds=gru,lstm", "--budget_kinds=gru,lstm: choose from"),
+                         ("--budget_size=3/192", "--budget_size=3/192: give L/H/A/F")):
+        with pytest.raises(SystemExit):
+            seq2seq.parse_args([f"--shared_dir={shared}", bad])
+        assert message in capsys.readouterr().err
+
+
+def test_recipe_peak_learning_rate():
+    def peak(kind, learning_rate=None):
+        optimizer = seq2seq_train.recipe(kind, 10, learning_rate)["optimizer"]
+        optimizer.iterations.assign(9)  # Step 10 of 10: the end of the warm-up, the peak.
+        return float(optimizer.learning_rate)
+
+    assert peak("bert_train") == pytest.approx(7e-4)
+    assert peak("bert2bert") == pytest.approx(1e-4)
+    assert peak("bert_train", 1e-3) == pytest.approx(1e-3)
+
+
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench_seq2seq")

@@ -40,6 +40,7 @@ from bench.progress import say  # noqa: E402
 from bench.worker import Worker, WorkerError  # noqa: E402
 
 SECTIONS = ("step", "budget", "bert2bert")
+BUDGET_KINDS = ("gru", "bahdanau", "bert_train")
 REPO = pathlib.Path(__file__).resolve().parents[2]
 WORKER_TIMEOUT_S = 3600.0  # Decoding the whole dev set with beam search is one long reply.
 
@@ -92,10 +93,15 @@ def _params(args, prepared: dict, kind: str, vocab: str = "joint") -> dict:
 
 
 def _budget_params(args, prepared: dict, kind: str, vocab: str = "joint") -> dict:
-    return {**_params(args, prepared, kind, vocab), "dev_file": prepared[vocab]["dev"],
-            "vocab_file": prepared[vocab]["vocab_file"],
-            "lower_case": prepared[vocab]["lower_case"], "beam_size": args.beam_size,
-            "length_penalty": args.length_penalty}
+    params = {**_params(args, prepared, kind, vocab), "dev_file": prepared[vocab]["dev"],
+              "vocab_file": prepared[vocab]["vocab_file"],
+              "lower_case": prepared[vocab]["lower_case"], "beam_size": args.beam_size,
+              "length_penalty": args.length_penalty}
+    if kind == "bert_train":  # The size and recipe chosen for a wall-clock budget.
+        params.update(size=args.budget_size, dropout=args.budget_dropout,
+                      warmup_steps=args.budget_warmup_steps,
+                      learning_rate=args.budget_learning_rate)
+    return params
 
 
 def _failed(outcome: dict) -> dict | None:
@@ -163,7 +169,7 @@ def _train_and_score(args, workers, kinds, *, rounds: int, units: int, what: str
 
 def budget_section(args, prepared: dict) -> list[dict]:
     """GRU, Bahdanau and bert-train trained for the same wall-clock, in turns; dev BLEU."""
-    kinds = ("gru", "bahdanau", "bert_train")
+    kinds = args.budget_kinds
     budget_s = args.budget_minutes * 60.0
     rounds = max(1, math.ceil(budget_s / args.turn_seconds))
     turn = budget_s / rounds
@@ -218,6 +224,7 @@ def run(args) -> dict:
 
 
 SMOKE = {"train_pairs": 300, "dev_pairs": 12, "vocab_size": 400, "size": "1/32/2/64",
+         "budget_size": "1/32/2/64", "budget_warmup_steps": 10,
          "batch_size": 4, "max_length": 16, "budget_minutes": 0.05, "turn_seconds": 1.5,
          "step_warmup": 1, "step_rounds": 2, "step_steps": 1, "b2b_steps": 2,
          "b2b_turn_steps": 1, "warmup_steps": 10, "b2b_warmup_steps": 1, "beam_size": 2}
@@ -236,7 +243,20 @@ def parse_args(argv):
     p.add_argument("--turn_seconds", type=float, default=60.0,
                    help="length of one model's turn while the budget section alternates")
     p.add_argument("--size", default="4/256/4/1024",
-                   help="Transformer size L/H/A/F of both halves (step and budget sections)")
+                   help="Transformer size L/H/A/F of both halves in the step section (ours "
+                        "and keras-hub's)")
+    p.add_argument("--budget_kinds", default=",".join(BUDGET_KINDS),
+                   help=f"comma list of the budget section's models, of {BUDGET_KINDS}")
+    p.add_argument("--budget_size", default="3/192/4/768",
+                   help="bert-train's size L/H/A/F in the budget section: a wall-clock budget "
+                        "favours a smaller model that takes more steps")
+    p.add_argument("--budget_learning_rate", type=float, default=1e-3,
+                   help="bert-train's peak learning rate in the budget section")
+    p.add_argument("--budget_warmup_steps", type=int, default=300,
+                   help="bert-train's warm-up steps in the budget section")
+    p.add_argument("--budget_dropout", type=float, default=0.0,
+                   help="bert-train's dropout in the budget section (about 3 epochs in 20 "
+                        "minutes: too few to overfit)")
     p.add_argument("--batch_size", type=int, default=64)
     p.add_argument("--max_length", type=int, default=64,
                    help="longest source and target in word pieces (longer ones are cut)")
@@ -274,6 +294,10 @@ def parse_args(argv):
             if key not in given:
                 setattr(args, key, value)
     args.only = tuple(filter(None, args.only.split(",")))
+    args.budget_kinds = tuple(filter(None, args.budget_kinds.split(",")))
+    if not args.budget_kinds or set(args.budget_kinds) - set(BUDGET_KINDS):
+        p.error(f"--budget_kinds={','.join(args.budget_kinds)}: choose from "
+                f"{','.join(BUDGET_KINDS)}")
     unknown = sorted(set(args.only) - set(SECTIONS))
     if unknown:
         p.error(f"--only: unknown sections {unknown}; choose from {','.join(SECTIONS)}")
@@ -284,9 +308,10 @@ def parse_args(argv):
     try:
         from bench.seq2seq_models import Size  # noqa: PLC0415
 
-        Size.parse(args.size)
+        for name in ("size", "budget_size"):
+            Size.parse(getattr(args, name))
     except (TypeError, ValueError):
-        p.error(f"--size={args.size}: give L/H/A/F, e.g. 4/256/4/1024")
+        p.error(f"--{name}={getattr(args, name)}: give L/H/A/F, e.g. 4/256/4/1024")
     if not (pathlib.Path(args.shared_dir) / "data" / "spa_eng" / "train.tsv").is_file():
         p.error(f"--shared_dir={args.shared_dir} has no data/spa_eng/train.tsv")
     if args.vocab_file and not os.path.isfile(args.vocab_file):

@@ -102,7 +102,10 @@ def markdown(results: dict) -> str:
     if "budget" in results:
         lines += _bleu_lines(results["budget"], (
             f"### Equal wall-clock: {s['budget_minutes']:g} minutes each, turns of "
-            f"{s['turn_seconds']:g} s, batch {s['batch_size']}, bert-train at {s['size']}"))
+            f"{s['turn_seconds']:g} s, batch {s['batch_size']}, bert-train at "
+            + (f"{s['budget_size']} (peak learning rate {s['budget_learning_rate']:g}, "
+               f"{s['budget_warmup_steps']} warm-up steps, dropout {s['budget_dropout']:g})"
+               if "budget_size" in s else s["size"])))
     if "bert2bert" in results:
         lines += _bleu_lines(results["bert2bert"], (
             f"### BERT2BERT: MiniLM (L6/H384) warm started vs from scratch, "

@@ -69,12 +69,14 @@ class InverseSqrt(keras.optimizers.schedules.LearningRateSchedule):
         return {"peak": self.peak, "warmup": self.warmup}
 
 
-def recipe(kind: str, warmup_steps: int) -> dict:
+def recipe(kind: str, warmup_steps: int, learning_rate: float | None = None) -> dict:
     """Optimizer and loss of each model: the course's Adam 1e-3 without smoothing for the RNNs;
-    the Transformer recipe (Adam 0.9/0.98, warm-up then inverse square root, smoothing 0.1)."""
+    the Transformer recipe (Adam 0.9/0.98, warm-up to `learning_rate` then inverse square root,
+    smoothing 0.1; the peak defaults to 7e-4, 1e-4 for a warm start)."""
     if kind in ("gru", "bahdanau"):
         return {"optimizer": keras.optimizers.Adam(1e-3), "smoothing": 0.0}
-    schedule = InverseSqrt(7e-4 if kind != "bert2bert" else 1e-4, warmup_steps)
+    peak = learning_rate or (1e-4 if kind == "bert2bert" else 7e-4)
+    schedule = InverseSqrt(peak, warmup_steps)
     return {"optimizer": keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9),
             "smoothing": 0.1}
 
@@ -105,9 +107,10 @@ def _signature(batch_size: int) -> dict:
     return {k: tf.TensorSpec([batch_size, None], tf.int32) for k in names}
 
 
-def _trainer(kind: str, model: keras.Model, batch_size: int, warmup_steps: int):
+def _trainer(kind: str, model: keras.Model, batch_size: int, warmup_steps: int,
+             learning_rate: float | None):
     """The compiled train step of `model`; returns (train_step, optimizer)."""
-    spec = recipe(kind, warmup_steps)
+    spec = recipe(kind, warmup_steps, learning_rate)
     optimizer, smoothing = spec["optimizer"], spec["smoothing"]
 
     # The encoder's pooler gets no gradient from a seq2seq loss: it is left out, not warned of.
@@ -131,7 +134,7 @@ def _trainer(kind: str, model: keras.Model, batch_size: int, warmup_steps: int):
 
 
 def _setup(kind, data_file, vocab_size, size, max_length, dropout, batch_size, warmup_steps,
-           minilm_dir, seed):
+           minilm_dir, seed, learning_rate=None):
     keras.utils.set_random_seed(seed)
     encoded = data_lib.load(data_file)
     model, info = build_model(kind, vocab_size, size, max_length, dropout, minilm_dir)
@@ -139,13 +142,14 @@ def _setup(kind, data_file, vocab_size, size, max_length, dropout, batch_size, w
     first = next(stream)
     models.logits_of(model, first, training=False)  # Builds the variables.
     info["params"] = int(sum(np.prod(v.shape) for v in model.trainable_variables))
-    train_step, optimizer = _trainer(kind, model, batch_size, warmup_steps)
+    train_step, optimizer = _trainer(kind, model, batch_size, warmup_steps, learning_rate)
     return model, info, stream, train_step, optimizer
 
 
 def build_step(kind: str, data_file: str, vocab_size: int, size: str, max_length: int,
                dropout: float, batch_size: int, warmup_steps: int = 4000,
-               minilm_dir: str | None = None, seed: int = 0, num_batches: int = 8):
+               minilm_dir: str | None = None, seed: int = 0, num_batches: int = 8,
+               learning_rate: float | None = None):
     """Worker entry: run(n) trains n steps on `num_batches` fixed batches cycled.
 
     Both sides of the A/B comparison cycle the same batches (the first `num_batches` of the
@@ -153,7 +157,7 @@ def build_step(kind: str, data_file: str, vocab_size: int, size: str, max_length
     """
     model, info, stream, train_step, _ = _setup(
         kind, data_file, vocab_size, size, max_length, dropout, batch_size, warmup_steps,
-        minilm_dir, seed)
+        minilm_dir, seed, learning_rate)
     batches = [next(stream) for _ in range(num_batches)]
     info["tokens_per_batch"] = float(np.mean(
         [np.count_nonzero(b[features.TARGET_IDS]) for b in batches]))
@@ -226,14 +230,15 @@ def evaluate(kind, model, dev: data_lib.Encoded, tokenizer: Tokenizer, *, batch_
 def build_budget(kind: str, data_file: str, dev_file: str, vocab_file: str, lower_case: bool,
                  vocab_size: int, size: str, max_length: int, dropout: float, batch_size: int,
                  warmup_steps: int, beam_size: int, length_penalty: float,
-                 minilm_dir: str | None = None, seed: int = 0):
+                 minilm_dir: str | None = None, seed: int = 0,
+                 learning_rate: float | None = None):
     """Worker entry: run(n > 0) trains for n seconds (whole steps, at least one), or exactly
     -n steps when n < 0; run(0) decodes the dev set and returns its BLEU per setting.
 
     The build ends with one untimed training step (tracing), counted in "steps"."""
     model, info, stream, train_step, _ = _setup(
         kind, data_file, vocab_size, size, max_length, dropout, batch_size, warmup_steps,
-        minilm_dir, seed)
+        minilm_dir, seed, learning_rate)
     dev = data_lib.load(dev_file)
     tokenizer = Tokenizer(vocab_file, lower_case=lower_case)
     # One untimed step first: it traces the step function, whose cost differs by model and is

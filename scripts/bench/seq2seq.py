@@ -255,7 +255,7 @@ def parse_args(argv):
     p.add_argument("--budget_warmup_steps", type=int, default=300,
                    help="bert-train's warm-up steps in the budget section")
     p.add_argument("--budget_dropout", type=float, default=0.0,
-                   help="bert-train's dropout in the budget section (about 3 epochs in 20 "
+                   help="bert-train's dropout in the budget section (about 2 epochs in 20 "
                         "minutes: too few to overfit)")
     p.add_argument("--batch_size", type=int, default=64)
     p.add_argument("--max_length", type=int, default=64,

@@ -132,6 +132,22 @@ def test_budget_size_and_recipe_apply_to_bert_train_only(tmp_path, capsys):
         assert message in capsys.readouterr().err
 
 
+def test_bert2bert_models_share_one_recipe(tmp_path):
+    (tmp_path / "data" / "spa_eng").mkdir(parents=True)
+    (tmp_path / "data" / "spa_eng" / "train.tsv").write_text("Go.\tVe.\n")
+    from bench import seq2seq
+
+    args = seq2seq.parse_args([f"--shared_dir={tmp_path}", "--b2b_learning_rate=5e-4",
+                               "--b2b_warmup_steps=40"])
+    prepared = {"minilm": {"train": "t.npz", "dev": "d.npz", "vocab_file": "vocab.txt",
+                           "lower_case": True, "vocab_size": 30522}}
+    params = [seq2seq._b2b_params(args, prepared, k) for k in ("bert2bert", "bert2bert_scratch")]
+    for p in params:
+        assert (p["learning_rate"], p["warmup_steps"], p["vocab_size"], p["lower_case"]) == (
+            5e-4, 40, 30522, True)
+    assert [p["kind"] for p in params] == ["bert2bert", "bert2bert_scratch"]
+
+
 def test_recipe_peak_learning_rate():
     def peak(kind, learning_rate=None):
         optimizer = seq2seq_train.recipe(kind, 10, learning_rate)["optimizer"]

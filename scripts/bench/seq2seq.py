@@ -104,6 +104,12 @@ def _budget_params(args, prepared: dict, kind: str, vocab: str = "joint") -> dic
     return params
 
 
+def _b2b_params(args, prepared: dict, kind: str) -> dict:
+    # One recipe for both, as Rothe et al. fine-tune warm-started and random models alike.
+    return {**_budget_params(args, prepared, kind, "minilm"),
+            "warmup_steps": args.b2b_warmup_steps, "learning_rate": args.b2b_learning_rate}
+
+
 def _failed(outcome: dict) -> dict | None:
     if "error" in outcome:
         error = outcome["error"]
@@ -195,9 +201,8 @@ def bert2bert_section(args, prepared: dict) -> list[dict]:
     chunk = min(args.b2b_steps, args.b2b_turn_steps)
     rounds = math.ceil(args.b2b_steps / chunk)
     say(f"seq2seq bert2bert: {rounds} turns of {chunk} steps each")
-    workers = [Worker("seq2seq_budget", {**_budget_params(args, prepared, k, "minilm"),
-                                         "warmup_steps": args.b2b_warmup_steps},
-                      args.log, WORKER_TIMEOUT_S) for k in kinds]
+    workers = [Worker("seq2seq_budget", _b2b_params(args, prepared, k), args.log,
+                      WORKER_TIMEOUT_S) for k in kinds]
     try:
         return _train_and_score(args, workers, kinds, rounds=rounds, units=-chunk,
                                 what=f"{rounds * chunk} steps")
@@ -279,6 +284,8 @@ def parse_args(argv):
     p.add_argument("--b2b_turn_steps", type=int, default=200, help="steps per turn there")
     p.add_argument("--b2b_warmup_steps", type=int, default=100,
                    help="learning-rate warm-up steps there (both models)")
+    p.add_argument("--b2b_learning_rate", type=float, default=3e-4,
+                   help="peak learning rate there (both models: one recipe, as in Rothe et al.)")
     p.add_argument("--beam_size", type=int, default=4)
     p.add_argument("--length_penalty", type=float, default=0.6)
     p.add_argument("--seed", type=int, default=0)

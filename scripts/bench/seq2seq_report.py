@@ -109,7 +109,9 @@ def markdown(results: dict) -> str:
     if "bert2bert" in results:
         lines += _bleu_lines(results["bert2bert"], (
             f"### BERT2BERT: MiniLM (L6/H384) warm started vs from scratch, "
-            f"{s['b2b_steps']} steps each, MiniLM's uncased vocabulary"))
+            f"{s['b2b_steps']} steps each, MiniLM's uncased vocabulary"
+            + (f", peak learning rate {s['b2b_learning_rate']:g} for both"
+               if "b2b_learning_rate" in s else "")))
     if results.get("targets"):
         lines += ["### Targets", "", _row(["target", "measured", "goal", "met", "from"]),
                   _row(["---"] * 5)]

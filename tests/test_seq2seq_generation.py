@@ -67,10 +67,42 @@ class FakeSeq2Seq:
 
 
 class FakeWithDecode(FakeSeq2Seq):
-    """Has the decoder-only pass the uncached path prefers over re-encoding."""
+    """Has the decoder-only pass the uncached path prefers over re-encoding, with its output
+    projection apart (`decode(project=False)`, `logits`) and a `decoding_table` that the loops
+    make once and hand to every projection."""
 
-    def decode(self, decoder_input_ids, encoder_output, encoder_mask):
-        return self._decode(decoder_input_ids, encoder_output, encoder_mask)
+    def __init__(self, seed=0):
+        super().__init__(seed)
+        self.tables_made = 0
+        self.projected_with = []  # the output_table of each traced projection
+
+    def decoding_table(self):
+        self.tables_made += 1
+        return tf.identity(self.out)  # [hidden, vocab], as the real model's
+
+    def _logits(self, summed, count, pooled):
+        return self.logits(self._hidden(summed, count, pooled))
+
+    def _hidden(self, summed, count, pooled):
+        count = tf.cast(count, tf.float32)
+        return tf.tanh(summed / count + pooled + self.position * count / 4)
+
+    def logits(self, hidden, output_table=None):
+        self.projected_with.append(output_table)
+        return hidden @ (self.out if output_table is None else output_table) + self.bias
+
+    def decode_step(self, token_ids, index, cache, encoder_output, encoder_mask,
+                    output_table=None):
+        summed = cache["sum"] + tf.gather(self.embed, token_ids)
+        hidden = self._hidden(summed, index + 1, self._pooled(encoder_output, encoder_mask))
+        return self.logits(hidden, output_table), {"sum": summed}
+
+    def decode(self, decoder_input_ids, encoder_output, encoder_mask, project=True):
+        summed = tf.cumsum(tf.gather(self.embed, decoder_input_ids), axis=1)
+        count = tf.range(1, tf.shape(decoder_input_ids)[1] + 1)[None, :, None]
+        pooled = self._pooled(encoder_output, encoder_mask)[:, None]
+        hidden = self._hidden(summed, count, pooled)
+        return self.logits(hidden) if project else hidden
 
 
 class FakeProjected(FakeSeq2Seq):
@@ -142,6 +174,18 @@ def test_cached_equals_uncached(model_class, beam_size):
                                                use_cache=False)
     np.testing.assert_array_equal(ids, uncached_ids)
     np.testing.assert_allclose(scores, uncached_scores, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_the_output_table_is_made_once_and_given_to_every_step(use_cache):
+    model, inputs = FakeWithDecode(5), _sources(5)
+    ids, scores = _translate(model, inputs, beam_size=3, use_cache=use_cache)
+    assert model.tables_made == 1
+    assert model.projected_with and all(t is not None for t in model.projected_with)
+    # The same search as the plain projection's (FakeSeq2Seq: the same weights, no table).
+    plain_ids, plain_scores = _translate(FakeSeq2Seq(5), inputs, beam_size=3)
+    np.testing.assert_array_equal(ids, plain_ids)
+    np.testing.assert_allclose(scores, plain_scores, rtol=1e-5, atol=1e-6)
 
 
 def test_the_encoder_output_stays_out_of_the_beams_when_the_cache_holds_it():

@@ -36,15 +36,21 @@ def _inputs(seed=0):
     }
 
 
-def _step_logits(model, inputs, *, cross_cache=False):
-    """decode_step over every target position, stacked: [batch, target, vocab]."""
+def _step_logits(model, inputs, *, cross_cache=False, table=False):
+    """decode_step over every target position, stacked: [batch, target, vocab]; `table`
+    projects with the `decoding_table()` a decoding loop makes once."""
     encoder_output, encoder_mask = model.encode(inputs)
     cache = model.init_cache(BATCH, TARGET, encoder_output if cross_cache else None)
     ids = inputs[features.DECODER_INPUT_IDS]
+    output_table = model.decoding_table() if table else None
+    if table:
+        width = model.target_embeddings.embedding_width
+        assert output_table.shape == (width, VOCAB)
     rows = []
     for i in range(TARGET):
         logits, cache = model.decode_step(tf.constant(ids[:, i]), tf.constant(i), cache,
-                                          encoder_output, encoder_mask)
+                                          encoder_output, encoder_mask,
+                                          output_table=output_table)
         assert logits.shape == (BATCH, VOCAB) and logits.dtype == tf.float32
         rows.append(np.asarray(logits))
     return np.stack(rows, axis=1)
@@ -56,12 +62,13 @@ def _step_logits(model, inputs, *, cross_cache=False):
     {"share_encoder_decoder": True, "num_decoder_layers": 1},
 ])
 @pytest.mark.parametrize("cross_cache", [False, True])
-def test_decode_step_equals_call_position_by_position(options, cross_cache):
+@pytest.mark.parametrize("table", [False, True])
+def test_decode_step_equals_call_position_by_position(options, cross_cache, table):
     model = _model(**options)
     inputs = _inputs()
     logits = model(inputs)[features.LOGITS]
     assert logits.shape == (BATCH, TARGET, VOCAB) and logits.dtype == tf.float32
-    np.testing.assert_allclose(_step_logits(model, inputs, cross_cache=cross_cache),
+    np.testing.assert_allclose(_step_logits(model, inputs, cross_cache=cross_cache, table=table),
                                np.asarray(logits), rtol=1e-4, atol=1e-4)
 
 
@@ -94,6 +101,8 @@ def test_factorized_embeddings_are_projected_and_tied():
     inputs = _inputs(2)
     logits = np.asarray(model(inputs)[features.LOGITS])
     np.testing.assert_allclose(_step_logits(model, inputs), logits, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(_step_logits(model, inputs, table=True), logits, rtol=1e-4,
+                               atol=1e-4)
 
 
 def test_sharing_options_share_variables():

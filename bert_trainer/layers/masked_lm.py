@@ -6,6 +6,7 @@ from keras import ops
 from bert_trainer.layers.initializers import clone_initializer
 from bert_trainer.layers.layer_normalization import LayerNormalization
 from bert_trainer.layers.positions import gather_positions
+from bert_trainer.layers.tied_projection import matmul_transposed
 
 _OUTPUTS = ("logits", "predictions")
 
@@ -108,7 +109,7 @@ class MaskedLM(keras.layers.Layer):
         table = ops.cast(self.embedding_table, dtype)
         # 2-D, with ops.add (BiasAdd): TensorFlow fuses the bias into the matmul in float32.
         rows = ops.reshape(ops.cast(x, dtype), (-1, x.shape[-1]))
-        logits = _matmul_transposed(rows, table)  # (batch * P, vocab)
+        logits = matmul_transposed(rows, table)  # (batch * P, vocab)
         logits = ops.add(ops.cast(logits, self.compute_dtype), self.bias)  # float32
         logits = ops.reshape(logits, (*ops.shape(x)[:-1], -1))
         if self.output_type == "predictions":
@@ -131,14 +132,3 @@ class MaskedLM(keras.layers.Layer):
             dtype=keras.dtype_policies.serialize(self.transform_dtype_policy),
         )
         return config
-
-
-def _matmul_transposed(a, b):
-    """`a @ b^T`. On TensorFlow as one MatMul with `transpose_b`: its gradient for `b` is then
-    `dy^T @ a`, already `[vocab, width]`; through a transpose op the table's gradient is a
-    `[width, vocab]` product and a transpose of it (5.3 ms, 0.7 % of the mini CPU step)."""
-    if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf  # noqa: PLC0415 - the TensorFlow path only
-
-        return tf.linalg.matmul(a, b, transpose_b=True)
-    return ops.matmul(a, ops.transpose(b))

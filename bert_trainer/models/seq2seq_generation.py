@@ -4,13 +4,16 @@ The model needs the sequence-to-sequence API of `Seq2SeqTransformer`:
 
     encode(inputs) -> (encoder_output [b, s, h], encoder_mask [b, s])
     init_cache(batch_size, max_length) -> nest of batch-major tensors
-    decode_step(token_ids [b], index, cache, encoder_output, encoder_mask)
+    decode_step(token_ids [b], index, cache, encoder_output, encoder_mask[, output_table])
         -> (logits [b, vocab] float32, new_cache)
     vocab_size, max_target_length (None: no limit)
 
-and, for `use_cache=False` only, either `decode(decoder_input_ids [b, t], encoder_output,
-encoder_mask) -> logits [b, t, vocab]` or the teacher-forcing `call` (which then encodes the
-source again every step).
+and, optionally, `decoding_table()`: the output table, made once per call and given to every
+step as `output_table` (`layers.tied_projection`). For `use_cache=False` only, either
+`decode(decoder_input_ids [b, t], encoder_output, encoder_mask, project=False) -> hidden
+[b, t, h]` with `logits(hidden[, output_table]) -> [b, t, vocab]` (the last position alone is
+projected, as with the cache), or the teacher-forcing `call` (which then encodes the source
+again every step and projects every position).
 """
 
 import inspect
@@ -68,6 +71,11 @@ def _merge_cache(written, constant):
     return merged
 
 
+def _decoding_table(model):
+    """The model's `decoding_table()`, or None for a model without one."""
+    return model.decoding_table() if callable(getattr(model, "decoding_table", None)) else None
+
+
 def cached_step(model, max_decode_length, encoder_output, encoder_mask):
     """step_fn, initial state and constants decoding one token a step with the model's cache.
 
@@ -91,10 +99,13 @@ def cached_step(model, max_decode_length, encoder_output, encoder_mask):
     if not projected:
         constants[_OUTPUT] = encoder_output
 
+    table = _decoding_table(model)  # once, outside the loop (not a constant: never tiled)
+
     def step_fn(ids, index, state, constants):
         cache = _merge_cache(state["cache"], constants["cache"])
+        extra = {} if table is None else {"output_table": table}
         logits, cache = model.decode_step(ids, index, cache, constants.get(_OUTPUT),
-                                          constants[_MASK])
+                                          constants[_MASK], **extra)
         return logits, {"cache": _split_cache(cache)[0]}
     return step_fn, {"cache": written}, constants
 
@@ -103,8 +114,10 @@ def uncached_step(model, max_decode_length, encoder_output, encoder_mask, encode
     """step_fn, initial state and constants running the whole decoder on the prefix each step.
 
     The baseline the cache is measured against (and a check of it): the same logits, with
-    O(t) decoder positions computed at step t instead of one. The prefix is the only state;
-    the encoder output and mask (or inputs) are constants, as for `cached_step`.
+    O(t) decoder positions computed at step t instead of one (the decoder blocks only: the
+    vocabulary projection, as with the cache, is of the last position, from the same output
+    table). The prefix is the only state; the encoder output and mask (or inputs) are
+    constants, as for `cached_step`.
 
     Args:
       model, max_decode_length, encoder_output, encoder_mask: as `cached_step`.
@@ -119,6 +132,7 @@ def uncached_step(model, max_decode_length, encoder_output, encoder_mask, encode
         constants = {_OUTPUT: encoder_output, _MASK: encoder_mask}
     else:
         constants = {"inputs": dict(encoder_inputs)}
+    table = _decoding_table(model)  # as the cached loop's
 
     def step_fn(ids, index, state, constants):
         prefix = decoding.write_at(state["prefix"], index, ids)  # decoder input so far
@@ -127,7 +141,9 @@ def uncached_step(model, max_decode_length, encoder_output, encoder_mask, encode
             logits = model({**constants["inputs"], features.DECODER_INPUT_IDS: visible},
                            training=False)[features.LOGITS]
         else:
-            logits = model.decode(visible, constants[_OUTPUT], constants[_MASK])
+            hidden = model.decode(visible, constants[_OUTPUT], constants[_MASK], project=False)
+            extra = {} if table is None else {"output_table": table}
+            logits = model.logits(hidden[:, -1:], **extra)
         return tf.cast(logits[:, -1], tf.float32), {"prefix": prefix}
     return step_fn, state, constants
 

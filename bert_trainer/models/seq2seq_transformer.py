@@ -11,9 +11,9 @@ from bert_trainer.layers import (
     PositionEmbedding,
     SinusoidalPositionEncoding,
     TransformerDecoder,
+    tied_projection,
 )
 from bert_trainer.layers.initializers import clone_initializer
-from bert_trainer.layers.masked_lm import _matmul_transposed
 from bert_trainer.layers.packing import TokenPacking
 from bert_trainer.models.encoder_model import EncoderModel
 
@@ -204,7 +204,7 @@ class Seq2SeqTransformer(EncoderModel):
             x = self.decode(decoder_input_ids, encoder_output, encoder_mask, training=training,
                             project=False)
             rows = _gather_rows(x, where)  # (n, hidden)
-        return {TARGET_LOGITS: self._logits(rows[None])[0],
+        return {TARGET_LOGITS: self.logits(rows[None])[0],
                 TARGET_LABELS: ops.cast(_gather_rows(targets, where), "int32"),
                 TARGET_ROWS: ops.cast(where[:, 0], "int32")}
 
@@ -231,7 +231,7 @@ class Seq2SeqTransformer(EncoderModel):
         for layer in self.decoder_layers:
             x = layer(x, encoder_output=encoder_output, encoder_mask=encoder_mask,
                       training=training)
-        return self._logits(x) if project else x
+        return self.logits(x) if project else x
 
     def _decode_packed(self, decoder_input_ids, targets, encoder_output, encoder_mask,
                        training):
@@ -271,7 +271,8 @@ class Seq2SeqTransformer(EncoderModel):
         return {f"layer_{i}": layer.init_cache(batch_size, max_length, encoder_output)
                 for i, layer in enumerate(self.decoder_layers)}
 
-    def decode_step(self, token_ids, index, cache, encoder_output, encoder_mask):
+    def decode_step(self, token_ids, index, cache, encoder_output, encoder_mask,
+                    output_table=None):
         """One decoding step: the logits after `token_ids` at position `index`.
 
         Args:
@@ -280,6 +281,7 @@ class Seq2SeqTransformer(EncoderModel):
           cache: from `init_cache` or the previous step.
           encoder_output, encoder_mask: from `encode` (the output may be None if the cache
             holds the cross-attention keys and values).
+          output_table: optional `decoding_table()`, computed once before the loop.
 
         Returns:
           `(logits [batch, vocab] float32, new_cache)`; the logits equal `call`'s at `index`.
@@ -292,7 +294,7 @@ class Seq2SeqTransformer(EncoderModel):
             x, new_cache[key] = layer(x, encoder_output=encoder_output,
                                       encoder_mask=encoder_mask, cache=cache[key],
                                       decode_index=index)
-        return self._logits(x)[:, 0, :], new_cache
+        return self.logits(x, output_table)[:, 0, :], new_cache
 
     def _embed_targets(self, ids, index=None, training=None):
         """Target embeddings: `[batch, t]` ids at positions `index + [0, t)` (None: from 0)
@@ -318,11 +320,22 @@ class Seq2SeqTransformer(EncoderModel):
             table = self.target_position_embedding(ops.zeros(shape, word.dtype))[0]
         return ops.take(ops.cast(table, word.dtype), positions, axis=0)[None]
 
-    def _logits(self, x):
-        """float32 logits `[batch, t, vocab]`: `x` projected on the target embedding table."""
+    def logits(self, x, output_table=None):
+        """float32 logits `[batch, t, vocab]`: `x` `[batch, t, hidden]` (from
+        `decode(..., project=False)`) projected on the target embedding table.
+
+        `output_table` (optional): `decoding_table()`; the same logits, for a decoding loop."""
         if self.output_transform is not None:
             x = self.output_transform(x)  # (batch, t, width)
-        return self.output_projection(x, self.target_embeddings.embeddings)
+        return self.output_projection(x, self.target_embeddings.embeddings, output_table)
+
+    def decoding_table(self):
+        """The target embedding table transposed, `[width, vocab]` in the compute dtype: the
+        `output_table` of `decode_step` and `logits`, made once per decoding loop (a step
+        projects a few rows on the whole vocabulary, faster from this copy:
+        `layers.tied_projection`)."""
+        return tied_projection.decoding_table(self.target_embeddings.embeddings,
+                                              self.compute_dtype)
 
     @property
     def output_bias(self):
@@ -373,12 +386,10 @@ class _TiedOutputProjection(keras.layers.Layer):
         self.bias = self.add_weight(name="bias", shape=(vocab_size,), initializer="zeros")
         self.built = True
 
-    def call(self, x, table):
-        table = ops.cast(table, self.compute_dtype)
+    def call(self, x, table, output_table=None):
         shape = ops.shape(x)
         # 2-D, then a bias add in float32 (BiasAdd: TensorFlow fuses it into the matmul).
         rows = ops.reshape(ops.cast(x, self.compute_dtype), (-1, x.shape[-1]))
-        # One MatMul with transpose_b (no copy of the table per decoding step or in training).
-        logits = _matmul_transposed(rows, table)  # (batch * t, vocab)
+        logits = tied_projection.project(rows, table, output_table)  # (batch * t, vocab)
         logits = ops.add(ops.cast(logits, "float32"), ops.cast(self.bias, "float32"))
         return ops.reshape(logits, (shape[0], shape[1], -1))

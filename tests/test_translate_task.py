@@ -233,3 +233,20 @@ def test_model_row_outputs_give_the_full_logits_loss_and_gradients(files):
         np.testing.assert_allclose(tf.convert_to_tensor(a).numpy(),
                                    tf.convert_to_tensor(b).numpy(), rtol=1e-4, atol=1e-6,
                                    err_msg=v.path)
+
+
+def test_the_from_scratch_config_sets_the_benchmark_recipe():
+    from bert_trainer import configurables  # noqa: PLC0415
+    from bert_trainer.commands import common  # noqa: PLC0415
+
+    translate_config = configurables.configurable(TranslateConfig)
+    common.parse_gin([registry.get_family("translate").recipe, "configs/translate/scratch.gin"])
+    config = configurables.FinetuneConfig()
+    optimizer = configurables.OptimizerConfig()
+    assert (config.train_batch_size, config.dropout_rate, config.warmup_fraction,
+            config.seq_length) == (64, 0.0, None, 64)
+    assert (optimizer.learning_rate, optimizer.warmup_steps, optimizer.beta_2) == (
+        pytest.approx(1e-3), 300, pytest.approx(0.98))
+    assert translate_config().beam_size == 4  # the family's recipe still holds
+    encoder = configurables.build_encoder(vocab_size=50)
+    assert (encoder.num_layers, encoder.hidden_size) == (3, 192)

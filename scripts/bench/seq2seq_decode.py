@@ -2,11 +2,12 @@
 """Decoding speed of a Seq2SeqTransformer with and without its key/value cache.
 
 Times `translate` (bert_trainer.models.seq2seq_generation) on one batch of sources, greedy and
-beam 4, each with the cache (one new position per step) and without it (the whole decoder
-re-run on the prefix every step, the encoder run once either way), plus greedy and beam 4 with
-the cache and translate's opt-in `jit_compile` (the cached loop under XLA; `*_xla` rows, ratios
-against the same uncompiled uncached baseline). The weights are random and
-the end and pad tokens can never win (their output bias is -1e9), so every variant decodes exactly
+beam 4, each with the cache (one new position per step) and without it (the decoder's blocks
+re-run on the whole prefix every step, the encoder run once either way; both project only the
+newest position on the vocabulary, from the table transposed once per call), plus greedy and
+beam 4 with the cache and translate's opt-in `jit_compile` (the cached loop under XLA; `*_xla`
+rows, ratios against the same uncompiled uncached baseline). The weights are random and the
+end and pad tokens can never win (their output bias is -1e9), so every variant decodes exactly
 `max_decode_length` tokens per row: the same work, whatever the weights. Tokens/s counts the
 returned tokens (batch x max_decode_length), so a ratio of tokens/s is a ratio of times.
 

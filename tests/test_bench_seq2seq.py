@@ -214,3 +214,26 @@ def test_smoke_table_replaces_only_its_block(smoke):
     assert [t["name"] for t in results["targets"]] == [
         "training step: keras-hub time / bert-train time",
         "dev BLEU: bert-train minus the better GRU model"]
+
+
+@pytest.mark.slow  # six decoding loops traced and timed at tiny sizes: ~30 s on 2 cores
+def test_decode_benchmark_smoke_run_writes_every_variant(tmp_path):
+    output = tmp_path / "decode.json"
+    run = subprocess.run([sys.executable, str(REPO / "scripts" / "bench" / "seq2seq_decode.py"),
+                          "--smoke", f"--output={output}"], capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    results = json.loads(output.read_text())
+    names = {f"{kind}_{mode}" for kind in ("greedy", "beam4")
+             for mode in ("cached", "uncached", "cached_xla")}
+    assert set(results["variants"]) == names
+    for entry in results["variants"].values():
+        assert len(entry["seconds"]) == 2 and entry["tokens_per_s"] > 0
+        assert entry["tokens_per_s"] == pytest.approx(2 * 6 / entry["median_s"])
+    speedup = results["cache_speedup"]
+    assert set(speedup) == {"greedy", "beam4", "greedy_xla", "beam4_xla"}
+    ratio = (results["variants"]["beam4_cached"]["tokens_per_s"]
+             / results["variants"]["beam4_uncached"]["tokens_per_s"])
+    assert speedup["beam4"] == pytest.approx(ratio)
+    assert results["target"] == {"beam4_cache_speedup_min": 5.0, "met": speedup["beam4"] >= 5}
+    assert "target beam4 >= 5.0x" in run.stdout and not list(tmp_path.glob("*.partial"))

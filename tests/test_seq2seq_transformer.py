@@ -201,8 +201,27 @@ def test_mixed_bfloat16_trains_and_decodes():
     assert missing and all("pooler" in path for path in missing), missing
     assert all(np.isfinite(np.asarray(tf.convert_to_tensor(g), "float32")).all()
                for g in grads if g is not None)
-    steps = _step_logits(model, inputs, cross_cache=True)
-    np.testing.assert_allclose(steps, np.asarray(logits), rtol=0.1, atol=0.1)
+    assert model.decoding_table().dtype == tf.bfloat16
+    for table in (False, True):
+        steps = _step_logits(model, inputs, cross_cache=True, table=table)
+        np.testing.assert_allclose(steps, np.asarray(logits), rtol=0.1, atol=0.1)
+
+
+def test_decode_step_projects_with_the_table_it_is_given():
+    model, inputs = _model(), _inputs(6)
+    encoder_output, encoder_mask = model.encode(inputs)
+    ids = tf.constant(inputs[features.DECODER_INPUT_IDS][:, 0])
+    table = model.decoding_table()
+
+    def step(output_table):
+        cache = model.init_cache(BATCH, TARGET)
+        return np.asarray(model.decode_step(ids, 0, cache, encoder_output, encoder_mask,
+                                            output_table=output_table)[0])
+
+    bias = np.asarray(model.output_bias)
+    # logits = x @ table + bias: doubling the table doubles the product, the bias stays.
+    np.testing.assert_allclose(step(2 * table) - bias, 2 * (step(table) - bias), rtol=1e-4,
+                               atol=1e-5)
 
 
 @pytest.mark.parametrize("options", [{}, {"share_encoder_decoder": True}])

@@ -71,9 +71,12 @@ def _merge_cache(written, constant):
     return merged
 
 
-def _decoding_table(model):
-    """The model's `decoding_table()`, or None for a model without one."""
-    return model.decoding_table() if callable(getattr(model, "decoding_table", None)) else None
+def _projection(model) -> dict:
+    """`{"output_table": model.decoding_table()}`, or {} for a model without one: the keyword
+    arguments of the loop's projections."""
+    if callable(getattr(model, "decoding_table", None)):
+        return {"output_table": model.decoding_table()}
+    return {}
 
 
 def cached_step(model, max_decode_length, encoder_output, encoder_mask):
@@ -99,13 +102,12 @@ def cached_step(model, max_decode_length, encoder_output, encoder_mask):
     if not projected:
         constants[_OUTPUT] = encoder_output
 
-    table = _decoding_table(model)  # once, outside the loop (not a constant: never tiled)
+    projection = _projection(model)  # once, outside the loop (not a constant: never tiled)
 
     def step_fn(ids, index, state, constants):
         cache = _merge_cache(state["cache"], constants["cache"])
-        extra = {} if table is None else {"output_table": table}
         logits, cache = model.decode_step(ids, index, cache, constants.get(_OUTPUT),
-                                          constants[_MASK], **extra)
+                                          constants[_MASK], **projection)
         return logits, {"cache": _split_cache(cache)[0]}
     return step_fn, {"cache": written}, constants
 
@@ -130,9 +132,9 @@ def uncached_step(model, max_decode_length, encoder_output, encoder_mask, encode
     state = {"prefix": tf.zeros([batch, max_decode_length], tf.int32)}
     if hasattr(model, "decode"):
         constants = {_OUTPUT: encoder_output, _MASK: encoder_mask}
+        projection = _projection(model)  # as the cached loop's
     else:
         constants = {"inputs": dict(encoder_inputs)}
-    table = _decoding_table(model)  # as the cached loop's
 
     def step_fn(ids, index, state, constants):
         prefix = decoding.write_at(state["prefix"], index, ids)  # decoder input so far
@@ -142,8 +144,7 @@ def uncached_step(model, max_decode_length, encoder_output, encoder_mask, encode
                            training=False)[features.LOGITS]
         else:
             hidden = model.decode(visible, constants[_OUTPUT], constants[_MASK], project=False)
-            extra = {} if table is None else {"output_table": table}
-            logits = model.logits(hidden[:, -1:], **extra)
+            logits = model.logits(hidden[:, -1:], **projection)
         return tf.cast(logits[:, -1], tf.float32), {"prefix": prefix}
     return step_fn, state, constants
 

@@ -72,10 +72,10 @@ class InverseSqrt(keras.optimizers.schedules.LearningRateSchedule):
 def recipe(kind: str, warmup_steps: int, learning_rate: float | None = None) -> dict:
     """Optimizer and loss of each model: the course's Adam 1e-3 without smoothing for the RNNs;
     the Transformer recipe (Adam 0.9/0.98, warm-up to `learning_rate` then inverse square root,
-    smoothing 0.1; the peak defaults to 7e-4, 1e-4 for a warm start)."""
+    smoothing 0.1; the peak defaults to 7e-4)."""
     if kind in ("gru", "bahdanau"):
         return {"optimizer": keras.optimizers.Adam(1e-3), "smoothing": 0.0}
-    peak = learning_rate or (1e-4 if kind == "bert2bert" else 7e-4)
+    peak = learning_rate or 7e-4
     schedule = InverseSqrt(peak, warmup_steps)
     return {"optimizer": keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9),
             "smoothing": 0.1}

@@ -204,7 +204,7 @@ def test_saved_model_with_tensor_settings(tmp_path):
 def test_xla_by_default_equals_the_graph_executor_greedy_and_sampled():
     """The default loop (XLA with the cache, prompt widths bucketed) gives the graph
     executor's tokens, and a seed draws the same sample in both."""
-    from bert_trainer.models import causal_generation  # noqa: PLC0415
+    from bert_trainer.models import decoding  # noqa: PLC0415
 
     model = _model()
     for settings in ({}, {"temperature": 1.3, "top_k": 30, "top_p": 0.95, "seed": 11}):
@@ -213,24 +213,24 @@ def test_xla_by_default_equals_the_graph_executor_greedy_and_sampled():
         np.testing.assert_array_equal(default[GENERATED_IDS], plain[GENERATED_IDS])
         np.testing.assert_allclose(default[SCORES], plain[SCORES], rtol=1e-5, atol=1e-5)
     # One compiled loop per model and settings, reused by the next call.
-    loops = causal_generation._COMPILED[model]  # noqa: SLF001
+    loops = decoding._COMPILED[model]  # noqa: SLF001
     assert len(loops) == 2
     _run(model)
     assert len(loops) == 2
 
 
 def test_prompt_widths_are_bucketed_without_changing_the_tokens():
-    from bert_trainer.models.causal_generation import WIDTH_BUCKET, bucket_width  # noqa: PLC0415
+    from bert_trainer.models.decoding import WIDTH_BUCKET, bucket_width  # noqa: PLC0415
 
     prompts = _prompts()  # width 7
-    padded = bucket_width(tf.constant(prompts), limit=100, max_new_tokens=8)
+    padded = bucket_width(tf.constant(prompts), limit=92)
     assert padded.shape == (4, WIDTH_BUCKET)
     np.testing.assert_array_equal(padded[:, :7], prompts)
     np.testing.assert_array_equal(padded[:, 7:], 0)
     # Never past the room the new tokens leave, and never cutting a prompt.
-    assert bucket_width(tf.constant(prompts), limit=24, max_new_tokens=8).shape == (4, 16)
-    assert bucket_width(tf.constant(prompts), limit=12, max_new_tokens=8).shape == (4, 7)
-    dynamic = tf.function(lambda ids: bucket_width(ids, limit=100, max_new_tokens=8),
+    assert bucket_width(tf.constant(prompts), limit=16).shape == (4, 16)
+    assert bucket_width(tf.constant(prompts), limit=4).shape == (4, 7)
+    dynamic = tf.function(lambda ids: bucket_width(ids, limit=92),
                           input_signature=[tf.TensorSpec([None, None], tf.int32)])
     assert dynamic(tf.constant(prompts)).shape == (4, WIDTH_BUCKET)
     model = _model()

@@ -293,13 +293,36 @@ def test_real_model_xla_compiled_translation_equals_the_uncompiled_one(beam_size
         model, x, beam_size=beam_size, max_decode_length=10, start_id=START, end_id=END,
         jit_compile=True), input_signature=[spec])
     out = graph(inputs)
-    ids, scores = _translate(model, inputs, beam_size=beam_size, max_decode_length=10)
+    ids, scores = _translate(model, inputs, beam_size=beam_size, max_decode_length=10,
+                             jit_compile=False)
     np.testing.assert_array_equal(out[features.DECODED_IDS], ids)
     np.testing.assert_allclose(out[features.DECODED_SCORES], scores, rtol=1e-4, atol=1e-4)
     assert (ids != ids[:, :1]).any(), "the test must see more than one token repeated"
     # Another batch size: XLA compiles the new shape, same results as uncompiled.
     half = {name: value[:5] for name, value in inputs.items()}
     np.testing.assert_array_equal(graph(half)[features.DECODED_IDS], ids[:5])
+
+
+def test_the_default_is_the_compiled_loop_kept_per_model_and_settings():
+    from bert_trainer.models import decoding  # noqa: PLC0415
+
+    model, inputs = _tiny_transformer(), _sources(8, vocab=REAL_VOCAB)  # sources 6 wide
+    plain = _translate(model, inputs, max_decode_length=10, jit_compile=False)
+    assert model not in decoding._COMPILED  # noqa: SLF001
+    for _ in range(2):  # eager calls: the second reuses the first's loop
+        ids, scores = _translate(model, inputs, max_decode_length=10)
+        np.testing.assert_array_equal(ids, plain[0])
+        np.testing.assert_allclose(scores, plain[1], rtol=1e-4, atol=1e-4)
+        assert len(decoding._COMPILED[model]) == 1  # noqa: SLF001
+    # The sources were padded to 8 columns (SOURCE_BUCKET); padding is masked out, so
+    # sources given 13 wide (padded to the encoder's 16 positions) decode the same.
+    assert seq2seq_generation.SOURCE_BUCKET == 8
+    wide = {name: np.pad(np.asarray(value), [[0, 0], [0, 7]]) for name, value in inputs.items()}
+    np.testing.assert_array_equal(_translate(model, wide, max_decode_length=10)[0], plain[0])
+    _translate(model, inputs, max_decode_length=10, beam_size=2)  # other settings: a new loop
+    assert len(decoding._COMPILED[model]) == 2  # noqa: SLF001
+    padded = decoding.bucket_width(tf.constant(inputs[features.INPUT_WORD_IDS]), 16, 8)
+    assert padded.shape == (4, 8)
 
 
 @pytest.mark.slow  # saving and loading decoding loops: ~60 s on 2 busy cores

@@ -129,6 +129,8 @@ def load_predictor(*, model_dir: str | None = None, saved_model: str | None = No
         if not hasattr(module, "text_function"):
             raise UserError(f"{model_dir} is a pretraining model directory: it has no task to "
                             "predict; fine-tune it first (bert-train finetune)")
+        if hasattr(module, "jit_compile"):  # XLA is in this process (an export leaves it off)
+            module.jit_compile = True
         fn = module.text_function()
         names = [spec.name for spec in fn.input_signature]
         family = registry.get_family(module.family)

@@ -22,16 +22,11 @@ are those of the row decoded alone (a masked key adds an exact 0 to the softmax)
 Like `models.decoding`, which runs the loop, the module uses TensorFlow directly.
 """
 
-import weakref
-
 import tensorflow as tf
 
 from bert_trainer import features
 from bert_trainer.models import decoding
 
-# With XLA (the default), prompt widths are padded up to a multiple of this: a run compiles once
-# per bucket of widths, not once per width.
-WIDTH_BUCKET = 32
 PAD_ID = 0  # [PAD]: never generated (its logit is -inf), 0 after a row's end token
 GENERATED_IDS = "generated_ids"  # int32 [b, max_new_tokens]: 0 after the end
 GENERATED_LENGTHS = "generated_lengths"  # int32 [b]: tokens before the end token
@@ -100,22 +95,6 @@ def left_align(prompt_ids, prompt_lengths):
     source = tf.range(width)[None, :] - padding[:, None]  # (b, p): column read, < 0 = pad
     aligned = tf.gather(prompt_ids, tf.maximum(source, 0), batch_dims=1)
     return tf.where(source >= 0, aligned, PAD_ID), padding
-
-
-def bucket_width(prompt_ids, limit, max_new_tokens):
-    """`prompt_ids` with zero columns added up to a multiple of `WIDTH_BUCKET`, without going
-    past `limit - max_new_tokens` columns (nor cutting any).
-
-    Left alignment turns the extra columns into padding that no token attends to, with every
-    token at its own position: the logits are those of the unpadded prompts.
-    """
-    width = prompt_ids.shape[1]
-    # A static width is padded with Python ints, so the padded shape stays static.
-    low, high = (max, min) if width is not None else (tf.maximum, tf.minimum)
-    if width is None:
-        width = tf.shape(prompt_ids)[1]
-    target = low(width, high(-(-width // WIDTH_BUCKET) * WIDTH_BUCKET, limit - max_new_tokens))
-    return tf.pad(prompt_ids, [[0, 0], [0, target - width]])
 
 
 def _without_pad(logits):
@@ -200,23 +179,10 @@ def _loop(model, max_new_tokens, end_id, greedy, use_cache):
     return run
 
 
-# model -> {(max_new_tokens, end_id, greedy): the XLA-compiled loop}: the same `tf.function`
-# for every call, so eager calls reuse its traces and compiled programs (shape by shape).
-_COMPILED = weakref.WeakKeyDictionary()
-
-
 def _compiled_loop(model, max_new_tokens, end_id, greedy):
     """`_loop` with the cache, compiled with XLA; one `tf.function` per model and settings."""
-    key = (max_new_tokens, end_id, greedy)
-    try:
-        loops = _COMPILED.setdefault(model, {})
-        hash(key)
-    except TypeError:  # a model without weak references, or an end_id tensor: no reuse
-        return tf.function(_loop(model, max_new_tokens, end_id, greedy, True), jit_compile=True)
-    if key not in loops:  # through a proxy: the entry must not keep its own key alive
-        loops[key] = tf.function(_loop(weakref.proxy(model), max_new_tokens, end_id, greedy,
-                                       True), jit_compile=True)
-    return loops[key]
+    return decoding.compiled(model, ("generate", max_new_tokens, end_id, greedy),
+                             lambda m: _loop(m, max_new_tokens, end_id, greedy, True))
 
 
 def generate(model, prompt_ids, prompt_lengths, *, max_new_tokens, end_id, temperature=0.0,
@@ -245,7 +211,7 @@ def generate(model, prompt_ids, prompt_lengths, *, max_new_tokens, end_id, tempe
         program; the graph executor (False) dispatches the step's ~200 small ops one by one,
         which on a CPU costs more than their arithmetic. A first call per shape compiles
         (about a second for the mini model, over the tracing every path pays); prompt widths
-        are padded up to a multiple of `WIDTH_BUCKET` so a run of varied prompts compiles
+        are padded up to a multiple of `decoding.WIDTH_BUCKET` so a run of varied prompts compiles
         once per bucket. False suits a SavedModel meant for any TensorFlow runtime.
       new_token_limit: optional int scalar (a tensor: a SavedModel's input), at most
         `max_new_tokens`: stop after that many tokens; the shapes and the cache stay those
@@ -286,7 +252,10 @@ def generate(model, prompt_ids, prompt_lengths, *, max_new_tokens, end_id, tempe
         prompt_ids = tf.identity(prompt_ids)
     if jit_compile:
         run = _compiled_loop(model, max_new_tokens, end_id, greedy)
-        prompt_ids = bucket_width(prompt_ids, int(model.max_sequence_length), max_new_tokens)
+        # Left alignment turns the extra columns into padding no token attends to, every
+        # token at its own position: the logits are those of the unpadded prompts.
+        prompt_ids = decoding.bucket_width(prompt_ids,
+                                           int(model.max_sequence_length) - max_new_tokens)
     else:
         run = _loop(model, max_new_tokens, end_id, greedy, use_cache)
     if greedy:  # the sampling settings are not used (nor traced)

@@ -15,7 +15,9 @@ Method: each variant is one `tf.function` (its own graph, XLA with --xla), trace
 untimed; then `rounds` rounds time every variant in turn, A B C D A B C D ..., so drifts of
 machine load hit all alike; a variant's time is its median over rounds. All variants share one
 process and one model (the comparison is of the decoding loops, not of builds). The check:
-beam 4 with the cache >= 5x the tokens/s of beam 4 without it. The ratio grows with
+beam 4 with the cache, run as `translate` runs it by default (the XLA-compiled loop,
+`beam4_cached_xla`), >= 5x the tokens/s of beam 4 without the cache; the graph executor's
+cached loop (`beam4_cached`, what an export runs) is reported beside it. The ratio grows with
 max_decode_length (the uncached work is quadratic in it, the cached work linear).
 
   scripts/bench/seq2seq_decode.py --output benchmarks/results_seq2seq_decode.json
@@ -133,14 +135,16 @@ def run(args) -> dict:
     ratios.update({f"{kind}_xla": timings[f"{kind}_cached_xla"]["tokens_per_s"]
                    / timings[f"{kind}_uncached"]["tokens_per_s"]
                    for kind in ("greedy", "beam4") if f"{kind}_cached_xla" in timings})
+    # translate's default loop: XLA-compiled (with --xla every row is, and has no _xla twin).
+    default = "beam4_xla" if "beam4_xla" in ratios else "beam4"
     return {
         "what": "seq2seq decoding tokens/s with vs without the key/value cache",
         "settings": {k: v for k, v in vars(args).items() if k not in ("output",)},
         "machine": report.machine_info(),
         "variants": timings,
         "cache_speedup": ratios,
-        "target": {"beam4_cache_speedup_min": TARGET_BEAM_RATIO,
-                   "met": ratios["beam4"] >= TARGET_BEAM_RATIO},
+        "target": {"beam4_cache_speedup_min": TARGET_BEAM_RATIO, "ratio": default,
+                   "met": ratios[default] >= TARGET_BEAM_RATIO},
     }
 
 
@@ -184,7 +188,8 @@ def main(argv=None) -> int:
     for kind, ratio in results["cache_speedup"].items():
         print(f"{kind}: cache speedup {ratio:.2f}x")
     verdict = "met" if results["target"]["met"] else "NOT met"
-    print(f"target beam4 >= {TARGET_BEAM_RATIO}x: {verdict}; wrote {output}")
+    print(f"target {results['target']['ratio']} >= {TARGET_BEAM_RATIO}x: {verdict}; "
+          f"wrote {output}")
     return 0
 
 

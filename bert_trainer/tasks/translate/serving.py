@@ -28,9 +28,16 @@ class TranslateServing(TaskServing):
 
     The score is the best hypothesis' log-probability with the length penalty applied. Besides
     `serving_default`, the export has the encoder's `encode` signature.
+
+    Attributes:
+      jit_compile: run the decoding loop compiled with XLA (`translate`'s jit_compile), which
+        on a CPU about doubles the tokens/s. False by default: an export stays servable by
+        any TensorFlow runtime; `bert-train predict --model_dir` sets it before the first
+        trace.
     """
 
     family = "translate"
+    jit_compile = False
 
     def __init__(self, model, *, beam_size: int = 4, length_penalty: float = 0.6,
                  max_decode_length: int = 64, **kwargs):
@@ -52,6 +59,6 @@ class TranslateServing(TaskServing):
         decoded = translate(
             self.model, inputs, beam_size=self.beam_size, length_penalty=self.length_penalty,
             max_decode_length=self.max_decode_length, start_id=self.tokenizer.cls_id,
-            end_id=self.tokenizer.sep_id)
+            end_id=self.tokenizer.sep_id, jit_compile=self.jit_compile)
         return {TRANSLATION: self.tokenizer.detokenize(decoded[features.DECODED_IDS]),
                 SCORE: tf.cast(decoded[features.DECODED_SCORES], tf.float32)}

@@ -210,7 +210,9 @@ class TranslationTask(FinetuningTask):
             self.model, {name: features[name] for name in F.ENCODER_INPUTS},
             beam_size=self.translate.eval_beams, length_penalty=self.translate.length_penalty,
             max_decode_length=self.translate.decode_length, start_id=self.tokenizer.cls_id,
-            end_id=self.tokenizer.sep_id)
+            # In the trainer's replica function, under any strategy: the graph loop (XLA
+            # there is TrainerConfig.jit_compile's choice).
+            end_id=self.tokenizer.sep_id, jit_compile=False)
         return {F.DECODED_IDS: decoded[F.DECODED_IDS],
                 translate_data.EXAMPLE_INDEX: features[translate_data.EXAMPLE_INDEX]}
 

@@ -303,6 +303,19 @@ def test_real_model_xla_compiled_translation_equals_the_uncompiled_one(beam_size
     np.testing.assert_array_equal(graph(half)[features.DECODED_IDS], ids[:5])
 
 
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_one_source_row_decodes_in_the_compiled_loop(beam_size):
+    # Static shapes of one row: the beams' gathered cache must keep them through the loop.
+    model = _tiny_transformer()
+    one = {name: np.asarray(value)[:1] for name, value in _sources(8, vocab=REAL_VOCAB).items()}
+    ids, scores = _translate(model, one, beam_size=beam_size, max_decode_length=10)
+    plain_ids, plain_scores = _translate(model, one, beam_size=beam_size, max_decode_length=10,
+                                         jit_compile=False)
+    assert ids.shape == (1, 10)
+    np.testing.assert_array_equal(ids, plain_ids)
+    np.testing.assert_allclose(scores, plain_scores, rtol=1e-4, atol=1e-4)
+
+
 def test_the_default_is_the_compiled_loop_kept_per_model_and_settings():
     from bert_trainer.models import decoding  # noqa: PLC0415
 

@@ -315,6 +315,14 @@ def _flat_beam_rows(beams, batch, beam_size):
     return tf.reshape(beams + tf.range(batch)[:, None] * beam_size, [-1])
 
 
+def _follow(tensor, rows):
+    """`tensor`'s rows picked by `rows` (as many as it has): its static shape kept, which a
+    traced loop (XLA, a static batch) requires of its state."""
+    picked = tf.gather(tensor, rows)
+    picked.set_shape(tensor.shape)
+    return picked
+
+
 def _sort_best_first(flags, scores, ids):
     """Each row's hypotheses sorted: finished ones first, each group by score, best first."""
     by_score = tf.argsort(scores, axis=-1, direction="DESCENDING", stable=True)
@@ -394,7 +402,7 @@ def beam_search(step_fn, initial_ids, initial_state, *, vocab_size, beam_size, l
         # Every state tensor follows its hypothesis' beam.
         beams = tf.gather(top_beam, pick, batch_dims=1)
         rows = _flat_beam_rows(beams, batch, k)
-        state = tf.nest.map_structure(lambda t: tf.gather(t, rows), state)
+        state = tf.nest.map_structure(lambda t: _follow(t, rows), state)
         done |= tf.reduce_all(fin_flag, axis=1)
         return index + 1, last, alive_ids, alive_log_prob, state, fin_ids, fin_score, fin_flag, done
 

@@ -317,24 +317,24 @@ def test_one_source_row_decodes_in_the_compiled_loop(beam_size):
 
 
 def test_the_default_is_the_compiled_loop_kept_per_model_and_settings():
-    from bert_trainer.models import decoding  # noqa: PLC0415
+    from bert_trainer.models import compiled_loops  # noqa: PLC0415
 
     model, inputs = _tiny_transformer(), _sources(8, vocab=REAL_VOCAB)  # sources 6 wide
     plain = _translate(model, inputs, max_decode_length=10, jit_compile=False)
-    assert model not in decoding._COMPILED  # noqa: SLF001
+    assert model not in compiled_loops._COMPILED  # noqa: SLF001
     for _ in range(2):  # eager calls: the second reuses the first's loop
         ids, scores = _translate(model, inputs, max_decode_length=10)
         np.testing.assert_array_equal(ids, plain[0])
         np.testing.assert_allclose(scores, plain[1], rtol=1e-4, atol=1e-4)
-        assert len(decoding._COMPILED[model]) == 1  # noqa: SLF001
+        assert len(compiled_loops._COMPILED[model]) == 1  # noqa: SLF001
     # The sources were padded to 8 columns (SOURCE_BUCKET); padding is masked out, so
     # sources given 13 wide (padded to the encoder's 16 positions) decode the same.
     assert seq2seq_generation.SOURCE_BUCKET == 8
     wide = {name: np.pad(np.asarray(value), [[0, 0], [0, 7]]) for name, value in inputs.items()}
     np.testing.assert_array_equal(_translate(model, wide, max_decode_length=10)[0], plain[0])
     _translate(model, inputs, max_decode_length=10, beam_size=2)  # other settings: a new loop
-    assert len(decoding._COMPILED[model]) == 2  # noqa: SLF001
-    padded = decoding.bucket_width(tf.constant(inputs[features.INPUT_WORD_IDS]), 16, 8)
+    assert len(compiled_loops._COMPILED[model]) == 2  # noqa: SLF001
+    padded = compiled_loops.bucket_width(tf.constant(inputs[features.INPUT_WORD_IDS]), 16, 8)
     assert padded.shape == (4, 8)
 
 

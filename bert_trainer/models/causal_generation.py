@@ -25,7 +25,7 @@ Like `models.decoding`, which runs the loop, the module uses TensorFlow directly
 import tensorflow as tf
 
 from bert_trainer import features
-from bert_trainer.models import decoding
+from bert_trainer.models import compiled_loops, decoding
 
 PAD_ID = 0  # [PAD]: never generated (its logit is -inf), 0 after a row's end token
 GENERATED_IDS = "generated_ids"  # int32 [b, max_new_tokens]: 0 after the end
@@ -181,7 +181,7 @@ def _loop(model, max_new_tokens, end_id, greedy, use_cache):
 
 def _compiled_loop(model, max_new_tokens, end_id, greedy):
     """`_loop` with the cache, compiled with XLA; one `tf.function` per model and settings."""
-    return decoding.compiled(model, ("generate", max_new_tokens, end_id, greedy),
+    return compiled_loops.compiled(model, ("generate", max_new_tokens, end_id, greedy),
                              lambda m: _loop(m, max_new_tokens, end_id, greedy, True))
 
 
@@ -211,8 +211,8 @@ def generate(model, prompt_ids, prompt_lengths, *, max_new_tokens, end_id, tempe
         program; the graph executor (False) dispatches the step's ~200 small ops one by one,
         which on a CPU costs more than their arithmetic. A first call per shape compiles
         (about a second for the mini model, over the tracing every path pays); prompt widths
-        are padded up to a multiple of `decoding.WIDTH_BUCKET` so a run of varied prompts compiles
-        once per bucket. False suits a SavedModel meant for any TensorFlow runtime.
+        are padded up to a multiple of `compiled_loops.WIDTH_BUCKET` so a run of varied
+        prompts compiles once per bucket. False suits a SavedModel meant for any TensorFlow runtime.
       new_token_limit: optional int scalar (a tensor: a SavedModel's input), at most
         `max_new_tokens`: stop after that many tokens; the shapes and the cache stay those
         of `max_new_tokens` (the columns after the limit are 0). Checked against the
@@ -254,7 +254,7 @@ def generate(model, prompt_ids, prompt_lengths, *, max_new_tokens, end_id, tempe
         run = _compiled_loop(model, max_new_tokens, end_id, greedy)
         # Left alignment turns the extra columns into padding no token attends to, every
         # token at its own position: the logits are those of the unpadded prompts.
-        prompt_ids = decoding.bucket_width(prompt_ids,
+        prompt_ids = compiled_loops.bucket_width(prompt_ids,
                                            int(model.max_sequence_length) - max_new_tokens)
     else:
         run = _loop(model, max_new_tokens, end_id, greedy, use_cache)

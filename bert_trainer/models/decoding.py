@@ -27,14 +27,9 @@ module uses TensorFlow directly, not `keras.ops`: it needs `tf.nest` over the ca
 batched gathers and stateless random numbers, and the models it drives run on TensorFlow.
 """
 
-import weakref
-
 import tensorflow as tf
 
 NEG_INF = float("-inf")
-# With XLA, input widths (prompts, sources) are padded up to a multiple of this: a run compiles
-# once per bucket of widths, not once per width.
-WIDTH_BUCKET = 32
 
 
 def length_penalty_factor(length, alpha):
@@ -67,39 +62,6 @@ def write_at(ids, index, tokens):
     """
     at_index = tf.range(tf.shape(ids)[-1]) == index
     return tf.where(at_index, tokens[..., None], ids)
-
-
-def bucket_width(ids, limit, multiple=WIDTH_BUCKET):
-    """`ids` `[b, w]` with zero columns added up to a multiple of `multiple`, without going
-    past `limit` columns (nor cutting any). A zero column is padding the caller masks out.
-    """
-    width = ids.shape[1]
-    # A static width is padded with Python ints, so the padded shape stays static.
-    low, high = (max, min) if width is not None else (tf.maximum, tf.minimum)
-    if width is None:
-        width = tf.shape(ids)[1]
-    target = low(width, high(-(-width // multiple) * multiple, limit))
-    return tf.pad(ids, [[0, 0], [0, target - width]])
-
-
-# model -> {settings: the XLA-compiled loop}: the same `tf.function` for every call, so eager
-# calls reuse its traces and compiled programs (shape by shape).
-_COMPILED = weakref.WeakKeyDictionary()
-
-
-def compiled(model, key, make):
-    """`tf.function(make(model), jit_compile=True)`, made once per model and `key` (the
-    settings `make` closes over) and reused; made afresh when `key` cannot be hashed (a
-    tensor setting) or the model takes no weak reference. The cached function holds the
-    model through a proxy, so the cache never keeps a model alive."""
-    try:
-        loops = _COMPILED.setdefault(model, {})
-        hash(key)
-    except TypeError:
-        return tf.function(make(model), jit_compile=True)
-    if key not in loops:
-        loops[key] = tf.function(make(weakref.proxy(model)), jit_compile=True)
-    return loops[key]
 
 
 def _with_constants(step_fn, constants):

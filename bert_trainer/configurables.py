@@ -10,7 +10,7 @@ optimizer configs are registered here too.
 import gin
 from gin import resource_reader
 
-from bert_trainer import config_files
+from bert_trainer import config_files, gin_guard
 from bert_trainer.encoders import builder
 from bert_trainer.errors import UserError
 from bert_trainer.models import causal_lm
@@ -119,12 +119,16 @@ def encoder_from_gin(path, bindings=()):
       drops them.
 
     Raises:
-      UserError: the file does not exist.
+      UserError: the file does not exist, or it (or a binding) imports code or references
+        an unregistered callable (`gin_guard`).
     """
     found = config_files.find(str(path))
     if found is None:
         raise UserError(f"encoder_from_gin: {path} does not exist; pass a .gin file such as "
                         f"{config_files.CONFIGS_DIR / 'encoders/tiny.gin'}")
     add_config_search_path()
+    gin_guard.check_file(str(found))
+    for binding in bindings:
+        gin_guard.check_text(binding, f"binding {binding!r}")
     gin.parse_config_files_and_bindings([str(found)], list(bindings))
     return build_encoder()

@@ -796,3 +796,27 @@ GENERATE_CASES = [
       "--output={gen_root}/old_generations.jsonl", "--overwrite"], "has 41 pieces"),
 ]
 
+
+
+# ------------------------------------------------------------------------------------------
+# Files and configs from elsewhere (issue 33), run by the tables above: configs are data, and a
+# plugin family module named as a path is one line.
+# ------------------------------------------------------------------------------------------
+BAD_FILES.update({
+    "imports.gin": "include 'configs/smoke.gin'\nimport os\n",
+    "dynamic.gin": "from __gin__ import dynamic_registration\nimport os\n"
+                   "TrainerConfig.train_steps = @os.system()\nos.system.command = 'true'\n",
+})
+CLI_CASES.extend([
+    ("gin file imports a module", [*PRETRAIN, "--gin_file={imports.gin}"],
+     "{imports.gin}:2: 'import os' is refused: a config may not import code"),
+    ("gin file enables dynamic registration", [*PRETRAIN, "--gin_file={dynamic.gin}"],
+     "{dynamic.gin}:1: 'from __gin__ import dynamic_registration' is refused"),
+    ("gin_param references an unregistered callable",
+     [*PRETRAIN, "--gin_param=TrainerConfig.train_steps = @os.system()"],
+     "'@os.system' is not a registered configurable"),
+])
+FAMILY_CASES.append(
+    ("finetune family module given as a path", [*SST2_FRESH, "--family_module=./my_family.py"],
+     "--family_module: './my_family.py' is a file path, not a module name; put its folder on "
+     "PYTHONPATH and pass --family_module=my_family"))

@@ -99,9 +99,37 @@ def test_a_missing_plugin_module_is_one_line(clean_registry):
                                         "'no_such_plugin'"):
         registry.import_family_modules("no_such_plugin")
     info = {"name": "x", "family": "gone", "family_module": "no_such_plugin"}
-    with pytest.raises(UserError, match="bert_train.json: cannot import the task family module "
-                                        "'no_such_plugin'"):
+    with pytest.raises(UserError, match="bert_train.json: the task family 'gone' is in the "
+                                        "module 'no_such_plugin', which is imported only when "
+                                        "you name it .*pass --family_module=no_such_plugin"):
         registry.family_from_info(info, "bert_train.json")
+
+
+def test_a_model_dir_does_not_choose_what_is_imported(clean_registry, tmp_path, monkeypatch):
+    """A recorded family_module is never imported on a model directory's say (issue 33)."""
+    (tmp_path / "planted_family.py").write_text(
+        f"open({str(tmp_path / 'ran')!r}, 'w').close()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    info = {"name": "x", "family": "planted", "family_module": "planted_family"}
+    with pytest.raises(UserError, match="pass --family_module=planted_family"):
+        registry.family_from_info(info, "run/bert_train.json")
+    assert not (tmp_path / "ran").exists(), "the model dir's family_module was imported"
+
+
+def test_a_family_module_given_as_a_path_or_failing_on_import_is_one_line(clean_registry,
+                                                                         tmp_path, monkeypatch):
+    with pytest.raises(UserError, match=r"--family_module: './my_family.py' is a file path, "
+                                        r"not a module name; put its folder on PYTHONPATH and "
+                                        r"pass --family_module=my_family"):
+        registry.import_family_modules("./my_family.py")
+    (tmp_path / "broken_family.py").write_text(
+        "x = 1\nraise RuntimeError('no GPU here\\nmore')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(UserError) as raised:
+        registry.import_family_modules("broken_family")
+    assert str(raised.value) == ("--family_module: importing the task family module "
+                                 "'broken_family' failed: RuntimeError: no GPU here; fix the "
+                                 "module")
 
 
 def run_cli(*args, env=None):
@@ -132,8 +160,9 @@ def test_plugin_family_finetune_export_predict_through_the_cli(tiny_pretrained, 
     assert "OptimizerConfig.learning_rate = 0.001" in operative  # the plugin's own recipe
     assert "TrainerConfig.best_metric = 'parity_accuracy'" in operative
 
-    # export and predict re-import the family from bert_train.json: no --family_module.
-    proc = run_cli("export", f"--model_dir={model_dir}", f"--output={export}")
+    # export, predict and evaluate import the family only when it is named (issue 33).
+    named = f"--family_module={PLUGIN}"
+    proc = run_cli("export", f"--model_dir={model_dir}", f"--output={export}", named)
     assert proc.returncode == 0, proc.stderr
     assert "exported length_parity model (seq_length 32)" in proc.stdout
     assert "serving_default(text) -> odd_probability, parity" in proc.stdout
@@ -144,7 +173,7 @@ def test_plugin_family_finetune_export_predict_through_the_cli(tiny_pretrained, 
     answers = {}
     for source in (f"--saved_model={export}", f"--model_dir={model_dir}"):
         out = tmp_path / ("saved.jsonl" if "saved" in source else "dir.jsonl")
-        proc = run_cli("predict", source, f"--input={inputs}", f"--output={out}")
+        proc = run_cli("predict", source, f"--input={inputs}", f"--output={out}", named)
         assert proc.returncode == 0, proc.stderr
         answers[source] = [json.loads(line) for line in out.read_text().splitlines()]
     saved, direct = answers.values()
@@ -154,14 +183,15 @@ def test_plugin_family_finetune_export_predict_through_the_cli(tiny_pretrained, 
         assert got["parity"] == ("odd" if got["odd_probability"] > 0.5 else "even")
         assert got["odd_probability"] == pytest.approx(want["odd_probability"], abs=1e-5)
 
-    proc = run_cli("evaluate", f"--model_dir={model_dir}", f"--eval_file={tmp_path / 'dev.tsv'}")
+    proc = run_cli("evaluate", f"--model_dir={model_dir}", f"--eval_file={tmp_path / 'dev.tsv'}",
+                   named)
     assert proc.returncode == 0, proc.stderr
     assert "parity_accuracy" in proc.stdout
 
-    # Without the plugin importable, the model_dir's family is named, one line, exit 2.
-    env = subprocess_env(TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO))
-    proc = run_cli("export", f"--model_dir={model_dir}", f"--output={tmp_path / 'e2'}", env=env)
+    # Not named: the model_dir's recorded module is not imported; one line says so, exit 2.
+    proc = run_cli("export", f"--model_dir={model_dir}", f"--output={tmp_path / 'e2'}")
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith("bert-train export: error: ")
-    assert f"cannot import the task family module '{PLUGIN}'" in proc.stderr
+    assert "is imported only when you name it" in proc.stderr
+    assert f"pass --family_module={PLUGIN}" in proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "e2").exists()

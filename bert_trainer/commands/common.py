@@ -144,18 +144,26 @@ def parse_gin(gin_files, gin_params=(), extra_bindings=()) -> None:
     paths = [resolve_gin_file(f) for f in gin_files]  # fails fast, before TensorFlow loads
     import gin  # noqa: PLC0415 (keeps --help free of TensorFlow)
 
-    from bert_trainer import configurables  # noqa: PLC0415
+    from bert_trainer import configurables, gin_guard  # noqa: PLC0415
 
     configurables.add_config_search_path()
+    bindings = [(f"{source} {b!r}", b) for source, given in [("--gin_param", gin_params),
+                                                              ("flag", extra_bindings)]
+                for b in given]
     with _quiet_gin_path_search():
-        for path in paths:
+        for path in paths:  # configs are data: all checked before gin binds or imports any
             _add_search_path(gin, os.path.dirname(path))
             with gin_errors(path):
+                gin_guard.check_file(path)
+        for source, binding in bindings:
+            with gin_errors(source):
+                gin_guard.check_text(binding, source)
+        for path in paths:
+            with gin_errors(path):
                 gin.parse_config_file(path)
-        for source, bindings in [("--gin_param", gin_params), ("flag", extra_bindings)]:
-            for binding in bindings:
-                with gin_errors(f"{source} {binding!r}"):
-                    gin.parse_config(binding)
+        for source, binding in bindings:
+            with gin_errors(source):
+                gin.parse_config(binding)
 
 
 @contextlib.contextmanager

@@ -7,8 +7,8 @@ plugins, imported from
 - the `BERT_TRAIN_FAMILIES` environment variable (comma-separated modules);
 - the `bert_train.families` entry-point group of installed packages (each entry point names
   a module, or an object to call, that registers its family);
-- the "family_module" a model directory's bert_train.json records (`family_from_info`), so
-  `evaluate`, `export` and `predict` find the family a model was fine-tuned with.
+- never from what a model directory records: its bert_train.json's "family_module" is named
+  in the message of `family_from_info` (pass it with --family_module if you trust it).
 
 Every dataset a family declares (imdb, the GLUE tasks, squad, squad_v2, conll2003, the
 translation sets) is a task; the families' `local_tasks` (classification, regression, tagging,
@@ -73,11 +73,21 @@ def register_family(family: Family) -> Family:
 
 
 def _import(module: str, source: str) -> None:
+    """Imports a family module the user named; any failure is one line naming the module."""
+    if "/" in module or "\\" in module or module.endswith(".py"):
+        name = os.path.splitext(os.path.basename(module))[0]
+        raise UserError(f"{source}: '{module}' is a file path, not a module name; put its "
+                        f"folder on PYTHONPATH and pass --family_module={name}")
     try:
         importlib.import_module(module)
     except ImportError as e:
         raise UserError(f"{source}: cannot import the task family module '{module}' ({e}); "
                         "install it or fix PYTHONPATH") from None
+    except Exception as e:  # noqa: BLE001 (the plugin's own code failed: one line, named)
+        first = (str(e).strip().splitlines() or [""])[0]
+        error = UserError(f"{source}: importing the task family module '{module}' failed: "
+                          f"{type(e).__name__}: {first}; fix the module")
+        raise error from None
 
 
 def import_family_modules(modules, source: str = "--family_module") -> None:
@@ -151,12 +161,22 @@ def registered(name: str | None) -> Family | None:
 
 
 def family_from_info(task: dict, where: str = "model info") -> Family:
-    """The family of a stored task entry, importing its recorded "family_module" if needed."""
+    """The family of a stored task entry.
+
+    A model directory (or export) from elsewhere never chooses what is imported: a plugin
+    family is found only if the user named its module (`--family_module`, `BERT_TRAIN_FAMILIES`
+    or an installed entry point); the recorded "family_module" is only named in the message.
+    """
     name = task.get("family")
     if not name:
         raise UserError(f"{where}: the task entry names no family; pass --task")
-    if name not in _families and name not in BUILT_IN and task.get("family_module"):
-        _import(task["family_module"], where)
+    if name not in _families and name not in BUILT_IN:
+        load_plugins()
+    module = task.get("family_module")
+    if name not in _families and name not in BUILT_IN and module:
+        raise UserError(f"{where}: the task family '{name}' is in the module '{module}', which "
+                        "is imported only when you name it (a model directory does not choose "
+                        f"what runs); if you trust it, pass --family_module={module}")
     return get_family(name)
 
 

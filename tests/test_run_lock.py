@@ -161,3 +161,54 @@ def test_trainer_holds_the_lock_while_it_trains(tmp_path):
     wait_for(lambda: holder.poll() is not None, 10, "the holder to die")
     assert trainer.train_and_evaluate().step == 2
     assert seen == [True] and not (model_dir / run_lock.LOCK_FILE).exists()
+
+
+@pytest.mark.slow  # over a few seconds: left out of make test-fast
+def test_the_lock_holds_when_its_file_is_deleted_or_replaced(tmp_path):
+    """Issue 33: deleting the lock file used to let a second run train in the same model_dir."""
+    model_dir = tmp_path / "run"
+    holder = hold_in_subprocess(model_dir)
+    lock_file = model_dir / run_lock.LOCK_FILE
+    try:
+        lock_file.unlink()
+        with pytest.raises(UserError, match=rf"^--model_dir={model_dir} is in use by another "
+                           "run; wait for it or choose another --model_dir$"):
+            run_lock.acquire(str(model_dir), "bert-train pretrain")
+        lock_file.write_text(json.dumps({"host": socket.gethostname(), "pid": 1}))  # replaced
+        with pytest.raises(UserError, match=rf"^--model_dir={model_dir} is in use by "):
+            run_lock.acquire(str(model_dir), "bert-train pretrain")
+        assert not run_lock.holds(str(model_dir))
+    finally:
+        holder.kill()
+        holder.wait()
+    with run_lock.acquire(str(model_dir), "bert-train pretrain"):  # free once the holder died
+        assert json.loads(lock_file.read_text())["pid"] == os.getpid()
+
+
+@pytest.mark.parametrize("how", ["deleted", "replaced"])
+def test_a_run_whose_lock_file_goes_stops_at_its_next_checkpoint(tmp_path, how):
+    from toy_task import ToyConfig, ToyTask  # noqa: PLC0415
+
+    from bert_trainer.training import Trainer, TrainerConfig  # noqa: PLC0415
+
+    model_dir = tmp_path / "run"
+    lock_file = model_dir / run_lock.LOCK_FILE
+
+    class Tampered(ToyTask):
+        def write_model_info(self, directory):
+            super().write_model_info(directory)
+            lock_file.unlink()
+            if how == "replaced":
+                lock_file.write_text('{"pid": 1}\n')
+
+    trainer = Trainer(Tampered(ToyConfig()), str(model_dir), config=TrainerConfig(
+        train_steps=4, steps_per_loop=1, checkpoint_interval=2, eval_steps=0))
+    with pytest.raises(UserError) as stopped:
+        trainer.train_and_evaluate()
+    assert str(stopped.value) == (
+        f"the run lock {lock_file} was {how} while this run held it (another run may use "
+        f"--model_dir={model_dir}); stopped after writing {model_dir}/ckpt-2: make sure no "
+        "other run uses the directory, then run the same command again to resume")
+    assert int(trainer.global_step.numpy()) == 2 and (model_dir / "ckpt-2.index").exists()
+    assert lock_file.exists() == (how == "replaced")  # another's lock file is not removed
+    assert not run_lock.holds(str(model_dir))

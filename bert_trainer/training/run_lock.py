@@ -7,6 +7,13 @@ power loss of a local disk). A lock file left behind by a dead run therefore is 
 the next run takes it over and says whose it was. A file locked by a live process makes the
 second run refuse in one line, naming the holder.
 
+The file can be deleted or replaced while the run holds it (`rm`, an editor, a sync tool),
+which would let a second run lock a new file at the same path. So the run also holds an
+exclusive `flock` on the model_dir itself (its directory descriptor: nothing can unlink that
+while the run works in it), and the trainer checks at each checkpoint (`verify`) that the file
+at the path is still the one it locked; if not, it stops there with one line, the checkpoint
+written.
+
 A holder on another host whose file system does not carry `flock` between machines cannot
 be checked from here: a lock file naming another host is refused even when unlocked; the
 message names the file to delete once that run is known to have ended.
@@ -48,22 +55,37 @@ class RunLock:
             in them.
     """
 
-    def __init__(self, model_dir: str, path: str, fd: int, created_dir: str | None):
+    def __init__(self, model_dir: str, path: str, fds: tuple[int, int | None],
+                 created_dir: str | None):
         self.model_dir = model_dir
         self.path = path
         self.created_dir = created_dir
-        self._fd: int | None = fd
+        self._fd: int | None = fds[0]
+        self._dir_fd = fds[1]
+
+    def problem(self) -> str | None:
+        """None while the file at `path` is the one this run locked, else what happened."""
+        if self._fd is None:
+            return None
+        try:
+            now = os.stat(self.path)
+        except FileNotFoundError:
+            return "was deleted"
+        return None if os.path.samestat(os.fstat(self._fd), now) else "was replaced"
 
     def release(self) -> None:
-        """Removes the lock file and unlocks; idempotent."""
+        """Removes the lock file (if it is still ours) and unlocks; idempotent."""
         if self._fd is None:
             return
         _held.pop(_key(self.model_dir), None)
         # Unlink before unlocking: a run waiting on this inode sees it was replaced and retries.
-        with contextlib.suppress(OSError):
-            os.unlink(self.path)
+        if self.problem() is None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
         os.close(self._fd)
-        self._fd = None
+        if self._dir_fd is not None:
+            os.close(self._dir_fd)
+        self._fd = self._dir_fd = None
         _remove_created(self.model_dir, self.created_dir)
 
     def __enter__(self) -> "RunLock":
@@ -76,6 +98,25 @@ class RunLock:
 def holds(model_dir: str) -> bool:
     """Whether this process holds the lock of `model_dir`."""
     return _key(model_dir) in _held
+
+
+def verify(model_dir: str, checkpoint: str) -> None:
+    """Stops a run whose lock file was deleted or replaced (called after each checkpoint).
+
+    Args:
+        model_dir: the run's directory; nothing is checked unless this process holds it.
+        checkpoint: the checkpoint just written, named in the message.
+
+    Raises:
+        UserError: the lock file at the path is not the one this run locked.
+    """
+    lock = _held.get(_key(model_dir))
+    problem = lock.problem() if lock is not None else None
+    if problem:
+        raise UserError(f"the run lock {lock.path} {problem} while this run held it (another "
+                        f"run may use --model_dir={model_dir}); stopped after writing "
+                        f"{checkpoint}: make sure no other run uses the directory, then run the "
+                        "same command again to resume")
 
 
 def acquire(model_dir: str, command: str) -> RunLock | None:
@@ -111,12 +152,16 @@ def acquire(model_dir: str, command: str) -> RunLock | None:
         raise UserError(f"--model_dir={model_dir} cannot be created ({e.strerror}); choose "
                         "another --model_dir") from None
     path = os.path.join(model_dir, LOCK_FILE)
+    dir_fd = None
     try:
+        dir_fd = _lock_dir(model_dir, path)
         fd = _lock_file(model_dir, path, command)
     except BaseException:
+        if dir_fd is not None:
+            os.close(dir_fd)
         _remove_created(model_dir, created)
         raise
-    lock = RunLock(model_dir, path, fd, created)
+    lock = RunLock(model_dir, path, (fd, dir_fd), created)
     _held[_key(model_dir)] = lock
     return lock
 
@@ -139,6 +184,22 @@ def hold(model_dir: str, command: str, *, enabled: bool = True):
     finally:
         if lock is not None:
             lock.release()
+
+
+def _lock_dir(model_dir: str, path: str) -> int | None:
+    """Locks the directory itself (survives the lock file being deleted); its descriptor, or
+    None where directories cannot be locked (the file lock alone then holds, as before)."""
+    fd = os.open(model_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        os.close(fd)
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise UserError(_in_use(model_dir, _read_holder(path))) from None
+        logging.info("%s: the directory cannot be locked (%s); the lock file alone holds it",
+                     model_dir, e.strerror)
+        return None
+    return fd
 
 
 def _lock_file(model_dir: str, path: str, command: str) -> int:

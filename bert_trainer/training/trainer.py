@@ -276,7 +276,9 @@ class Trainer:
                 loop.train = self._write_train_summaries(step, interval)
                 interval = (step, time.perf_counter())
             if step % cfg.checkpoint_interval == 0:
-                self._save(step)
+                saved = self._save(step)
+                if self.is_chief:  # a run whose lock file was deleted stops, checkpoint written
+                    run_lock.verify(self.model_dir, saved)
             if stopping:
                 raise Preempted(step, self._save(step), signals.requested)
             if cfg.eval_interval and step % cfg.eval_interval == 0 and cfg.eval_steps != 0:

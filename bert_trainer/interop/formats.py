@@ -197,6 +197,33 @@ class BertCheckpoint:
         return all(n in self.weights for n in reference_shapes(self.config, group))
 
 
+def float_weight(name: str, array, source: str) -> np.ndarray:
+    """A weight as read, in its own float dtype, refused unless it is float and finite.
+
+    A file of integer or boolean tensors cast to float converts to a model of zeros that even
+    a parity check passes (both sides hold the same zeros); NaN/Inf weights give NaN outputs.
+
+    Args:
+      name: the tensor's name in the source file.
+      array: its values.
+      source: the file, named in the message.
+
+    Raises:
+      UserError: naming the tensor, its dtype or its count of non-finite values.
+    """
+    array = np.asarray(array)
+    if not np.issubdtype(array.dtype, np.floating):
+        raise UserError(f"{source}: {name} holds {array.dtype} values where float weights "
+                        "belong; this is not a model's weights (save it with float32 or "
+                        "float16 tensors)")
+    finite = np.isfinite(array)
+    if not finite.all():
+        raise UserError(f"{source}: {name} holds {int(finite.size - finite.sum())} NaN/Inf "
+                        "values; the checkpoint is corrupt or its training diverged (use an "
+                        "earlier checkpoint)")
+    return array
+
+
 def validate(ckpt: BertCheckpoint) -> None:
     """Checks that config, weights and vocabulary fit each other; UserError naming both sides."""
     config = ckpt.config

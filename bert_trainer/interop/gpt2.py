@@ -254,7 +254,7 @@ def read_gpt2(path: str, *, allow_pickle: bool = False) -> GPT2Checkpoint:
                         "tensors missing); is this a complete GPT-2 checkpoint?")
     weights = {}
     for name, shape in expected.items():
-        array = np.asarray(tensors[name], np.float32)
+        array = formats.float_weight(name, tensors[name], weights_file).astype(np.float32)
         if array.shape != shape:
             raise UserError(f"{config_file} does not fit {weights_file}: {name} has shape "
                             f"{array.shape} but the config implies {shape}")

@@ -105,4 +105,5 @@ def verify(ckpt: gpt2.GPT2Checkpoint, model, *, ids: np.ndarray | None = None,
     diffs["logits_relative"] = diffs.pop("logits") / max(
         1.0, float(np.max(np.abs(reference["logits"]))))
     return parity.make_report(diffs, {features.INPUT_WORD_IDS: ids},
-                              source=source or ckpt.weights_file)
+                              source=source or ckpt.weights_file,
+                              degenerate=parity.degenerate("logits", ours["logits"]))

@@ -94,7 +94,7 @@ def read_hf(path: str, *, allow_pickle: bool = False) -> formats.BertCheckpoint:
     weights = {}
     for hf_name, ref_name in hf_names(max(held, config.num_layers), prefix).items():
         if hf_name in tensors:
-            array = np.asarray(tensors[hf_name], np.float32)
+            array = formats.float_weight(hf_name, tensors[hf_name], weights_file)
             weights[ref_name] = np.ascontiguousarray(array.T if _transposed(ref_name) else array)
     ckpt = formats.BertCheckpoint(
         config=config, weights=weights, vocab_file=formats.find_vocab(path, required=False),

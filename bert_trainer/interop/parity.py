@@ -169,12 +169,27 @@ def _max_diff(a, b) -> float:
 
 
 def make_report(diffs: dict[str, float], inputs: dict, *, source: str,
-                tolerance: float = TOLERANCE) -> dict:
-    """The JSON-ready parity report: per-output max |diff|, worst, and pass/fail."""
+                tolerance: float = TOLERANCE, degenerate: str | None = None) -> dict:
+    """The JSON-ready parity report: per-output max |diff|, worst, and pass/fail.
+
+    Args:
+      degenerate: what `degenerate` found wrong with the outputs (they fail), or None.
+    """
     worst = max(diffs, key=diffs.get)
     return {"source": source, "inputs_shape": list(inputs[features.INPUT_WORD_IDS].shape),
             "max_abs_diff": diffs, "worst": worst, "tolerance": tolerance,
-            "passed": diffs[worst] <= tolerance}
+            "degenerate": degenerate, "passed": diffs[worst] <= tolerance and not degenerate}
+
+
+def degenerate(name: str, output) -> str | None:
+    """Why an output says nothing about the weights (it is one constant, e.g. all zeros), or
+    None. Two models of zeros agree perfectly: a parity check must not pass them."""
+    output = np.asarray(output, np.float64)
+    if output.size and not np.isfinite(output).all():
+        return f"{name} holds NaN/Inf"
+    if output.size and np.ptp(output) == 0:
+        return f"{name} is constant ({float(output.flat[0]):g} everywhere)"
+    return None
 
 
 def format_report(report: dict) -> str:
@@ -186,6 +201,9 @@ def format_report(report: dict) -> str:
     verdict = "PASS" if report["passed"] else "FAIL"
     lines.append(f"  {verdict}: worst {report['worst']} "
                  f"{report['max_abs_diff'][report['worst']]:.3e} (tolerance {report['tolerance']})")
+    if report.get("degenerate"):
+        lines.append(f"  FAIL: {report['degenerate']}: the outputs are degenerate, so the "
+                     "weights carry no information; check the source checkpoint")
     return "\n".join(lines)
 
 
@@ -226,5 +244,7 @@ def verify(ckpt: formats.BertCheckpoint, encoder, *, inputs: dict | None = None,
       source: name of the source in the report (default ckpt.weights_file).
     """
     inputs = parity_inputs(ckpt.config) if inputs is None else inputs
-    diffs = compare(reference_forward(ckpt, inputs), keras_forward(encoder, inputs))
-    return make_report(diffs, inputs, source=source or ckpt.weights_file)
+    converted = keras_forward(encoder, inputs)
+    diffs = compare(reference_forward(ckpt, inputs), converted)
+    return make_report(diffs, inputs, source=source or ckpt.weights_file, degenerate=degenerate(
+        features.SEQUENCE_OUTPUT, converted[features.SEQUENCE_OUTPUT]))

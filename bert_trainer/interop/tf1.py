@@ -7,7 +7,6 @@ everything else in the checkpoint (Adam slots `*/adam_m`, `*/adam_v`, `global_st
 
 import os
 
-import numpy as np
 import tensorflow as tf
 
 from bert_trainer.errors import UserError
@@ -35,7 +34,8 @@ def read_tf1(path: str) -> formats.BertCheckpoint:
     shapes = reader.get_variable_to_shape_map()
     held = sum(1 for n in shapes if n.endswith("attention/self/query/kernel"))
     wanted = _reference_names(max(held, config.num_layers))
-    weights = {n: np.asarray(reader.get_tensor(n), np.float32) for n in shapes if n in wanted}
+    weights = {n: formats.float_weight(n, reader.get_tensor(n), prefix + ".index")
+               for n in shapes if n in wanted}
     ckpt = formats.BertCheckpoint(
         config=config, weights=weights, vocab_file=formats.find_vocab(path, required=True),
         lower_case=lower_case(path), weights_file=prefix + ".index", config_file=config_file)

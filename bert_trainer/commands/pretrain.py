@@ -58,7 +58,16 @@ def main(argv):
     common.parse_gin(FLAGS.gin_file, FLAGS.gin_param, _flag_bindings())
     with common.one_line_errors(), common.model_dir_lock(model_dir, "pretrain"):
         trainer = _build_trainer(model_dir)
-        return common.train_and_report(trainer, "pretrain")
+        import tensorflow as tf  # noqa: PLC0415 (loaded by now; --help stays free of it)
+
+        try:
+            return common.train_and_report(trainer, "pretrain")
+        except tf.errors.DataLossError as e:  # a damaged shard: name it (checkpoints intact)
+            from bert_trainer.data import record_faults  # noqa: PLC0415
+
+            config = trainer.task.config
+            raise record_faults.locate(e, {"--train_data": config.train_data,
+                                           "--eval_data": config.eval_data}) from None
 
 
 def _build_trainer(model_dir: str):

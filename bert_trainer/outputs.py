@@ -79,7 +79,14 @@ def check_apart(output: str, source: str, source_flag: str) -> None:
 
 
 def temporary_sibling(path: str, tag: str = "tmp") -> str:
-    """`DIR/.NAME.tag-PID`: hidden, on the same file system, unique to this process."""
+    """`DIR/.NAME.tag-PID`: hidden, on the same file system, unique to this process.
+
+    Model directories use it too (their files are written aside the same way), remote ones
+    (gs://...) included.
+    """
+    if "://" in path:
+        directory, _, name = path.rstrip("/").rpartition("/")
+        return f"{directory}/.{name}.{tag}-{os.getpid()}"
     directory, name = os.path.split(os.path.abspath(path))
     return os.path.join(directory, f".{name}.{tag}-{os.getpid()}")
 

@@ -51,7 +51,7 @@ def leftovers(directory) -> list[str]:
     found = []
     for root, dirs, files in os.walk(directory):
         found += [os.path.join(root, n) for n in dirs + files
-                  if "_temp" in n or n.endswith(".tmp") or "tempstate" in n]
+                  if "_temp" in n or n.endswith(".tmp") or ".tmp-" in n or "tempstate" in n]
     return found
 
 

@@ -7,6 +7,8 @@
     resume.py          which checkpoint of a model_dir to restore, integrity and architecture checks
     best.py            the best checkpoint by an eval metric, kept in model_dir/best/
     storage.py         writes of checkpoints and run files that fail cleanly (no partial files)
+    leftovers.py       what a killed run left (ckpt-N_temp/, .NAME.tmp-PID), removed on the next
+                       run's start
 
 Reading a checkpoint of any format (bert-train, Hugging Face, Google TF1) for a warm start is
 `bert_trainer.interop.resolve.resolve_checkpoint`, which builds on these modules.

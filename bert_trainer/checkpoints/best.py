@@ -14,6 +14,7 @@ import os
 import tensorflow as tf
 from absl import logging
 
+from bert_trainer import outputs
 from bert_trainer.checkpoints import storage
 from bert_trainer.errors import UserError
 
@@ -94,18 +95,19 @@ class BestCheckpointKeeper:
                   "checkpoint": f"ckpt-{step}",
                   "metrics": {k: float(v) for k, v in metrics.items()}}
         path = os.path.join(self.directory, BEST_METRIC_FILE)
+        temp = outputs.temporary_sibling(path)
         with storage.guard(f"the best checkpoint's record {BEST_METRIC_FILE}", path,
-                           hint=storage.resume_hint(resume_from), partial=(f"{path}.tmp",)):
+                           hint=storage.resume_hint(resume_from), partial=(temp,)):
             tf.io.gfile.makedirs(self.directory)
-            with tf.io.gfile.GFile(f"{path}.tmp", "w") as f:
+            with tf.io.gfile.GFile(temp, "w") as f:
                 f.write(json.dumps(record, indent=2, sort_keys=True) + "\n")
         try:
             saved = storage.save_checkpoint(self._manager, step, what="best checkpoint",
                                             resume_from=resume_from)
         except BaseException:
-            tf.io.gfile.remove(f"{path}.tmp")
+            tf.io.gfile.remove(temp)
             raise
-        tf.io.gfile.rename(f"{path}.tmp", path, overwrite=True)
+        tf.io.gfile.rename(temp, path, overwrite=True)
         logging.info("New best %s=%.6g at step %d: %s", self.metric, value, step, saved)
         self.best = value
         return True

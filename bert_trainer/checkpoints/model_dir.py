@@ -41,6 +41,7 @@ import shutil
 import keras
 import tensorflow as tf
 
+from bert_trainer import outputs
 from bert_trainer.checkpoints import layout, multi_seed_dir
 from bert_trainer.errors import UserError
 
@@ -110,7 +111,7 @@ def _replace_file(path: str, write) -> None:
 
     A failed write (a full disk) removes the temporary file and leaves `path` as it was.
     """
-    temp = path + ".tmp"
+    temp = outputs.temporary_sibling(path)
     try:
         write(temp)
         os.replace(temp, path)

@@ -16,6 +16,7 @@ import shutil
 
 import tensorflow as tf
 
+from bert_trainer import outputs
 from bert_trainer.errors import UserError, storage_fault
 
 # What a write of a file can raise: Python's OSError, or TensorFlow's file system errors
@@ -131,7 +132,7 @@ def write_text_atomically(path: str, text: str) -> None:
 
     A failed write (a full disk) removes the temporary file and leaves `path` as it was.
     """
-    temp = f"{path}.tmp"
+    temp = outputs.temporary_sibling(path)
     try:
         with tf.io.gfile.GFile(temp, "w") as f:
             f.write(text)

@@ -6,9 +6,11 @@ by its `SHARED_FLAGS`. `UserError`s (and flag errors) print as one line
 `bert-train NAME: error: ...` and exit non-zero; `--verbose` adds the traceback.
 """
 
+import contextlib
 import json
 import os
 import re
+import signal
 import sys
 import textwrap
 import threading
@@ -133,7 +135,8 @@ def run_command(module, argv) -> int:
     shared_flags.apply_defaults(getattr(module, "SHARED_FLAGS", {}))
     threading.excepthook = _quiet_peer_loss  # kept to the end: the threads may outlive main
     try:
-        rc = module.main(rest)
+        with _sigterm_interrupts():
+            rc = module.main(rest)
         return int(rc or 0)
     except UserError as e:
         if flags.FLAGS.verbose:
@@ -143,9 +146,9 @@ def run_command(module, argv) -> int:
     except Preempted as e:  # a clean stop: checkpoint written, rerun to resume
         print(f"{prog}: {e}", file=sys.stderr)
         return EXIT_PREEMPTED
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (_sigterm_interrupts): same clean-up
         print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
+        return 128 + signal.SIGTERM if isinstance(e, Terminated) else 130
     except Exception as e:  # noqa: BLE001 (a lost peer and a storage fault are translated)
         fault = None if _is_peer_lost(e) else _storage_fault(e)
         if fault is None and not _is_peer_lost(e):
@@ -159,6 +162,33 @@ def run_command(module, argv) -> int:
               f"{_first_line(e)}). The last checkpoint is intact: restart every worker with the "
               "same command to resume from it.", file=sys.stderr)
         return EXIT_PEER_LOST
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what `timeout`, docker, Kubernetes and systemd send), raised as Ctrl-C is."""
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts():
+    """Makes SIGTERM interrupt the command as SIGINT does, for the command's duration.
+
+    Python's default for SIGTERM is to die at once, skipping every `finally`: an output
+    written aside (`outputs`) would leave its `.NAME.tmp-PID` behind. Raised as an
+    exception, it runs the same clean-up as Ctrl-C. Training installs its own handler for
+    both signals while it trains (a checkpoint first: `training/preemption.py`).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set in the main thread
+        return
+
+    def interrupt(signum, frame):
+        raise Terminated(signal.Signals(signum).name)
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
 def _storage_fault(error: Exception) -> UserError | None:

@@ -45,6 +45,7 @@ import sys
 
 from absl import flags, logging
 
+from bert_trainer import outputs
 from bert_trainer.commands import common, finetune_seeds, shared_flags
 from bert_trainer.commands.shared_flags import Usage
 
@@ -355,7 +356,7 @@ def _train_and_report(trainer, label: str = "") -> int:
         latest = tf.train.latest_checkpoint(trainer.model_dir)
         path = os.path.join(trainer.model_dir, finetuning.EVAL_RESULTS_FILE)
         with storage.guard("the eval results", path, hint=storage.resume_hint(latest),
-                           partial=(path + ".tmp",)):
+                           partial=(outputs.temporary_sibling(path),)):
             finetuning.write_eval_results(trainer.model_dir, trainer.task, result.eval,
                                           step=result.step, checkpoint=latest)
         summary.append("eval " + ", ".join(f"{k} {v:.4f}" for k, v in sorted(result.eval.items())))

@@ -25,6 +25,7 @@ import tensorflow_datasets as tfds
 from absl import logging
 
 from bert_trainer.checkpoints import model_dir as model_dir_lib
+from bert_trainer.checkpoints import storage
 from bert_trainer.data import sources
 from bert_trainer.data.task_data import TaskData
 from bert_trainer.data.tokenizer import Tokenizer
@@ -350,7 +351,5 @@ def write_eval_results(model_dir: str, task: FinetuningTask, metrics: dict[str, 
               "checkpoint": checkpoint, "eval_file": task.data.eval_file,
               "metrics": {k: float(v) for k, v in sorted(metrics.items())}}
     path = os.path.join(model_dir, EVAL_RESULTS_FILE)
-    with tf.io.gfile.GFile(path + ".tmp", "w") as f:
-        f.write(json.dumps(record, indent=2) + "\n")
-    tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+    storage.write_text_atomically(path, json.dumps(record, indent=2) + "\n")
     return path

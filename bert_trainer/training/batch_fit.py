@@ -40,6 +40,7 @@ import tensorflow as tf
 from absl import logging
 
 from bert_trainer import features as F
+from bert_trainer.checkpoints import storage
 from bert_trainer.errors import UserError
 from bert_trainer.training import memory
 
@@ -376,7 +377,5 @@ def write_cached(model_dir: str, key: dict, plan: BatchPlan) -> str:
     """Writes model_dir/batch_plan.json (to a temporary sibling, renamed into place)."""
     path = os.path.join(model_dir, PLAN_FILE)
     record = {"key": key, "plan": dataclasses.asdict(plan)}
-    with tf.io.gfile.GFile(path + ".tmp", "w") as f:
-        f.write(json.dumps(record, indent=2) + "\n")
-    tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+    storage.write_text_atomically(path, json.dumps(record, indent=2) + "\n")
     return path

@@ -36,6 +36,7 @@ import time
 
 from absl import logging
 
+from bert_trainer.checkpoints import leftovers
 from bert_trainer.errors import UserError
 
 LOCK_FILE = ".bert_train.lock"
@@ -163,6 +164,7 @@ def acquire(model_dir: str, command: str) -> RunLock | None:
         raise
     lock = RunLock(model_dir, path, (fd, dir_fd), created)
     _held[_key(model_dir)] = lock
+    leftovers.remove_stale(model_dir)  # ours now: what a killed run left can go
     return lock
 
 

@@ -43,6 +43,7 @@ import keras
 import tensorflow as tf
 from absl import logging
 
+from bert_trainer import outputs
 from bert_trainer.checkpoints import best, resume, storage
 from bert_trainer.errors import UserError
 from bert_trainer.tasks.base import Task
@@ -330,7 +331,7 @@ class Trainer:
         plan = self.batch_plan
         if plan is not None and plan.how != "cached":  # a resume reuses it: no probe again
             path = os.path.join(self.model_dir, batch_fit.PLAN_FILE)
-            with storage.guard("the batch plan", path, partial=(path + ".tmp",),
+            with storage.guard("the batch plan", path, partial=(outputs.temporary_sibling(path),),
                                hint=storage.resume_hint(self._manager.latest_checkpoint)):
                 batch_fit.write_cached(self.model_dir, self._plan_key, plan)
         # Everything gin configures (task, model, optimizer, input) has been built by now.

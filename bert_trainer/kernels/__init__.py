@@ -23,13 +23,24 @@ from absl import logging
 # layers compute in float32 under mixed precision).
 ELEMENTWISE_DTYPES = ("float32", "bfloat16", "float16")
 
+# What running without the kernels costs, as measured (benchmarks/README.md: the mini
+# pretraining step with and without them; MiniLM fine-tuning on SST-2, whose token packing
+# needs the kernels): said in the one warning a run logs when they cannot be built.
+COST_WITHOUT_KERNELS = ("a pretraining step takes about 1.2x as long, and fine-tuning on padded "
+                        "batches up to 3.5x (no token packing)")
+
 _lock = threading.Lock()
 _library = None
+_built = None  # build.Build of the loaded library
 _error: str | None = None
 
 
 def library(required: bool = False):
     """The loaded op library, building it on first call; None if it cannot be built.
+
+    The first call that finds them unavailable logs one warning naming the cause, the cost
+    and the fix; a build that failed is remembered on disk (`build.py`), so later processes
+    do not compile again.
 
     Args:
       required: raise instead of returning None (`BERT_TRAIN_FUSED_KERNELS=on`).
@@ -37,25 +48,45 @@ def library(required: bool = False):
     Raises:
       RuntimeError: `required` and the library cannot be built or loaded.
     """
-    global _library, _error
+    global _library, _built, _error
     with _lock:
         if _library is None and _error is None:
             from bert_trainer.kernels import build  # noqa: PLC0415 - imports TensorFlow
 
             try:
-                lib = build.load()
+                found = build.build()
+                lib = build.load(found)
                 _register_gradients(lib)
-                _library = lib
-                logging.info("Fused CPU kernels loaded from %s", build.library_path())
+                _library, _built = lib, found
+                logging.info("Fused CPU kernels loaded from %s (-march %s)", found.path,
+                             found.target)
+                if found.note:
+                    logging.warning("Fused CPU kernels %s", found.note)
             except build.BuildError as e:
                 _error = str(e)
                 if not required:
-                    logging.warning("Fused CPU kernels unavailable, using TensorFlow's ops: "
-                                    "%s", _error)
+                    logging.warning(unavailable_message(_error))
         if _library is None and required:
             raise RuntimeError(f"BERT_TRAIN_FUSED_KERNELS=on but the fused CPU kernels are "
                                f"unavailable: {_error}")
         return _library
+
+
+def unavailable_message(cause: str) -> str:
+    """The one warning of a run without the kernels: cause, cost, fix."""
+    return (f"Fused CPU kernels unavailable, using TensorFlow's ops: {cause}. Without them "
+            f"{COST_WITHOUT_KERNELS}. Fix the cause above (`bert-train doctor` shows the "
+            "details), or set BERT_TRAIN_FUSED_KERNELS=off to choose TensorFlow's ops without "
+            "this warning")
+
+
+def status() -> dict:
+    """What `library()` found, building if no call has yet: {"loaded", "path", "target",
+    "note", "error"} (for `bert-train doctor`)."""
+    library()
+    return {"loaded": _library is not None, "path": _built and str(_built.path),
+            "target": _built and _built.target, "note": _built and _built.note,
+            "error": _error}
 
 
 # ------------------------------------------------------------------------------- the ops

@@ -3,39 +3,74 @@ machine.
 
 Every `*.cc` here (one per op family, sharing the `*.h` headers) is compiled to an object,
 in parallel, with warnings on (`-Wall -Wextra`: a warning in these sources is a bug, and a
-test keeps them at none), then linked into one shared library. TensorFlow's headers are
-included as system headers (`-isystem`): the warnings they raise themselves (unused
-parameters, their own deprecations) are TensorFlow's, not ours.
+test keeps them at none), then linked into one shared library. TensorFlow's own compile and
+link flags (`tf.sysconfig`) are used, its include directory as a system one (`-isystem`): the
+warnings its headers raise themselves are TensorFlow's, not ours. The instruction set is
+`targets.py`'s choice: this CPU's own (`-march=native` minus the extensions TensorFlow's
+bundled Eigen cannot compile), else the CPU's x86-64 psABI level (or `armv8-a`).
 
 The library is cached under `$BERT_TRAIN_KERNEL_CACHE` (default
 `$XDG_CACHE_HOME/bert_train/kernels`, else `~/.cache/bert_train/kernels`), named by a hash of
-the sources and headers, the compiler commands, the TensorFlow version and the CPU's feature
+the sources and headers, the compile policy, the TensorFlow version and the CPU's feature
 flags, so a change to any of them builds a new library and a cache shared between different
 machines never loads code compiled for another CPU. Concurrent processes (parallel tests,
 workers) wait on a file lock and build it once; the library appears atomically.
 
-`python -m bert_trainer.kernels.build` builds it ahead of use (`make install` does).
+A build that fails is remembered (`*.failed` beside where the library would be, named by the
+compiler's version and the exact flags too): later processes report the same cause at once
+instead of compiling again. Another compiler, other sources or another TensorFlow try afresh.
+
+`python -m bert_trainer.kernels.build` builds it ahead of use (`make install` does);
+`python -m bert_trainer.kernels.build --march=TARGET --check` checks that every source
+compiles for a TARGET CPU (`targets.MATRIX`) with the flags a build there would use.
 """
 
+import argparse
 import concurrent.futures
+import dataclasses
+import functools
 import hashlib
 import os
 import pathlib
 import platform
+import re
 import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
 
+from bert_trainer.kernels import targets
+
 KERNEL_DIR = pathlib.Path(__file__).parent
 CACHE_ENV = "BERT_TRAIN_KERNEL_CACHE"
 COMPILE_TIMEOUT_S = 900
 WARNINGS = ("-Wall", "-Wextra")
+# Part of the cache key: bump when the flag policy changes in a way the key cannot see.
+POLICY = "march-native-minus-broken/2"
+OFF_HINT = "set BERT_TRAIN_FUSED_KERNELS=off to use TensorFlow's own ops"
 
 
 class BuildError(RuntimeError):
-    """The kernels cannot be built or loaded here; the message says why and what to do."""
+    """The kernels cannot be built or loaded here; the message says why and what to do.
+
+    `environmental` is True where the cause is the machine (no compiler, a compiler that
+    cannot target this CPU, an unwritable cache), not the sources.
+    """
+
+    def __init__(self, message: str, environmental: bool = False):
+        super().__init__(message)
+        self.environmental = environmental
+
+
+@dataclasses.dataclass(frozen=True)
+class Build:
+    """A built library: its path, the target it was built for ("native" or a fallback level),
+    and why the native build was not used (None when it was)."""
+
+    path: pathlib.Path
+    target: str
+    note: str | None = None
 
 
 def sources() -> list[pathlib.Path]:
@@ -59,8 +94,19 @@ def compiler() -> str:
     for candidate in (os.environ.get("CXX"), "g++", "c++"):
         if candidate and shutil.which(candidate):
             return candidate
-    raise BuildError("no C++ compiler found (tried $CXX, g++, c++): install g++, or set "
-                     "BERT_TRAIN_FUSED_KERNELS=off to use TensorFlow's own ops")
+    raise BuildError(f"no C++ compiler found (tried $CXX, g++, c++): install g++, or "
+                     f"{OFF_HINT}", environmental=True)
+
+
+@functools.cache
+def compiler_identity(cxx: str) -> str:
+    """The first line of `cxx --version` (what a remembered failure is tied to)."""
+    try:
+        done = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=60,
+                              check=False)
+        return (done.stdout.splitlines() or [""])[0].strip() or cxx
+    except (OSError, subprocess.TimeoutExpired):
+        return cxx
 
 
 def _tf_compile_flags() -> list[str]:
@@ -74,11 +120,25 @@ def _tf_compile_flags() -> list[str]:
     return flags
 
 
-def compile_command(source: pathlib.Path, output: pathlib.Path,
-                    cxx: str | None = None) -> list[str]:
-    """The command compiling `source` to the object `output`; `cxx` defaults to
+def arch_flags(target: str = "native", cxx: str | None = None) -> list[str]:
+    """The instruction-set flags for `target` ("native": this CPU) with compiler `cxx`.
+
+    Raises:
+      BuildError: the compiler cannot target it (environmental).
+    """
+    cxx = cxx or compiler()
+    try:
+        return targets.target_flags(target, cxx)
+    except targets.TargetError as e:
+        raise BuildError(str(e), environmental=True) from None
+
+
+def compile_command(source: pathlib.Path, output: pathlib.Path, cxx: str | None = None,
+                    target: str = "native") -> list[str]:
+    """The command compiling `source` to the object `output` for `target`; `cxx` defaults to
     `compiler()` (which must exist)."""
-    return [cxx or compiler(), "-c", "-fPIC", "-O3", "-march=native", *WARNINGS, str(source),
+    cxx = cxx or compiler()
+    return [cxx, "-c", "-fPIC", "-O3", *arch_flags(target, cxx), *WARNINGS, str(source),
             "-o", str(output), *_tf_compile_flags()]
 
 
@@ -102,59 +162,127 @@ def _cpu_fingerprint() -> str:
         return platform.machine() + platform.processor()
 
 
-def library_path() -> pathlib.Path:
-    """Where the library for these sources, TensorFlow and CPU is cached. Needs no compiler,
-    so a library built ahead of time (`make install`) loads where none is installed."""
+def library_path(target: str = "native") -> pathlib.Path:
+    """Where the library for these sources, TensorFlow, CPU and `target` is cached. Needs no
+    compiler, so a library built ahead of time (`make install`) loads where none is
+    installed: the key names the target, not the flags a compiler expands it to."""
     import tensorflow as tf  # noqa: PLC0415 - only when building
 
-    cxx = os.environ.get("CXX") or "default-c++"
-    commands = [compile_command(pathlib.Path("SOURCE"), pathlib.Path("OBJECT"), cxx=cxx),
-                link_command([pathlib.Path("OBJECT")], pathlib.Path("OUTPUT"), cxx=cxx)]
     key = hashlib.sha256()
     parts = [f"{p.name}\0".encode() + p.read_bytes() for p in sources() + headers()]
-    parts += [shlex.join(c).encode() for c in commands]
+    parts += [shlex.join([os.environ.get("CXX") or "default-c++", "-O3", *WARNINGS, POLICY,
+                          *targets.BROKEN_EXTENSIONS, target, *_tf_compile_flags(),
+                          *tf.sysconfig.get_link_flags()]).encode()]
     for part in (*parts, tf.__version__.encode(), _cpu_fingerprint().encode()):
         key.update(part)
         key.update(b"\0")
     return cache_dir() / f"bert_kernels_{key.hexdigest()[:16]}.so"
 
 
-def build() -> pathlib.Path:
-    """The cached library's path, compiling it first if no process has yet."""
-    path = library_path()
-    if path.exists():
-        return path
+def failure_path(library: pathlib.Path, cxx: str, flags: list[str]) -> pathlib.Path:
+    """Where a failed build of `library` with this compiler and these flags is remembered."""
+    tag = hashlib.sha256(shlex.join([compiler_identity(cxx), *flags]).encode()).hexdigest()
+    return library.with_name(f"{library.stem}.{tag[:8]}.failed")
+
+
+def build_targets() -> list[str]:
+    """The targets a build tries, in order: "native", then the CPU's fallback level."""
+    fallback = targets.fallback_target()
+    return ["native"] + ([fallback] if fallback else [])
+
+
+def cached() -> Build | None:
+    """A library already built for this machine (no compiler needed), or None."""
+    for target in build_targets():
+        path = library_path(target)
+        if path.exists():
+            return Build(path, target)
+    return None
+
+
+def build() -> Build:
+    """The cached library, compiling it first if no process has yet: for this CPU's own
+    instruction set, else (that failing) for its fallback level.
+
+    Raises:
+      BuildError: neither could be built; the message is the native build's cause.
+    """
+    found = cached()
+    if found:
+        return found
+    cxx = compiler()
+    causes: list[tuple[str, BuildError]] = []
+    for target in build_targets():
+        try:
+            path = _build_target(target, cxx)
+        except BuildError as e:
+            causes.append((target, e))
+            continue
+        note = None
+        if causes:
+            note = (f"built for -march={target} instead of this CPU's own instruction set: "
+                    f"{causes[0][1]}")
+        return Build(path, target, note)
+    message = str(causes[0][1])
+    for target, e in causes[1:]:
+        message += (f"; the fallback -march={target} failed too: {e}" if not e.environmental
+                    else "")
+    raise BuildError(message, environmental=causes[0][1].environmental)
+
+
+def _build_target(target: str, cxx: str) -> pathlib.Path:
+    path = library_path(target)
+    flags = arch_flags(target, cxx)
+    failed = failure_path(path, cxx, flags)
     try:
         import fcntl  # noqa: PLC0415 - POSIX only
 
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path.with_suffix(".lock"), "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-            if not path.exists():  # else another process built it while this one waited
-                _compile(path)
+            if path.exists():  # another process built it while this one waited
+                return path
+            if failed.exists():
+                raise BuildError(failed.read_text(encoding="utf-8").splitlines()[0] +
+                                 f" (remembered: delete {failed} to try again)")
+            _compile(path, target, cxx, failed)
     except (OSError, ImportError) as e:
         raise BuildError(f"cannot build in the kernel cache {path.parent} ({e}): set "
-                         f"{CACHE_ENV} to a writable local directory") from None
+                         f"{CACHE_ENV} to a writable local directory",
+                         environmental=True) from None
     return path
 
 
-def compile_library(output: pathlib.Path, log: pathlib.Path | None = None) -> str:
-    """Compiles every source (in parallel) and links them into `output`.
+def first_error(text: str) -> str:
+    """The compiler's first error line (`file:line:col: error: ...`), else its last line."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for pattern in (r"\berror:", r"\b(error|Error)\b"):
+        for line in lines:
+            if re.search(pattern, line):
+                return line
+    return lines[-1] if lines else "no output"
+
+
+def compile_library(output: pathlib.Path, log: pathlib.Path | None = None,
+                    target: str = "native") -> str:
+    """Compiles every source (in parallel) for `target` and links them into `output`.
 
     Args:
       output: the shared library to write.
       log: where a failure's commands and compiler output go (default: beside `output`).
+      target: "native" or a fallback level (`targets.py`).
 
     Returns:
       What the compilers printed (their warnings): empty for a clean build.
 
     Raises:
-      BuildError: a compiler could not run or failed; the message names the source.
+      BuildError: a compiler could not run or failed; the message names the source, the
+        flags and the compiler's first error.
     """
     log = log or output.with_suffix(".log")
     with tempfile.TemporaryDirectory(dir=output.parent) as scratch:
         objects = [pathlib.Path(scratch) / f"{s.stem}.o" for s in sources()]
-        steps = [(f"compiling {s.name}", compile_command(s, o))
+        steps = [(f"compiling {s.name}", compile_command(s, o, target=target))
                  for s, o in zip(sources(), objects, strict=True)]
         with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
             results = list(pool.map(_run, [command for _, command in steps]))
@@ -163,13 +291,13 @@ def compile_library(output: pathlib.Path, log: pathlib.Path | None = None) -> st
             results.append(_run(steps[-1][1]))
         for (what, _), (code, text) in zip(steps, results, strict=False):
             if code is None:
-                raise BuildError(f"{what} failed ({text})")
+                raise BuildError(f"{what} failed ({text})", environmental=True)
             if code != 0:
                 log.write_text("\n\n".join(f"{shlex.join(command)}\n{text}" for (_, command), (
                     _, text) in zip(steps, results, strict=False)), encoding="utf-8")
-                raise BuildError(f"{what} failed (exit {code}; the compiler's output is in "
-                                 f"{log}): set BERT_TRAIN_FUSED_KERNELS=off to use "
-                                 "TensorFlow's own ops")
+                flags = " ".join(arch_flags(target))
+                raise BuildError(f"{what} for {flags or 'the default target'} failed: "
+                                 f"{first_error(text)} (the compiler's output is in {log})")
     return "".join(text for _, text in results)
 
 
@@ -183,25 +311,36 @@ def _run(command: list[str]) -> tuple[int | None, str]:
     return done.returncode, done.stdout + done.stderr
 
 
-def _compile(path: pathlib.Path) -> None:
+def _compile(path: pathlib.Path, target: str, cxx: str, failed: pathlib.Path) -> None:
     """Builds into a staging file beside `path`, then renames it into place: a library
-    appears whole or not at all."""
+    appears whole or not at all. A failure of the sources (not of the machine) is written to
+    `failed`, so that later processes do not pay for it again."""
     fd, staging = tempfile.mkstemp(suffix=".so", dir=path.parent)
     os.close(fd)
     try:
-        compile_library(pathlib.Path(staging), log=path.with_suffix(".log"))
+        compile_library(pathlib.Path(staging), log=path.with_suffix(".log"), target=target)
         os.chmod(staging, 0o755)  # mkstemp's 0600 would lock other users of the cache out
         os.replace(staging, path)
+    except BuildError as e:
+        if not e.environmental:
+            _write_aside(failed, f"{e}\n")
+        raise
     finally:
         if os.path.exists(staging):
             os.unlink(staging)
 
 
-def load():
+def _write_aside(path: pathlib.Path, text: str) -> None:
+    staging = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    staging.write_text(text, encoding="utf-8")
+    os.replace(staging, path)
+
+
+def load(found: Build | None = None):
     """Builds if needed and loads the ops (`tf.load_op_library`)."""
     import tensorflow as tf  # noqa: PLC0415
 
-    path = build()
+    path = (found or build()).path
     try:
         return tf.load_op_library(str(path))
     except tf.errors.OpError as e:  # e.g. built against another TensorFlow, or unreadable
@@ -209,14 +348,60 @@ def load():
                          "to rebuild") from None
 
 
-def main() -> int:
+def check(target: str = "native") -> tuple[int, str]:
+    """Whether every source compiles for a `target` CPU with the flags a build there would use
+    (`-fsyntax-only`, all sources in one translation unit: the headers are parsed once; the
+    real build compiles each source alone).
+
+    Returns:
+      (0, the flags) when they compile, (1, the compiler's first error) when not, (2, why)
+      when this machine cannot check the target (no compiler for it, an unknown name).
+    """
     try:
-        module = load()
+        cxx = targets.target_compiler(target, compiler())
+        flags = arch_flags(target, cxx)
+    except (BuildError, targets.TargetError) as e:
+        return 2, str(e)
+    with tempfile.TemporaryDirectory() as scratch:
+        unity = pathlib.Path(scratch) / "all_kernels.cc"
+        unity.write_text("".join(f'#include "{s}"\n' for s in sources()), encoding="utf-8")
+        code, text = _run([cxx, "-fsyntax-only", *flags, *WARNINGS, "-I", str(KERNEL_DIR),
+                           str(unity), *_tf_compile_flags()])
+    if code is None:
+        return 2, f"{cxx} could not run ({text})"
+    return (0, " ".join(flags)) if code == 0 else (1, first_error(text))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bert_trainer.kernels.build",
+                                     description="Build (or --check) bert-train's fused CPU "
+                                                 "kernels.")
+    parser.add_argument("--march", default="native",
+                        help="target CPU for --check: native, or one of "
+                             f"{', '.join(targets.MATRIX)} (or a name -march= accepts)")
+    parser.add_argument("--check", action="store_true",
+                        help="only check that every source compiles for --march; exit 0 if "
+                             "so, 1 with the compiler's first error if not, 2 if this machine "
+                             "cannot check that target")
+    args = parser.parse_args(argv)
+    if args.check:
+        code, message = check(args.march)
+        print(f"{args.march}: {'ok: ' if code == 0 else ''}{message}",
+              file=sys.stdout if code == 0 else sys.stderr)
+        return code
+    if args.march != "native":
+        parser.error("--march other than native goes with --check (a library is built for "
+                     "the CPU it runs on)")
+    try:
+        found = build()
+        module = load(found)
     except BuildError as e:
         print(f"bert-train fused CPU kernels: {e}", file=sys.stderr)
         return 1
     names = [n for n in dir(module) if n.startswith("bert_") and "fallback" not in n]
-    print(f"bert-train fused CPU kernels: {build()} ({len(names)} ops)")
+    note = f"; {found.note}" if found.note else ""
+    print(f"bert-train fused CPU kernels: {found.path} ({len(names)} ops, -march "
+          f"{found.target}{note})")
     return 0
 
 

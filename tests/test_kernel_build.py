@@ -1,0 +1,221 @@
+"""The fused kernels build wherever TensorFlow runs: the instruction-set choice, the compile
+matrix over the CPUs we claim, the fallback, the remembered failure and its one warning.
+
+The matrix compiles every source (`-fsyntax-only`) for each target in `targets.MATRIX` with
+the flags a build on that CPU would use, through the entry point anyone can run
+(`python -m bert_trainer.kernels.build --march=TARGET --check`). The build's own tests use a
+fake compiler (a shell script that logs its calls), so they need no minute-long compile.
+"""
+
+import logging
+import os
+import pathlib
+import re
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from bert_trainer import kernels
+from bert_trainer.kernels import build, targets
+from tests.conftest import REPO
+
+X86 = targets.machine() == "x86_64"
+needs_x86 = pytest.mark.skipif(not X86, reason="x86-64 compiler flags")
+
+
+def _gcc_macros(*flags: str) -> set[str]:
+    done = subprocess.run(["g++", *flags, "-dM", "-E", "-x", "c++", "-"], input="",
+                          capture_output=True, text=True, check=True)
+    return {line.split()[1] for line in done.stdout.splitlines() if line.startswith("#define")}
+
+
+# ------------------------------------------------------------------ the instruction set
+
+
+@needs_x86
+def test_native_flags_turn_off_avx512_fp16_and_nothing_else():
+    flags = targets.native_flags("g++")
+    assert flags == ["-march=native", "-mno-avx512fp16"]
+    # The flag does what the build relies on: Eigen's FP16 path keys on this macro.
+    assert "__AVX512FP16__" in _gcc_macros("-march=sapphirerapids")
+    spr = _gcc_macros(*targets.target_flags("sapphirerapids", "g++"))
+    assert "__AVX512FP16__" not in spr
+    assert {"__AVX512F__", "__AVX512BF16__", "__AMX_BF16__"} <= spr  # the rest stays on
+
+
+@needs_x86
+def test_targets_the_compiler_does_not_know_use_what_native_would_expand_to():
+    znver4 = targets.target_flags("znver4", "g++")
+    macros = _gcc_macros(*znver4)
+    assert {"__AVX512F__", "__AVX512BF16__", "__AVX512VNNI__", "__AVX2__"} <= macros
+    assert "__AVX512FP16__" not in macros and znver4[-1] == "-mno-avx512fp16"
+    granite = targets.target_flags("graniterapids", "g++")
+    assert granite[0] in ("-march=graniterapids", "-march=sapphirerapids")
+    assert "__AMX_BF16__" in _gcc_macros(*granite)
+    with pytest.raises(targets.TargetError, match=r"--march=pentium9: g\+\+ knows no such "
+                                                  r"target; choose one of x86-64-v2"):
+        targets.target_flags("pentium9", "g++")
+
+
+def test_the_fallback_level_follows_the_cpu_flags():
+    v4 = set(targets._X86_V4)
+    assert targets.x86_level(v4) == "x86-64-v4"
+    assert targets.x86_level(v4 - {"avx512bw"}) == "x86-64-v3"
+    assert targets.x86_level(set(targets._X86_V3) - {"fma"}) == "x86-64-v2"
+    assert targets.x86_level({"sse2"}) is None
+    if X86:
+        assert targets.fallback_target() == targets.x86_level(targets.cpu_flags())
+        assert build.build_targets() == ["native", targets.fallback_target()]
+
+
+# --------------------------------------------------------------------- the compile matrix
+
+
+@pytest.mark.slow  # one -fsyntax-only compile of every source per target (~10 s each)
+@pytest.mark.parametrize("target", targets.MATRIX)
+def test_every_source_compiles_for(target, capsys):
+    code = build.main(["--march", target, "--check"])
+    out, err = capsys.readouterr()
+    if code == 2 and targets.is_arm(target) and "g++-aarch64-linux-gnu" in err:
+        pytest.skip(err.strip())  # no Arm cross compiler here (CI installs it: .ci/run)
+    assert code == 0, err
+    assert out.startswith(f"{target}: ok: -march=")
+
+
+@pytest.mark.slow  # one -fsyntax-only compile (~10 s)
+@needs_x86
+def test_the_matrix_catches_the_bundled_eigen_failure_without_the_fix(monkeypatch, capsys):
+    """The flags before this fix (`-march=sapphirerapids` alone) fail, naming Eigen's line."""
+    monkeypatch.setattr(targets, "BROKEN_EXTENSIONS", ())
+    assert build.main(["--march", "sapphirerapids", "--check"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "PacketMathFP16.h" in err and "error:" in err
+
+
+def test_the_check_entry_point_exits_2_naming_an_unknown_target():
+    done = subprocess.run([sys.executable, "-m", "bert_trainer.kernels.build",
+                           "--march=pentium9", "--check"], capture_output=True, text=True,
+                          cwd=REPO, timeout=120, check=False)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "pentium9: --march=pentium9: g++ knows no such target; choose one of "
+        f"{', '.join(targets.MATRIX)} or a name `g++ -march=` accepts"]
+
+
+# ------------------------------------------------------- fallback and remembered failures
+
+
+def _fake_compiler(tmp_path, *, fail_when: str, version: str = "fakecc 1.0") -> pathlib.Path:
+    """A compiler that logs each call, answers probes, and fails a compile whose arguments
+    contain `fail_when` (else writes the object or library it was asked for)."""
+    log = tmp_path / "calls.log"
+    script = tmp_path / "fakecc"
+    script.write_text(f"""#!/bin/sh
+echo "$*" >> {log}
+case "$*" in *--version*) echo "{version}"; exit 0;; esac
+case "$*" in *fsyntax-only*) exit 0;; esac
+case "$*" in *"{fail_when}"*) echo "kernel.cc:3:1: error: boom"; exit 1;; esac
+while [ $# -gt 0 ]; do if [ "$1" = "-o" ]; then : > "$2"; fi; shift; done
+""")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return script
+
+
+def _compiles(tmp_path) -> int:
+    log = tmp_path / "calls.log"
+    lines = log.read_text().splitlines() if log.exists() else []
+    return sum(line.startswith("-c ") for line in lines)
+
+
+@pytest.fixture
+def fake_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv(build.CACHE_ENV, str(tmp_path / "cache"))
+    targets.accepts.cache_clear()
+    build.compiler_identity.cache_clear()
+    yield tmp_path / "cache"
+    targets.accepts.cache_clear()
+    build.compiler_identity.cache_clear()
+
+
+@needs_x86
+def test_a_failing_native_build_falls_back_to_the_cpus_level_and_says_why(
+        tmp_path, monkeypatch, fake_cache):
+    monkeypatch.setenv("CXX", str(_fake_compiler(tmp_path, fail_when="march=native")))
+    found = build.build()
+    assert found.target == targets.fallback_target() and found.path.exists()
+    assert found.note.startswith(f"built for -march={found.target} instead of this CPU's own "
+                                 "instruction set: compiling ")
+    assert "error: boom" in found.note
+    assert build.cached() == found.__class__(found.path, found.target)  # next process: as is
+
+
+def test_a_failed_build_is_remembered_per_compiler_and_flags(tmp_path, monkeypatch, fake_cache):
+    monkeypatch.setenv("CXX", str(_fake_compiler(tmp_path, fail_when="-fPIC")))
+    with pytest.raises(build.BuildError) as first:
+        build.build()
+    assert not first.value.environmental  # the sources failed: tests must not skip this
+    message = str(first.value)
+    assert message.startswith("compiling adamw.cc for -march=native") and "error: boom" in message
+    tried = _compiles(tmp_path)
+    assert tried >= len(build.sources())
+    assert len(list(fake_cache.glob("*.failed"))) == len(build.build_targets())
+    with pytest.raises(build.BuildError, match=r"error: boom .*\(remembered: delete .*\.failed "
+                                               r"to try again\)"):
+        build.build()
+    assert _compiles(tmp_path) == tried  # no process pays for the same failure twice
+    # Another compiler (version) tries afresh.
+    monkeypatch.setenv("CXX", str(_fake_compiler(tmp_path, fail_when="-fPIC",
+                                                 version="fakecc 2.0")))
+    build.compiler_identity.cache_clear()
+    with pytest.raises(build.BuildError):
+        build.build()
+    assert _compiles(tmp_path) > tried
+
+
+def test_the_one_warning_names_cause_cost_and_fix(tmp_path, monkeypatch, fake_cache, caplog):
+    monkeypatch.setenv("CXX", str(_fake_compiler(tmp_path, fail_when="-fPIC")))
+    monkeypatch.setattr(kernels, "_library", None)
+    monkeypatch.setattr(kernels, "_error", None)
+    with caplog.at_level(logging.WARNING):
+        assert kernels.library() is None
+        assert kernels.library() is None  # asked again in the same process: no new line
+    lines = [r.getMessage() for r in caplog.records if "Fused CPU kernels" in r.getMessage()]
+    assert len(lines) == 1
+    assert lines[0].startswith("Fused CPU kernels unavailable, using TensorFlow's ops: "
+                               "compiling adamw.cc for -march=native")
+    assert "error: boom" in lines[0] and kernels.COST_WITHOUT_KERNELS in lines[0]
+    assert "bert-train doctor" in lines[0] and "BERT_TRAIN_FUSED_KERNELS=off" in lines[0]
+    assert kernels.status()["error"] in lines[0] and not kernels.status()["loaded"]
+
+
+def test_no_compiler_is_environmental(tmp_path, monkeypatch, fake_cache):
+    monkeypatch.setenv("CXX", "")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(build.BuildError, match="no C.. compiler found") as e:
+        build.build()
+    assert e.value.environmental
+
+
+# ------------------------------------------------------------------------------ doctor
+
+
+@pytest.mark.slow  # one bert-train process (TensorFlow start-up)
+def test_doctor_says_what_a_run_will_use(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    done = subprocess.run([sys.executable, "-m", "bert_trainer.cli", "doctor"], env=env,
+                          capture_output=True, text=True, cwd=REPO, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    rows = dict(re.fullmatch(r"(\S+(?: \S+)?) {2,}(.*)", line).groups()
+                for line in done.stdout.splitlines())
+    import tensorflow as tf
+
+    assert rows["tensorflow"].startswith(tf.__version__)
+    assert rows["fused kernels"].startswith("built for -march=")
+    assert str(build.cached().path) in rows["fused kernels"]
+    flags = targets.cpu_flags()
+    assert ("AVX512_BF16 yes" in rows["cpu features"]) == ("avx512_bf16" in flags)
+    assert ("AMX no" in rows["cpu features"]) == ("amx_tile" not in flags)
+    assert rows["devices"].startswith("1 CPU")

@@ -22,6 +22,7 @@ SUBCOMMANDS = {
     "convert": "Convert Hugging Face / Google BERT checkpoints to and from bert-train.",
     "vocab": "Learn a WordPiece vocabulary from text files.",
     "create_pretraining_data": "Write pretraining TFRecords (sentence pairs or causal blocks).",
+    "doctor": "Show what a run here will use: TensorFlow, CPU features, fused kernels, devices.",
 }
 
 

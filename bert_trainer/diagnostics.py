@@ -1,0 +1,108 @@
+"""What a run on this machine will use: the facts `bert-train doctor` prints.
+
+TensorFlow and its libraries, the CPU and the vector units that matter for a BERT step
+(AVX2, AVX-512, AVX512_BF16, AVX-512 FP16, AMX; NEON, SVE and BF16 on Arm), whether the fused
+CPU kernels are built (and for which instruction set) or why not, whether bfloat16 is native
+here, and the devices a `tf.distribute` strategy would run on.
+"""
+
+import os
+import platform
+import sys
+
+# /proc/cpuinfo flag -> what a reader calls it, in the order printed.
+X86_FEATURES = (("avx2", "AVX2"), ("fma", "FMA"), ("avx512f", "AVX-512"),
+                ("avx512_bf16", "AVX512_BF16"), ("avx512_fp16", "AVX-512 FP16"),
+                ("amx_tile", "AMX"), ("amx_bf16", "AMX-BF16"))
+ARM_FEATURES = (("asimd", "NEON"), ("sve", "SVE"), ("bf16", "BF16"), ("i8mm", "I8MM"))
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cpu_features(flags: set[str]) -> list[tuple[str, bool]]:
+    """(name, present) for the features that matter, for this machine's architecture."""
+    from bert_trainer.kernels import targets  # noqa: PLC0415
+
+    table = ARM_FEATURES if targets.machine() == "aarch64" else X86_FEATURES
+    return [(name, flag in flags) for flag, name in table]
+
+
+def bfloat16_support(flags: set[str]) -> str:
+    """How bfloat16 matmuls run on a CPU with these feature flags."""
+    if {"amx_bf16", "amx_tile"} <= flags:
+        return "native (AMX tiles): bfloat16 matmuls far outrun float32"
+    if "avx512_bf16" in flags:
+        return "native (AVX512_BF16 dot products)"
+    if "bf16" in flags:
+        return "native (Arm BF16)"
+    return "emulated (no bfloat16 instructions): float32 is as fast or faster"
+
+
+def kernels_report() -> str:
+    """The fused kernels' state: built (where, for which instruction set) or why not."""
+    from bert_trainer import kernels  # noqa: PLC0415
+    from bert_trainer.kernels import build  # noqa: PLC0415
+    from bert_trainer.ops import switch  # noqa: PLC0415
+
+    mode = switch.default_mode()
+    if mode == "off":
+        return f"off ({switch.MODE_ENV}=off: TensorFlow's own ops)"
+    state = kernels.status()
+    if not state["loaded"]:
+        return "NOT available: " + kernels.unavailable_message(state["error"])
+    flags = " ".join(build.arch_flags(state["target"])) if _has_compiler() else state["target"]
+    note = f"; {state['note']}" if state["note"] else ""
+    return (f"built for {flags} ({state['path']}); used on the CPU outside XLA "
+            f"({switch.MODE_ENV}={mode}){note}")
+
+
+def _has_compiler() -> bool:
+    from bert_trainer.kernels import build  # noqa: PLC0415
+
+    try:
+        build.compiler()
+        return True
+    except build.BuildError:
+        return False
+
+
+def devices_report() -> str:
+    import tensorflow as tf  # noqa: PLC0415
+
+    found = {kind: tf.config.list_logical_devices(kind) for kind in ("CPU", "GPU", "TPU")}
+    parts = [f"{len(v)} {k}" for k, v in found.items() if v]
+    replicas = len(found["GPU"]) or 1
+    return (f"{', '.join(parts)}; --strategy=mirrored would run {replicas} replica(s) on "
+            f"{', '.join(d.name for d in (found['GPU'] or found['CPU'][:1]))}")
+
+
+def report() -> list[tuple[str, str]]:
+    """(label, text) lines describing what a run here will use."""
+    import keras  # noqa: PLC0415
+    import tensorflow as tf  # noqa: PLC0415
+
+    from bert_trainer.kernels import targets  # noqa: PLC0415
+
+    flags = targets.cpu_flags()
+    features = ", ".join(f"{name} {'yes' if ok else 'no'}" for name, ok in cpu_features(flags))
+    threads = tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count()
+    onednn = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1 (default)")
+    return [
+        ("python", f"{sys.version.split()[0]} on {platform.system()} {platform.machine()}"),
+        ("tensorflow", f"{tf.__version__} (keras {keras.__version__}; oneDNN "
+                       f"TF_ENABLE_ONEDNN_OPTS={onednn})"),
+        ("cpu", f"{cpu_model()}, {os.cpu_count()} logical cores, {threads} intra-op threads"),
+        ("cpu features", features or "unknown (no /proc/cpuinfo)"),
+        ("fused kernels", kernels_report()),
+        ("bfloat16", bfloat16_support(flags)),
+        ("devices", devices_report()),
+    ]

@@ -64,7 +64,7 @@ def test_translate_finetune_evaluate_export_predict(tmp_path):
     results = json.loads((model_dir / "eval_results.json").read_text())
     assert results["family"] == "translate" and results["step"] == 8
     metrics = results["metrics"]
-    assert set(metrics) == {"loss", "token_accuracy", "bleu", "num_examples"}
+    assert set(metrics) == {"loss", "token_accuracy", "cut_pairs", "bleu", "num_examples"}
     assert metrics["num_examples"] == 24 and 0 <= metrics["bleu"] <= 100
     assert 0 < metrics["loss"] < 20 and 0 <= metrics["token_accuracy"] <= 1
     info = json.loads((model_dir / "bert_train.json").read_text())

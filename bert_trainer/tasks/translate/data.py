@@ -30,6 +30,7 @@ from bert_trainer.errors import UserError
 
 SOURCE, TARGET = "source", "target"
 EXAMPLE_INDEX = "example_index"  # int32 [batch]: the pair's position in its split
+CUT = "cut"  # int32 [batch]: 1 when the pair's source or target was cut to fit (counted)
 DECODER_FEATURES = (features.DECODER_INPUT_IDS, features.TARGET_IDS)
 
 
@@ -47,6 +48,12 @@ def source_features(tokenizer, source, seq_length: int) -> dict:
     return tokenizer.pack([tokenizer.tokenize(source)], seq_length)
 
 
+def source_cut(pieces, seq_length: int) -> tf.Tensor:
+    """bool [batch]: which tokenized sources (ragged [batch, (pieces)]) `[CLS] source [SEP]`
+    cuts to `seq_length`."""
+    return pieces.row_lengths() > seq_length - 2
+
+
 def target_features(tokenizer, target, max_target_length: int) -> dict:
     """Teacher-forcing decoder inputs and targets of a batch of target texts.
 
@@ -60,7 +67,11 @@ def target_features(tokenizer, target, max_target_length: int) -> dict:
       features.DECODER_INPUT_IDS (`[CLS] target`) and features.TARGET_IDS (`target [SEP]`),
       int32 [batch, max_target_length], 0-padded.
     """
-    pieces = tf.cast(tokenizer.tokenize(target)[:, :max_target_length - 1], tf.int32)
+    return _target_from_pieces(tokenizer, tokenizer.tokenize(target), max_target_length)
+
+
+def _target_from_pieces(tokenizer, pieces, max_target_length: int) -> dict:
+    pieces = tf.cast(pieces[:, :max_target_length - 1], tf.int32)
     rows = pieces.nrows()
     cls = tf.fill([rows, 1], tf.constant(tokenizer.cls_id, tf.int32))
     sep = tf.fill([rows, 1], tf.constant(tokenizer.sep_id, tf.int32))
@@ -72,10 +83,13 @@ def target_features(tokenizer, target, max_target_length: int) -> dict:
 
 
 def pair_features(tokenizer, batch: dict, seq_length: int, max_target_length: int) -> dict:
-    """`source_features` and `target_features` of a batch of raw pairs (plus EXAMPLE_INDEX
-    when the batch has it)."""
-    out = source_features(tokenizer, batch[SOURCE], seq_length)
-    out.update(target_features(tokenizer, batch[TARGET], max_target_length))
+    """`source_features` and `target_features` of a batch of raw pairs, CUT (which pairs lost
+    pieces: the task counts them) and EXAMPLE_INDEX when the batch has it."""
+    source, target = tokenizer.tokenize(batch[SOURCE]), tokenizer.tokenize(batch[TARGET])
+    out = tokenizer.pack([source], seq_length)
+    out.update(_target_from_pieces(tokenizer, target, max_target_length))
+    out[CUT] = tf.cast(source_cut(source, seq_length)
+                       | (target.row_lengths() > max_target_length - 1), tf.int32)
     if EXAMPLE_INDEX in batch:
         out[EXAMPLE_INDEX] = tf.cast(batch[EXAMPLE_INDEX], tf.int32)
     return out

@@ -185,5 +185,9 @@ class TranslateFamily(Family):
             max_decode_length=config.decode_length, **common)
 
     def format_answer(self, outputs, i):
-        return {translate_serving.TRANSLATION: decode(outputs[translate_serving.TRANSLATION][i]),
-                translate_serving.SCORE: finite(outputs[translate_serving.SCORE][i])}
+        answer = {translate_serving.TRANSLATION: decode(outputs[translate_serving.TRANSLATION][i]),
+                  translate_serving.SCORE: finite(outputs[translate_serving.SCORE][i])}
+        cut = outputs.get(translate_serving.TRUNCATED)  # absent from older exports
+        if cut is not None and bool(cut[i]):
+            answer["truncated"] = True
+        return answer

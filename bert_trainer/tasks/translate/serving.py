@@ -11,13 +11,15 @@ import tensorflow as tf
 from bert_trainer import features
 from bert_trainer.models.seq2seq_generation import translate
 from bert_trainer.serving import ENCODE, SERVING_DEFAULT, TaskServing, text_input_spec
-from bert_trainer.tasks.translate.data import source_features
+from bert_trainer.tasks.translate.data import source_cut
 
 INPUT, TRANSLATION, SCORE = "input", "translation", "score"
+TRUNCATED = "truncated"  # bool [b]: the source was cut to seq_length before translating
 
 
 class TranslateServing(TaskServing):
-    """`serving_default(input [b] string)` -> translation string [b], score float32 [b].
+    """`serving_default(input [b] string)` -> translation string [b], score float32 [b],
+    truncated bool [b] (the source was cut to `seq_length`).
 
     Args:
       model: a `Seq2SeqTransformer`.
@@ -55,10 +57,12 @@ class TranslateServing(TaskServing):
                                                              super()._specs()[ENCODE][1])}
 
     def _translate(self, input):  # noqa: A002 (the signature's input name: predict calls by it)
-        inputs = source_features(self.tokenizer, input, self.seq_length)
+        pieces = self.tokenizer.tokenize(input)
+        inputs = self.tokenizer.pack([pieces], self.seq_length)  # as data.source_features
         decoded = translate(
             self.model, inputs, beam_size=self.beam_size, length_penalty=self.length_penalty,
             max_decode_length=self.max_decode_length, start_id=self.tokenizer.cls_id,
             end_id=self.tokenizer.sep_id, jit_compile=self.jit_compile)
         return {TRANSLATION: self.tokenizer.detokenize(decoded[features.DECODED_IDS]),
-                SCORE: tf.cast(decoded[features.DECODED_SCORES], tf.float32)}
+                SCORE: tf.cast(decoded[features.DECODED_SCORES], tf.float32),
+                TRUNCATED: source_cut(pieces, self.seq_length)}

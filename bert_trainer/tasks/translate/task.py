@@ -199,11 +199,14 @@ class TranslationTask(FinetuningTask):
         return {"loss": total / tf.maximum(count, 1.0)}
 
     def build_metrics(self, training):
-        return [keras.metrics.Mean(name="token_accuracy")]
+        # Pairs cut to seq_length / max_target_length, counted: no silent truncation.
+        return [keras.metrics.Mean(name="token_accuracy"), keras.metrics.Sum(name="cut_pairs")]
 
     def update_metrics(self, metrics, features, outputs):
         labels, logits, _, _ = _token_rows(features, outputs)
         metrics[0].update_state(label_is_top(labels, logits))
+        if translate_data.CUT in features:
+            metrics[1].update_state(tf.cast(features[translate_data.CUT], tf.float32))
 
     def eval_step_outputs(self, features, outputs):
         decoded = translate(

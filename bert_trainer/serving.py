@@ -58,12 +58,13 @@ def byte_to_char(text: tf.Tensor, byte_offsets: tf.RaggedTensor) -> tf.RaggedTen
 
 
 def _tensorflow_ops_only(fn):
-    """`fn`, traced with TensorFlow's own ops (`ops.fused_kernels(False)`): a SavedModel
-    must load and serve without bert-train's fused CPU kernels."""
+    """`fn`, traced with TensorFlow's own ops and no data-dependent shapes
+    (`ops.portable()`): a SavedModel must load and serve without bert-train's fused CPU
+    kernels, on any device."""
 
     @functools.wraps(fn)
     def traced(*args, **kwargs):
-        with ops.fused_kernels(False):
+        with ops.portable():
             return fn(*args, **kwargs)
 
     return traced

@@ -140,9 +140,9 @@ def test_ids_signatures_equal_the_keras_model(exported, family):
         assert got.shape == expected.shape and np.abs(got - expected).max() <= TOL, name
     if family == "pretraining":
         return
-    # A SavedModel runs TensorFlow's ops, so the reference does too: where the fused kernels
-    # run, a tagger computes the real tokens only and its logits at the padding differ.
-    with ops.fused_kernels(False):
+    # A SavedModel is traced portable (TensorFlow's ops, no packing), so the reference is too:
+    # on the CPU a tagger computes the real tokens only and its logits at the padding differ.
+    with ops.portable():
         expected = outputs_numpy(model({k: np.array(v, np.int32) for k, v in ids.items()}))
     for name, value in expected.items():
         got = np.array(results[f"{family}/serving_ids"][name])

@@ -176,7 +176,7 @@ def save(module: ServingModule, output: str, *, overwrite: bool = False) -> str:
     size = sum(v.shape.num_elements() * v.dtype.size for v in module.variables)
     with outputs.new_directory(output, SAVED_MODEL, writing="SavedModel",
                                needed_bytes=size) as staging:
-        with ops.fused_kernels(False):  # a retrace during saving gets TensorFlow's ops too
+        with ops.portable():  # a retrace during saving is portable too
             tf.saved_model.save(module, staging, signatures=module.signatures())
         _write_family(module, staging)
     return output

@@ -67,9 +67,9 @@ class EncoderModel(keras.Model):
 
     def packs_tokens(self) -> bool:
         """Whether a call traced here, now, runs the encoder on the real tokens only: the
-        encoder can pack (`call_packed`, no `output_range`), packing costs nothing extra here
-        (`bert_trainer.ops.token_packing_is_free`: the fused CPU kernels run) and Keras'
-        flash attention is off."""
+        encoder can pack (`call_packed`, no `output_range`), shapes may vary for free here
+        (`bert_trainer.ops.token_packing_is_free`: the CPU outside XLA, not an export; with
+        the fused kernels or TensorFlow's ops) and Keras' flash attention is off."""
         return (hasattr(self.encoder, "call_packed")
                 and getattr(self.encoder, "output_range", None) is None
                 and keras.backend.backend() == "tensorflow"

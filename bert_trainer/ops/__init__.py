@@ -5,8 +5,8 @@ Layers, models and the optimizer call these and never the kernels. The choice is
 an op is traced (`switch`): inside `fused_kernels(True / False / "auto")`, as that scope
 says; outside any scope, as `BERT_TRAIN_FUSED_KERNELS` (auto / on / off) says. On "auto"
 the kernels run on the CPU outside XLA only. The trainer traces its steps inside a scope of
-the setting it was built under; the exporter inside `fused_kernels(False)`, so a SavedModel
-holds only TensorFlow's ops.
+the setting it was built under; the exporter inside `portable()`, so a SavedModel
+holds only TensorFlow's ops and no data-dependent shapes.
 
 Ops, by family (the kernels' sources, `bert_trainer/kernels/*.cc`, follow the same split):
   elementwise    dropout, gelu, layer_norm
@@ -15,7 +15,7 @@ Ops, by family (the kernels' sources, `bert_trainer/kernels/*.cc`, follow the sa
   cross_entropy  sparse_softmax_cross_entropy, label_is_top
   adamw          apply_adamw
 Questions for the models' speed choices: `dynamic_shapes_are_free()` (the CPU outside XLA)
-and `token_packing_is_free()` (packing's copies fold into the kernels).
+and `token_packing_is_free()` (compute the real tokens only).
 """
 
 from bert_trainer.ops.adamw import apply_adamw
@@ -40,20 +40,22 @@ from bert_trainer.ops.switch import (
     fused,
     fused_kernels,
     mode,
+    portable,
 )
 
 
 def token_packing_is_free() -> bool:
-    """Whether an encoder traced here, now, packs its tokens at no extra cost: the fused
-    kernels run, and they fold the unpack and pack around attention into the heads' layout
-    copies (TensorFlow's gather and scatter there cost more than packing saves)."""
-    return fused()
+    """Whether an encoder traced here, now, should compute the real tokens only: where shapes
+    may vary for free (`dynamic_shapes_are_free`: the CPU outside XLA, not an export). The
+    fused kernels fold packing's copies into the heads' layout; TensorFlow's own ops pay a
+    gather and a scatter around attention, far less than the padding's FLOPs they save on
+    fine-tuning batches (benchmarks/README.md)."""
+    return dynamic_shapes_are_free()
 
 
 __all__ = [
     "MODES", "MODE_ENV", "apply_adamw", "attention_probabilities", "default_mode", "dropout",
     "dynamic_shapes_are_free", "fused", "fused_kernels", "gelu", "label_is_top", "layer_norm",
-    "merge_heads", "mode", "pack_rows", "smoothed_cross_entropy", "sparse_softmax_cross_entropy",
-    "split_heads",
-    "token_packing_is_free", "unpack_rows",
+    "merge_heads", "mode", "pack_rows", "portable", "smoothed_cross_entropy",
+    "sparse_softmax_cross_entropy", "split_heads", "token_packing_is_free", "unpack_rows",
 ]

@@ -11,7 +11,8 @@ the innermost `fused_kernels(...)` scope, else from `BERT_TRAIN_FUSED_KERNELS` (
 - `"off"` (`fused_kernels(False)`): TensorFlow's ops, the same computation.
 
 The trainer traces its steps inside a scope of the setting it was built under, and the
-exporter traces inside `fused_kernels(False)`: a SavedModel holds only TensorFlow's ops.
+exporter traces inside `portable()`: TensorFlow's ops and no data-dependent shapes, so a
+SavedModel serves wherever TensorFlow runs.
 """
 
 import contextlib
@@ -78,6 +79,36 @@ def fused_kernels(setting: bool | str | None = None):
             _shared[:] = [entry for entry in _shared if entry[0] is not token]
 
 
+_portable = threading.local()  # this thread's portable() depth
+_portable_shared = [0]  # every thread's open portable() scopes
+
+
+@contextlib.contextmanager
+def portable():
+    """Ops traced within this block run wherever TensorFlow does: TensorFlow's own ops
+    (`fused_kernels(False)`) and no data-dependent shapes (`dynamic_shapes_are_free()` is
+    False): what a SavedModel holds."""
+    _portable.depth = getattr(_portable, "depth", 0) + 1
+    with _lock:
+        _portable_shared[0] += 1
+    try:
+        with fused_kernels(False):
+            yield
+    finally:
+        _portable.depth -= 1
+        with _lock:
+            _portable_shared[0] -= 1
+
+
+def _in_portable() -> bool:
+    if getattr(_portable, "depth", 0):
+        return True
+    if getattr(_local, "stack", None):  # a scope of this thread's own decides
+        return False
+    with _lock:
+        return _portable_shared[0] > 0
+
+
 def _setting(setting) -> str:
     if setting is None:
         return mode()
@@ -112,8 +143,9 @@ def fused(dtype=None) -> bool:
 def dynamic_shapes_are_free() -> bool:
     """Whether ops traced here, now, run on the CPU outside XLA, where a tensor's shape may
     change from step to step at no cost (on a GPU a data-dependent shape costs a host sync;
-    XLA and TPUs need static shapes)."""
-    return not _under_xla() and not _accelerators_visible()
+    XLA and TPUs need static shapes), and not for a SavedModel (`portable()`), which may be
+    served on any of them."""
+    return not _in_portable() and not _under_xla() and not _accelerators_visible()
 
 
 def _keras_backend() -> str:

@@ -820,3 +820,70 @@ FAMILY_CASES.append(
     ("finetune family module given as a path", [*SST2_FRESH, "--family_module=./my_family.py"],
      "--family_module: './my_family.py' is a file path, not a module name; put its folder on "
      "PYTHONPATH and pass --family_module=my_family"))
+
+
+# Weights that are not what they claim, and a model_dir that names a module to import (issue
+# 33): written by `write_untrusted_dirs` into the `inputs` fixture's root.
+def write_untrusted_dirs(root, pretrained: str) -> dict[str, str]:
+    """{int_weights_model, nan_weights_model}: Hugging Face BERT directories whose
+    safetensors hold int32 / NaN tensors; {planted_run}: a copy of `pretrained` whose
+    bert_train.json records a task of a plugin family from module `planted_family`."""
+    import pathlib  # noqa: PLC0415
+    import shutil  # noqa: PLC0415
+
+    import numpy as np  # noqa: PLC0415
+    from safetensors.numpy import load_file, save_file  # noqa: PLC0415
+
+    from bert_trainer.interop import formats, hf  # noqa: PLC0415
+
+    root = pathlib.Path(root)
+    config = formats.BertConfig(vocab_size=40, hidden_size=16, num_layers=1,
+                                num_attention_heads=2, inner_dim=32, max_sequence_length=32)
+    vocab = root / "untrusted_vocab.txt"
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    vocab.write_text("".join(f"{t}\n" for t in specials + [f"t{i}" for i in range(35)]),
+                     encoding="utf-8")
+    weights = {n: np.full(s, 0.5, np.float32) for g in (formats.ENCODER, formats.POOLER)
+               for n, s in formats.reference_shapes(config, g).items()}
+    paths = {}
+    for name in ("int_weights_model", "nan_weights_model"):
+        hf.write_hf(str(root / name), formats.BertCheckpoint(config, weights, str(vocab), True,
+                                                             "m", "m"))
+        file = root / name / formats.HF_WEIGHTS
+        tensors = load_file(str(file))
+        if name.startswith("int"):
+            tensors = {k: v.astype(np.int32) for k, v in tensors.items()}
+        else:
+            tensors["encoder.layer.0.output.dense.weight"][0, 0] = np.nan
+        save_file(tensors, str(file), metadata={"format": "pt"})
+        paths[name] = str(root / name)
+    planted = root / "planted_run"
+    shutil.copytree(pretrained, planted)
+    info_file = planted / "bert_train.json"
+    info = json.loads(info_file.read_text())
+    info["task"] = {"name": "planted_task", "family": "planted", "seq_length": 32,
+                    "family_module": "planted_family"}
+    info_file.write_text(json.dumps(info))
+    paths["planted_run"] = str(planted)
+    return paths
+
+
+SUBPROCESS_CASES.extend([
+    ("convert int32 weights", ["convert", "--input={int_weights_model}", "--output={root}/conv9"],
+     "{int_weights_model}/model.safetensors: embeddings.word_embeddings.weight holds int32 "
+     "values where float weights belong"),
+    ("convert NaN weights",
+     ["convert", "--input={nan_weights_model}", "--output={root}/conv10", "--verify"],
+     "{nan_weights_model}/model.safetensors: encoder.layer.0.output.dense.weight holds 1 "
+     "NaN/Inf values"),
+])
+CLI_CASES.extend([
+    ("finetune init_checkpoint of int32 weights",
+     [*SST2, "--model_dir={fresh}", "--train_file={good.tsv}",
+      "--init_checkpoint={int_weights_model}"],
+     "embeddings.word_embeddings.weight holds int32 values where float weights belong"),
+])
+FAMILY_CASES.append(
+    ("evaluate a model_dir naming a family module", ["evaluate", "--model_dir={planted_run}"],
+     "{planted_run}/bert_train.json: the task family 'planted' is in the module "
+     "'planted_family', which is imported only when you name it"))

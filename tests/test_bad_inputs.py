@@ -58,6 +58,7 @@ def inputs(tmp_path_factory, tiny_pretrained):
     paths.update({n: str(root / n) for n in ("binary.tsv", "latin1.tsv", "latin1.txt",
                                              "no_cls_vocab.txt")})
     paths.update(_checkpoint_dirs(root, tiny_pretrained["dir"]))
+    paths.update(bad_input_cases.write_untrusted_dirs(root, tiny_pretrained["dir"]))
     return paths
 
 

@@ -84,3 +84,22 @@ def test_float16_weights_are_kept_in_their_own_dtype(tmp_path):
     assert {a.dtype for a in ckpt.weights.values()} == {np.dtype(np.float16)}
     result = convert(str(source), str(tmp_path / "out"), verify=True, log=lambda _: None)
     assert result.report["passed"] is True
+
+
+def test_a_bert_train_model_dir_with_nan_weights_is_refused(tmp_path):
+    from bert_trainer.commands.convert import write_bert_train  # noqa: PLC0415
+
+    rng = np.random.default_rng(4)
+    weights = {n: rng.normal(scale=0.3, size=s).astype(np.float32)
+               for g in (formats.ENCODER, formats.POOLER)
+               for n, s in formats.reference_shapes(CONFIG, g).items()}
+    weights["bert/encoder/layer_0/output/dense/kernel"][3, 1] = np.inf
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("".join(f"t{i}\n" for i in range(40)), encoding="utf-8")
+    write_bert_train(str(tmp_path / "run"), formats.BertCheckpoint(CONFIG, weights, str(vocab),
+                                                                   True, "m", "m"))
+    with pytest.raises(UserError, match=rf"^{tmp_path / 'run'}: .*holds 1 NaN/Inf values"):
+        from_pretrained(str(tmp_path / "run"))
+    encoder = BertEncoder(**pretrained.encoder_arguments(CONFIG))
+    with pytest.raises(UserError, match="holds 1 NaN/Inf values; the checkpoint is corrupt"):
+        load_pretrained_weights(str(tmp_path / "run"), encoder=encoder)

@@ -21,6 +21,7 @@ import dataclasses
 import os
 
 import keras
+import numpy as np
 import tensorflow as tf
 from absl import logging
 
@@ -110,9 +111,11 @@ class ResolvedCheckpoint:
                                 "the causal_lm objective, not masked-LM pretraining")
             return self._load_gpt2(encoder)
         if self.bert_config is None:
-            return model_dir_lib.restore_pretrained(
+            report = model_dir_lib.restore_pretrained(
                 self.prefix or self.directory, encoder=encoder, masked_lm=masked_lm,
                 next_sentence=next_sentence)
+            _require_finite((encoder, masked_lm, next_sentence), self.path)
+            return report
         return _assign(self.read_reference(), encoder=encoder, masked_lm=masked_lm,
                        next_sentence=next_sentence)
 
@@ -157,6 +160,7 @@ class ResolvedCheckpoint:
                             "this model; warm-start a fine-tuning or pretraining task from it")
         prefix = self.prefix or model_dir_lib.latest_checkpoint(self.directory)
         layout.restore_model(model, prefix)
+        _require_finite((model,), prefix)
 
 
 def resolve_checkpoint(path: str, *, flag: str | None = None, allow_pickle: bool = False,
@@ -241,6 +245,16 @@ def _assign(ckpt: formats.BertCheckpoint, *, encoder: keras.Model, masked_lm=Non
     paths = list(dict.fromkeys(v.path for p in parts for v in p.weights))
     return {"loaded": [p for p in paths if p in loaded],
             "initialized": [p for p in paths if p not in loaded]}
+
+
+def _require_finite(models, source: str) -> None:
+    """Refuses restored weights that hold NaN/Inf (a corrupt or diverged checkpoint), naming
+    the first such variable, as the readers of other formats do (`formats.float_weight`)."""
+    for model in models:
+        for variable in model.weights if model is not None else ():
+            values = keras.ops.convert_to_numpy(variable)
+            if np.issubdtype(values.dtype, np.floating):
+                formats.float_weight(variable.path, values, source)
 
 
 def _bert_train(path: str, directory: str, prefix: str | None = None) -> ResolvedCheckpoint:

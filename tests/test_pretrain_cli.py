@@ -165,7 +165,8 @@ def test_gin_typo_names_the_file_and_line(capfd, tmp_path):
     ("TrainerConfig.train_steps = 10\nTrainerConfig.steps_per_loop = = 2\n", 2,
      ["Unable to parse value"]),
     ("TrainerConfig.train_steps = [1,\n", 2, ["unclosed bracket"]),
-    ("TrainerConfig.train_steps = @no_such_builder()\n", 1, ["No configurable matching"]),
+    ("TrainerConfig.train_steps = @no_such_builder()\n", 1,
+     ["'@no_such_builder' is not a registered configurable"]),
     ("include 'configs/missing.gin'\n", 1, ["Unable to open file", "configs/missing.gin"]),
 ])
 def test_gin_syntax_errors_name_the_file_and_line(tmp_path, text, line, fragments):

@@ -33,9 +33,14 @@ class _RecordingDelegate(config_parser.ParserDelegate):
         return None
 
 
-def check_file(path: str, depth: int = 0) -> None:
+def check_file(path: str, depth: int = 0, reader=None) -> None:
     """Refuses a .gin file (and what it includes) that imports code or references an
     unregistered callable.
+
+    Args:
+        path: the file.
+        depth: the include depth (internal).
+        reader: how gin opens it (one of its file readers); None: `open`.
 
     Raises:
         UserError: "FILE:LINE: ..." naming the statement and the fix.
@@ -44,7 +49,7 @@ def check_file(path: str, depth: int = 0) -> None:
     if depth > _MAX_INCLUDE_DEPTH:
         raise UserError(f"{path}: includes nest deeper than {_MAX_INCLUDE_DEPTH} levels "
                         "(an include cycle?); remove the cycle")
-    with open(path, encoding="utf-8") as f:
+    with (reader or open)(path) as f:
         _check_statements(f, str(path), depth)
 
 
@@ -65,9 +70,9 @@ def _check_statements(text_or_file, source: str, depth: int) -> None:
             _require_registered(name, where)
         delegate.references.clear()
         if isinstance(statement, config_parser.IncludeStatement):
-            included = _find_include(statement.filename)
-            if included is not None:  # else gin reports the missing file itself
-                check_file(included, depth + 1)
+            found = _find_include(statement.filename)
+            if found is not None:  # else gin reports the missing file itself
+                check_file(found[1], depth + 1, reader=found[0])
 
 
 def _require_registered(scoped_name: str, where: str) -> None:
@@ -80,13 +85,13 @@ def _require_registered(scoped_name: str, where: str) -> None:
                         f"reference only bert-train's ({', '.join(known)}) and constants")
 
 
-def _find_include(name: str) -> str | None:
-    """The file gin would read for `include 'name'` (its own search paths and readers)."""
+def _find_include(name: str):
+    """(reader, path): how and where gin reads `include 'name'` (its own search paths and
+    readers, the package-resource reader included, in gin's order), or None."""
     prefixes = [""] if os.path.isabs(name) else gin_config._LOCATION_PREFIXES  # noqa: SLF001
     for prefix in prefixes:
         path = os.path.join(prefix, name)
-        for _, exists in gin_config._FILE_READERS:  # noqa: SLF001
-            if exists(path) and os.path.isfile(path):
-                return path
+        for reader, exists in gin_config._FILE_READERS:  # noqa: SLF001
+            if exists(path):
+                return reader, path
     return None
-

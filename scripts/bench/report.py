@@ -5,6 +5,8 @@ import importlib.metadata
 import os
 import platform
 
+from bench import isa
+
 BEGIN, END = "<!-- benchmark-results:begin -->", "<!-- benchmark-results:end -->"
 # The base and finetune sections have their own block, so `--only=base,finetune --table`
 # leaves the other results in place.
@@ -48,6 +50,7 @@ def machine_info() -> dict:
         "logical_cores": os.cpu_count(),
         "usable_cores": len(os.sched_getaffinity(0)),
         "bf16_instructions": sorted(flags & {"avx512_bf16", "amx_bf16"}),
+        "isa": isa.isa_info(),  # what a row ran on: matmul ISA, AMX or not, oneDNN's state
         "memory_gib": round(mem_kib / 2**20, 1) if mem_kib else None,
         "python": platform.python_version(),
         "platform": platform.platform(),
@@ -155,13 +158,19 @@ def _kernel_lines(train: list[dict]) -> list[str]:
             f"**{tf_ops['step_time_s'] / fused['step_time_s']:.2f}x**.", ""]
 
 
+def _isa_text(machine: dict) -> str:
+    """"ISA: ... . " for a header (results written before the ISA was recorded: nothing)."""
+    return f"ISA: {isa.isa_line(machine['isa'])}. " if machine.get("isa") else ""
+
+
 def _measured_line(results: dict, settings: str) -> str:
     m = results["machine"]
     smoke = " (SMOKE RUN: tiny sizes, numbers meaningless)" if results["settings"]["smoke"] else ""
     versions = ", ".join(f"{k} {v}" for k, v in m["versions"].items() if v)
     return (f"Measured {m['date']} on **{m['cpu_model']}**, {m['usable_cores']} usable cores "
             f"({m['logical_cores']} logical), {m['memory_gib']} GiB, bf16 instructions: "
-            f"{', '.join(m['bf16_instructions']) or 'none'}; {versions}. Load average "
+            f"{', '.join(m['bf16_instructions']) or 'none'}; {versions}. {_isa_text(m)}"
+            f"Load average "
             f"{m['load_average_start'][0]:.2f} at start, {m['load_average_end'][0]:.2f} at end. "
             f"Settings: {settings}{smoke}.")
 

@@ -865,7 +865,31 @@ def write_untrusted_dirs(root, pretrained: str) -> dict[str, str]:
                     "family_module": "planted_family"}
     info_file.write_text(json.dumps(info))
     paths["planted_run"] = str(planted)
+    paths.update(_truncated_shards(root, str(pathlib.Path(pretrained) / "vocab.txt")))
     return paths
+
+
+def _truncated_shards(root, vocab: str) -> dict[str, str]:
+    """{truncated_blocks, truncated_mlm}: globs of 2 causal-LM / masked-LM shards (block and
+    sequence length 32), the second cut 7 bytes short."""
+    from bert_trainer.data import causal_lm_data  # noqa: PLC0415
+    from bert_trainer.data import create_pretraining_data as cpd  # noqa: PLC0415
+
+    text = root / "shard_corpus.txt"
+    text.write_text("".join(f"the film {i} was good . it was fine .\nthe end {i} .\n\n"
+                            for i in range(120)), encoding="utf-8")
+    causal_lm_data.create_causal_lm_data(
+        str(text), vocab, str(root / "cut_blocks" / "b-*.tfrecord"),
+        causal_lm_data.CausalDataConfig(block_size=32), num_shards=2, progress=None)
+    cpd.create_pretraining_data(str(text), vocab, str(root / "cut_mlm" / "m-*.tfrecord"),
+                                cpd.PretrainingDataConfig(max_seq_length=32), num_shards=2,
+                                progress=None)
+    for kind in ("cut_blocks", "cut_mlm"):
+        last = sorted((root / kind).glob("*-of-*.tfrecord"))[-1]
+        with open(last, "r+b") as f:
+            f.truncate(last.stat().st_size - 7)
+    return {"truncated_blocks": str(root / "cut_blocks" / "b-*.tfrecord"),
+            "truncated_mlm": str(root / "cut_mlm" / "m-*.tfrecord")}
 
 
 SUBPROCESS_CASES.extend([
@@ -882,6 +906,21 @@ CLI_CASES.extend([
      [*SST2, "--model_dir={fresh}", "--train_file={good.tsv}",
       "--init_checkpoint={int_weights_model}"],
      "embeddings.word_embeddings.weight holds int32 values where float weights belong"),
+])
+_CUT = "-00001-of-00002.tfrecord: truncated record at byte "
+CLI_CASES.extend([
+    ("pretrain masked-LM on a truncated shard",
+     ["pretrain", "--gin_file=configs/smoke.gin", "--model_dir={root}/cut_mlm_run",
+      "--train_data={truncated_mlm}", "--vocab_file={vocab}",
+      "--gin_param=build_encoder.vocab_size = 3000",
+      "--gin_param=PretrainingConfig.seq_length = 32",
+      "--gin_param=TrainerConfig.train_steps = 40"], "{root}/cut_mlm/m" + _CUT),
+    ("pretrain causal-LM on a truncated shard",
+     ["pretrain", "--gin_file=configs/causal_lm/tiny.gin", "--model_dir={root}/cut_blocks_run",
+      "--train_data={truncated_blocks}", "--vocab_file={vocab}",
+      "--gin_param=build_causal_lm.vocab_size = 3000",
+      "--gin_param=build_causal_lm.hidden_size = 32", "--gin_param=CausalLMConfig.block_size = 32",
+      "--gin_param=TrainerConfig.train_steps = 40"], "{root}/cut_blocks/b" + _CUT),
 ])
 FAMILY_CASES.append(
     ("evaluate a model_dir naming a family module", ["evaluate", "--model_dir={planted_run}"],

@@ -16,7 +16,8 @@ with the answer as the task family writes it (`Family.format_answer`):
   regression     {"score"}
   squad          {"answer", "score", "start", "end"} (characters; score null if no span)
   tagging        {"entities": [{"type", "text", "start", "end"}, ...]} (characters)
-  translate      {"translation", "score"} (the input is "input": {"line", "input", ...})
+  translate      {"translation", "score"} (the input is "input": {"line", "input", ...}),
+                 plus "truncated": true when the source was cut to seq_length
   causal_lm      {"generated", "score"} (greedy; the input is "prompt"; `bert-train generate`
                  samples too)
 The family comes from the model directory's bert_train.json or the export's family record;

@@ -36,15 +36,21 @@ def cpu_features(flags: set[str]) -> list[tuple[str, bool]]:
     return [(name, flag in flags) for flag, name in table]
 
 
+BF16_ADVICE = ("the better choice for training here: --gin_param='TrainerConfig."
+               "mixed_precision=\"bfloat16\"' (float32 weights and losses; its pretraining "
+               "loss follows float32's, benchmarks/README.md)")
+
+
 def bfloat16_support(flags: set[str]) -> str:
-    """How bfloat16 matmuls run on a CPU with these feature flags."""
+    """How bfloat16 matmuls run on a CPU with these feature flags, and whether to use it."""
     if {"amx_bf16", "amx_tile"} <= flags:
-        return "native (AMX tiles): bfloat16 matmuls far outrun float32"
+        return f"native (AMX tiles): {BF16_ADVICE}"
     if "avx512_bf16" in flags:
-        return "native (AVX512_BF16 dot products)"
+        return f"native (AVX512_BF16 dot products): {BF16_ADVICE}"
     if "bf16" in flags:
-        return "native (Arm BF16)"
-    return "emulated (no bfloat16 instructions): float32 is as fast or faster"
+        return ("native (Arm BF16): likely faster than float32 for training, not yet measured "
+                "on Arm (make bench)")
+    return "emulated (no bfloat16 instructions): keep float32, the default"
 
 
 def kernels_report() -> str:

@@ -219,3 +219,14 @@ def test_doctor_says_what_a_run_will_use(tmp_path):
     assert ("AVX512_BF16 yes" in rows["cpu features"]) == ("avx512_bf16" in flags)
     assert ("AMX no" in rows["cpu features"]) == ("amx_tile" not in flags)
     assert rows["devices"].startswith("1 CPU")
+    assert ("better choice" in rows["bfloat16"]) == bool({"avx512_bf16", "amx_bf16"} & flags)
+
+
+def test_doctor_advises_bfloat16_only_where_the_cpu_has_it():
+    from bert_trainer import diagnostics
+
+    assert diagnostics.bfloat16_support({"amx_bf16", "amx_tile", "avx512_bf16"}).startswith(
+        "native (AMX tiles): the better choice for training here: --gin_param='TrainerConfig."
+        "mixed_precision=\"bfloat16\"'")
+    assert diagnostics.bfloat16_support({"avx512_bf16"}).startswith("native (AVX512_BF16")
+    assert "keep float32" in diagnostics.bfloat16_support({"avx2", "avx512f"})

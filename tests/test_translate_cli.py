@@ -6,6 +6,7 @@ import pathlib
 import subprocess
 import sys
 
+import gin
 import pytest
 from conftest import word_level_vocab
 from robust_testing import REPO, subprocess_env
@@ -30,10 +31,18 @@ print(json.dumps({"translation": [t.decode("utf-8") for t in out["translation"].
 """
 
 
-def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "bert_trainer.cli", *map(str, args)], cwd=REPO,
-                          env=subprocess_env(TF_CPP_MIN_LOG_LEVEL="3"), capture_output=True,
-                          text=True, timeout=900)
+def run_cli(capsys, *args) -> subprocess.CompletedProcess:
+    """`bert-train ARGS` through the CLI's own entry point (`cli.main`: flag parsing, exit code,
+    printed lines), in this process from a clean gin state: seven subprocesses would import
+    TensorFlow and trace the model seven times. The export's serving check below stays a fresh
+    process, as that is what it tests."""
+    from bert_trainer import cli  # noqa: PLC0415
+
+    gin.clear_config()
+    capsys.readouterr()
+    rc = cli.main(["bert-train", *map(str, args)])
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(args, rc, out, err)
 
 
 def take(path: pathlib.Path, out: pathlib.Path, count: int) -> list[str]:
@@ -44,7 +53,7 @@ def take(path: pathlib.Path, out: pathlib.Path, count: int) -> list[str]:
 
 
 @pytest.mark.slow
-def test_translate_finetune_evaluate_export_predict(tmp_path):
+def test_translate_finetune_evaluate_export_predict(tmp_path, capsys):
     if not (SPA_ENG / "train.tsv").is_file():
         pytest.skip(f"{SPA_ENG} is absent (it holds the real test data)")
     train, dev = tmp_path / "train.tsv", tmp_path / "dev.tsv"
@@ -55,7 +64,7 @@ def test_translate_finetune_evaluate_export_predict(tmp_path):
     vocab_file.write_text("".join(t + "\n" for t in vocab), encoding="utf-8")
     model_dir, export = tmp_path / "run", tmp_path / "export"
 
-    proc = run_cli("finetune", "--task=translate", f"--train_file={train}",
+    proc = run_cli(capsys, "finetune", "--task=translate", f"--train_file={train}",
                    f"--eval_file={dev}", f"--vocab_file={vocab_file}", "--lower_case=true",
                    *TINY,  # from scratch: vocab_size is --vocab_file's size
                    "--seq_length=24", "--batch_size=16", "--train_steps=8",
@@ -75,11 +84,11 @@ def test_translate_finetune_evaluate_export_predict(tmp_path):
     assert task["translate"]["beam_size"] == 4 and task["translate"]["max_target_length"] == 16
     assert list((model_dir / "best").glob("ckpt-8.index"))  # kept by BLEU
 
-    proc = run_cli("evaluate", f"--model_dir={model_dir}", f"--eval_file={dev}")
+    proc = run_cli(capsys, "evaluate", f"--model_dir={model_dir}", f"--eval_file={dev}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "bleu" in proc.stdout and "token_accuracy" in proc.stdout
 
-    proc = run_cli("export", f"--model_dir={model_dir}", f"--output={export}")
+    proc = run_cli(capsys, "export", f"--model_dir={model_dir}", f"--output={export}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "exported translate model (seq_length 24)" in proc.stdout
     assert "serving_default(input) -> score, translation" in proc.stdout
@@ -100,7 +109,7 @@ def test_translate_finetune_evaluate_export_predict(tmp_path):
                        "jsonl": (f"--saved_model={export}", f"--input={jsonl_in}"),
                        "tsv": (f"--saved_model={export}", f"--input={tsv_in}")}.items():
         out = tmp_path / f"{name}.jsonl"
-        proc = run_cli("predict", *args, f"--output={out}")
+        proc = run_cli(capsys, "predict", *args, f"--output={out}")
         assert proc.returncode == 0, proc.stderr[-3000:]
         answers[name] = [json.loads(line) for line in out.read_text().splitlines()]
     saved = answers["saved"]

@@ -20,6 +20,24 @@ class UserError(ValueError):
     """Bad input from the user: a file, a flag, a config or a checkpoint."""
 
 
+# Lines of TensorFlow's (and Python's) error text that give context, not the cause.
+_NOT_THE_CAUSE = ("Graph execution error", "Detected at node", "Additional GRPC", ":UNKNOWN",
+                  "[[", "File ")
+
+
+def first_line(error) -> str:
+    """The first line of an error (an exception, or its text) that says what went wrong:
+    TensorFlow's messages run to many lines of context, gin appends "In call to configurable"
+    lines. An exception with no text gives its type's name."""
+    text = getattr(error, "message", None) or str(error)
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    causes = [line for line in lines
+              if not line[:1].isspace() and not line.startswith(_NOT_THE_CAUSE)]
+    if causes or lines:
+        return (causes or lines)[0]
+    return type(error).__name__ if isinstance(error, BaseException) else ""
+
+
 # What a storage fault is, by errno and by the text TensorFlow's file system layer puts in
 # its errors (it raises ResourceExhaustedError / PermissionDeniedError / ..., not OSError).
 _FAULTS = (

@@ -33,7 +33,7 @@ from absl import logging
 
 from bert_trainer.checkpoints import layout
 from bert_trainer.checkpoints.layout import model_trackable  # noqa: F401 (the trainer's root)
-from bert_trainer.errors import UserError
+from bert_trainer.errors import UserError, first_line
 
 _OBJECT_GRAPH = "_CHECKPOINTABLE_OBJECT_GRAPH"
 _IGNORED_KEYS = (_OBJECT_GRAPH, "save_counter/.ATTRIBUTES/VARIABLE_VALUE")
@@ -223,12 +223,6 @@ def restore_latest(checkpoint: tf.train.Checkpoint, model_dir: str) -> str | Non
                         f"{problems[0]}, does not); restore them or delete "
                         f"{os.path.join(model_dir, 'checkpoint')} to start the run afresh")
     return None
-
-
-def first_line(error) -> str:
-    """The first line of an exception's message (TensorFlow's run to many lines)."""
-    lines = str(getattr(error, "message", None) or error).strip().splitlines()
-    return lines[0] if lines else type(error).__name__
 
 
 def expected_variables(checkpoint: tf.train.Checkpoint) -> dict[str, tuple[str, tuple]]:

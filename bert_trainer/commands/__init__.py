@@ -7,7 +7,6 @@ by its `SHARED_FLAGS`. `UserError`s (and flag errors) print as one line
 """
 
 import contextlib
-import json
 import os
 import re
 import signal
@@ -25,6 +24,7 @@ from bert_trainer.errors import (
     EXIT_USER_ERROR,
     Preempted,
     UserError,
+    first_line,
     storage_fault,
 )
 
@@ -218,11 +218,9 @@ def _lost_peer(error: Exception) -> str:
     """
     text = getattr(error, "message", None) or str(error)
     found = _REMOTE_TASK.search(text)
-    try:
-        config = json.loads(os.environ.get("TF_CONFIG") or "{}")
-        cluster, me = config.get("cluster", {}), config.get("task", {})
-    except (json.JSONDecodeError, AttributeError):
-        cluster, me = {}, {}
+    from bert_trainer.training.strategies import tf_config  # noqa: PLC0415 (imports TF)
+
+    cluster, me = tf_config()
     tasks = [(kind, i) for kind, addresses in cluster.items() for i in range(len(addresses))]
     if found:
         peer = (found.group(1), int(found.group(2)))
@@ -267,14 +265,6 @@ def _is_peer_lost(error: Exception) -> bool:
 
 
 # Lines of a TensorFlow error that say where, not what (a graph error embeds a Python stack).
-_NOT_THE_CAUSE = ("Graph execution error", "Detected at node", "Additional GRPC", ":UNKNOWN",
-                  "[[", "File ")
-
-
 def _first_line(error: Exception) -> str:
-    """The first line of `error` that says what went wrong, at most 200 characters."""
-    text = getattr(error, "message", None) or str(error)
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    causes = [line for line in lines
-              if not line[:1].isspace() and not line.startswith(_NOT_THE_CAUSE)]
-    return (causes or lines or [""])[0][:200]
+    """`errors.first_line`, at most 200 characters."""
+    return first_line(error)[:200]

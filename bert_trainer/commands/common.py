@@ -12,7 +12,6 @@ TensorFlow is imported inside the functions, so `bert-train pretrain --help` sta
 """
 
 import contextlib
-import json
 import os
 import re
 import sys
@@ -22,7 +21,7 @@ from absl import flags, logging
 
 from bert_trainer import config_files
 from bert_trainer.commands import shared_flags
-from bert_trainer.errors import EXIT_NONFINITE, EXIT_PREEMPTED, UserError
+from bert_trainer.errors import EXIT_NONFINITE, EXIT_PREEMPTED, UserError, first_line
 
 # Kept in sync with `training.strategies.STRATEGY_NAMES` (a test checks); not imported from
 # there because that module imports TensorFlow.
@@ -106,11 +105,9 @@ def _is_chief() -> bool:
     """Whether this process writes model_dir: not a non-chief worker named by TF_CONFIG."""
     if FLAGS.strategy != "multi_worker_mirrored":
         return True
-    try:
-        config = json.loads(os.environ.get("TF_CONFIG") or "{}")
-        task, cluster = config.get("task", {}), config.get("cluster", {})
-    except (json.JSONDecodeError, AttributeError):
-        return True  # the strategy reports a bad TF_CONFIG
+    from bert_trainer.training.strategies import tf_config  # noqa: PLC0415 (imports TF)
+
+    cluster, task = tf_config()  # a bad TF_CONFIG is the strategy's to report
     kind, index = task.get("type"), task.get("index", 0)
     return kind in (None, "chief") or (kind == "worker" and index == 0 and "chief" not in cluster)
 
@@ -233,12 +230,6 @@ def gin_errors(source: str):
         found = _GIN_BINDING_LINE.search(text)
         where = f"{source} (line {found['line']})" if found else source
         raise UserError(f"{where}: {first_line(text)}") from None
-
-
-def first_line(error) -> str:
-    """The first line of an error message (gin appends "In call to configurable ..." lines)."""
-    lines = str(error).strip().splitlines()
-    return lines[0] if lines else type(error).__name__
 
 
 def build_configured(configurable, what: str):

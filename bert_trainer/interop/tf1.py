@@ -9,7 +9,7 @@ import os
 
 import tensorflow as tf
 
-from bert_trainer.errors import UserError
+from bert_trainer.errors import UserError, first_line
 from bert_trainer.interop import formats
 
 
@@ -30,7 +30,7 @@ def read_tf1(path: str) -> formats.BertCheckpoint:
         reader = tf.train.load_checkpoint(prefix)
     except (tf.errors.OpError, ValueError) as e:
         raise UserError(f"{prefix}.index could not be read as a TF checkpoint "
-                        f"({_first_line(e)}); re-download the checkpoint files") from None
+                        f"({first_line(e)}); re-download the checkpoint files") from None
     shapes = reader.get_variable_to_shape_map()
     held = sum(1 for n in shapes if n.endswith("attention/self/query/kernel"))
     wanted = _reference_names(max(held, config.num_layers))
@@ -56,5 +56,3 @@ def lower_case(path: str) -> bool:
     return not (name.startswith("cased") or "_cased" in name or "-cased" in name)
 
 
-def _first_line(error: Exception) -> str:
-    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__

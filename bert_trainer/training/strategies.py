@@ -6,6 +6,7 @@ pattern, used here: the chief writes to `model_dir`; every other worker writes t
 temporary directory inside it and deletes that directory when done.
 """
 
+import json
 import os
 import shutil
 
@@ -15,6 +16,16 @@ from absl import logging
 from bert_trainer.errors import UserError
 
 STRATEGY_NAMES = ("default", "one_device", "mirrored", "multi_worker_mirrored", "tpu")
+
+
+def tf_config() -> tuple[dict, dict]:
+    """(cluster, task) of the `TF_CONFIG` environment variable; empty where it is unset or
+    not a JSON object (the strategy itself reports a malformed one)."""
+    try:
+        config = json.loads(os.environ.get("TF_CONFIG") or "{}")
+        return dict(config.get("cluster", {})), dict(config.get("task", {}))
+    except (json.JSONDecodeError, AttributeError, TypeError, ValueError):
+        return {}, {}
 
 
 def get_strategy(name: str = "default", *, tpu_address: str | None = None,

@@ -1,8 +1,10 @@
 """Multi-seed fine-tuning (`finetune --seeds` / `--num_seeds`): the statistics, the seed streams,
 whose directory a multi-seed run may use, and the command end to end on the tiny model.
 
-The end-to-end test runs the CLI in subprocesses (marked slow); the refusals run the command in
-this process (`test_finetune_cli.run_in_process`), as they stop before anything is built.
+The end-to-end tests (marked slow) run the command through the CLI's runner in this process
+(`test_finetune_cli.run_in_process`), except the rerun that must start from a fresh process to
+show nothing leaked from one seed to the next: that one is a real `bert-train` subprocess. The
+refusals run in this process too, as they stop before anything is built.
 """
 
 import errno
@@ -10,12 +12,13 @@ import json
 import os
 import re
 import shutil
+import subprocess
 
 import numpy as np
 import pytest
 from finetune_testing import shared_file
 from robust_testing import tree_digest
-from test_finetune_cli import error_line, run_cli
+from test_finetune_cli import error_line, run_cli, run_in_process
 
 from bert_trainer.checkpoints import model_dir as model_dir_lib
 from bert_trainer.errors import UserError
@@ -215,13 +218,22 @@ def _finetune_args(pretrained: dict, model_dir, *extra) -> list[str]:
             f"--model_dir={model_dir}", *extra]
 
 
+def finetune_here(capsys, *args) -> subprocess.CompletedProcess:
+    """`bert-train finetune ARGS` through the CLI's runner in this process: a subprocess would
+    import TensorFlow and trace the model again for the same checks."""
+    capsys.readouterr()
+    rc = run_in_process(*args)
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(args, rc, out, err)
+
+
 SUMMARY_LINE = re.compile(r"^  (\w+) (-?\d+\.\d+) ± (\d+\.\d+) \(2 seeds\)$", re.M)
 
 
 @pytest.mark.slow
 def test_two_seeds_in_one_process_then_resume(tiny_pretrained, tmp_path, capsys):
     parent = tmp_path / "runs"
-    proc = run_cli(*_finetune_args(tiny_pretrained, parent, "--seeds=1,2"))
+    proc = finetune_here(capsys, *_finetune_args(tiny_pretrained, parent, "--seeds=1,2"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads((parent / "eval_results.json").read_text())
     assert results["seeds"] == [1, 2] and results["task"] == "sst2"
@@ -282,16 +294,16 @@ def test_two_seeds_in_one_process_then_resume(tiny_pretrained, tmp_path, capsys)
 
 
 @pytest.mark.slow
-def test_a_half_done_seed_resumes_from_its_checkpoint(tiny_pretrained, tmp_path):
+def test_a_half_done_seed_resumes_from_its_checkpoint(tiny_pretrained, tmp_path, capsys):
     parent = tmp_path / "runs"
-    proc = run_cli(*_finetune_args(tiny_pretrained, parent, "--num_seeds=1"))
+    proc = finetune_here(capsys, *_finetune_args(tiny_pretrained, parent, "--num_seeds=1"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "accuracy" in proc.stdout and "(1 seed)" in proc.stdout
     first = json.loads((parent / "seed-1" / "eval_results.json").read_text())
     # Trained to the end but not evaluated (killed just before): the rerun restores ckpt-3,
     # trains no step and evaluates.
     (parent / "seed-1" / "eval_results.json").unlink()
-    proc = run_cli(*_finetune_args(tiny_pretrained, parent, "--num_seeds=1"))
+    proc = finetune_here(capsys, *_finetune_args(tiny_pretrained, parent, "--num_seeds=1"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "seed 1: step 3" in proc.stdout and "warm start" not in proc.stdout
     again = json.loads((parent / "seed-1" / "eval_results.json").read_text())

@@ -4,17 +4,17 @@ The CLI tests use a tiny classifier trained here for a few seconds on sentiment 
 the answers can be checked for being right, not only for being there.
 """
 
+import contextlib
 import io
 import json
 import os
 import subprocess
-import sys
 
+import gin
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import REPO
 from export_testing import build_model, make_model_dir, write_vocab
 
 from bert_trainer.data.tokenizer import Tokenizer
@@ -143,11 +143,17 @@ def train_sentiment(model_path) -> None:
     make_model_dir(model_path, "classification", model=model, seq_length=16)
 
 
-def cli(*args, stdin=None):
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    return subprocess.run([sys.executable, "-m", "bert_trainer.cli", *map(str, args)],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
-                          input=stdin)
+def cli(*args) -> subprocess.CompletedProcess:
+    """`bert-train ARGS` through the CLI's entry point (`cli.main`) in this process, its
+    stdout and stderr captured: what a user sees and the exit code, without importing
+    TensorFlow again in a subprocess per call."""
+    from bert_trainer import cli as cli_module  # noqa: PLC0415
+
+    gin.clear_config()
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = cli_module.main(["bert-train", *map(str, args)])
+    return subprocess.CompletedProcess(args, rc, out.getvalue(), err.getvalue())
 
 
 def error_lines(proc, command):

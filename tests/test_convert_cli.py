@@ -1,5 +1,12 @@
-"""`bert-train convert` as a user runs it: a subprocess, its exit code, messages and files."""
+"""`bert-train convert` as a user runs it: its exit code, messages and files.
 
+The MiniLM conversion is a real `bert-train` subprocess; the other CLI calls go through the same
+entry point (`cli.main`) in this process, as a subprocess per call would import TensorFlow again
+for the same checks.
+"""
+
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -21,6 +28,16 @@ def run_convert(*args):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     return subprocess.run([sys.executable, "-m", "bert_trainer.cli", "convert", *map(str, args)],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+
+def convert_here(*args) -> subprocess.CompletedProcess:
+    """`bert-train convert ARGS` through `cli.main` in this process, stdout/stderr captured."""
+    from bert_trainer import cli  # noqa: PLC0415
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = cli.main(["bert-train", "convert", *map(str, args)])
+    return subprocess.CompletedProcess(args, rc, out.getvalue(), err.getvalue())
 
 
 def error_line(proc):
@@ -67,11 +84,11 @@ def test_minilm_to_hf_with_verify(minilm_dir, tmp_path):
 @pytest.mark.slow
 def test_to_bert_train_refuses_a_used_output(tiny_hf, tmp_path):
     bt = tmp_path / "bt"
-    proc = run_convert(f"--input={tiny_hf}", f"--output={bt}")
+    proc = convert_here(f"--input={tiny_hf}", f"--output={bt}")
     assert proc.returncode == 0, proc.stderr
     assert sorted(os.listdir(bt)) == [".bert-train-output.json", "bert_train.json", "checkpoint",
                                       "ckpt-0.data-00000-of-00001", "ckpt-0.index", "vocab.txt"]
-    again = run_convert(f"--input={tiny_hf}", f"--output={bt}")
+    again = convert_here(f"--input={tiny_hf}", f"--output={bt}")
     assert again.returncode == EXIT_USER_ERROR
     assert error_line(again) == (f"bert-train convert: error: --output={bt} exists and is not "
                                  "empty; choose a new directory or pass --overwrite")
@@ -101,7 +118,7 @@ def test_overwrite_replaces_only_its_own_output_and_back_to_hf(tiny_hf, tmp_path
 @pytest.mark.slow
 def test_user_errors_are_one_line(tiny_hf, tmp_path):
     (tiny_hf / "vocab.txt").write_text("".join(f"w{i}\n" for i in range(31)), encoding="utf-8")
-    proc = run_convert(f"--input={tiny_hf}", f"--output={tmp_path / 'a'}")
+    proc = convert_here(f"--input={tiny_hf}", f"--output={tmp_path / 'a'}")
     assert proc.returncode == EXIT_USER_ERROR
     assert error_line(proc) == (f"bert-train convert: error: {tiny_hf}/vocab.txt has 31 tokens "
                                 f"but the embedding table in {tiny_hf}/model.safetensors has 30 "
@@ -109,7 +126,7 @@ def test_user_errors_are_one_line(tiny_hf, tmp_path):
     assert not (tmp_path / "a").exists()  # nothing is written for a bad input
 
     (tiny_hf / "model.safetensors").rename(tiny_hf / "pytorch_model.bin")
-    proc = run_convert(f"--input={tiny_hf}", f"--output={tmp_path / 'b'}")
+    proc = convert_here(f"--input={tiny_hf}", f"--output={tmp_path / 'b'}")
     assert proc.returncode == EXIT_USER_ERROR
     assert error_line(proc).startswith(f"bert-train convert: error: {tiny_hf}/pytorch_model.bin "
                                        "is a pickle (loading it can run arbitrary code)")

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from bert_trainer.models import CausalLM
-from bert_trainer.models.causal_generation import (
+from bert_trainer.models.generation.causal import (
     GENERATED_IDS,
     GENERATED_LENGTHS,
     SCORES,
@@ -204,7 +204,7 @@ def test_saved_model_with_tensor_settings(tmp_path):
 def test_xla_by_default_equals_the_graph_executor_greedy_and_sampled():
     """The default loop (XLA with the cache, prompt widths bucketed) gives the graph
     executor's tokens, and a seed draws the same sample in both."""
-    from bert_trainer.models import compiled_loops  # noqa: PLC0415
+    from bert_trainer.models.generation import compiled_loops  # noqa: PLC0415
 
     model = _model()
     for settings in ({}, {"temperature": 1.3, "top_k": 30, "top_p": 0.95, "seed": 11}):
@@ -220,7 +220,7 @@ def test_xla_by_default_equals_the_graph_executor_greedy_and_sampled():
 
 
 def test_prompt_widths_are_bucketed_without_changing_the_tokens():
-    from bert_trainer.models.compiled_loops import WIDTH_BUCKET, bucket_width  # noqa: PLC0415
+    from bert_trainer.models.generation.compiled_loops import WIDTH_BUCKET, bucket_width  # noqa: PLC0415
 
     prompts = _prompts()  # width 7
     padded = bucket_width(tf.constant(prompts), limit=92)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bert_trainer.models import decoding
+from bert_trainer.models.generation import decoding
 
 VOCAB, START, END, WORDS = 6, 1, 2, (3, 4, 5)
 

@@ -1,4 +1,4 @@
-"""`bert-train generate` and the export of a causal LM, against `causal_generation.generate`.
+"""`bert-train generate` and the export of a causal LM, against `generation.causal.generate`.
 
 In-process: the serving module (tokenize, generate, detokenize) equals calling `generate()`
 on the tokenized prompts; the command's JSON lines equal the module's answers; sampling with a
@@ -21,7 +21,7 @@ from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import UserError
 from bert_trainer.export import exporter
 from bert_trainer.export import generate as run
-from bert_trainer.models.causal_generation import generate
+from bert_trainer.models.generation.causal import generate
 from bert_trainer.tasks.causal_lm import serving
 
 

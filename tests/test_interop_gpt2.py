@@ -277,7 +277,7 @@ def test_cached_greedy_decoding_equals_transformers(golden):
 @needs_causal_lm
 @pytest.mark.parametrize("use_cache", [True, False])
 def test_generate_equals_transformers(golden, use_cache):
-    generation = pytest.importorskip("bert_trainer.models.causal_generation")
+    generation = pytest.importorskip("bert_trainer.models.generation.causal")
     model = gpt2.from_gpt2(DATA).model
     prompt = golden["greedy_prompt"]
     expected = golden["greedy_ids"][:, prompt.shape[1]:]

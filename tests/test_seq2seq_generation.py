@@ -9,7 +9,8 @@ import tensorflow as tf
 
 from bert_trainer import features
 from bert_trainer.encoders import BertEncoder
-from bert_trainer.models import Seq2SeqTransformer, seq2seq_generation
+from bert_trainer.models import Seq2SeqTransformer
+from bert_trainer.models.generation import seq2seq as seq2seq_generation
 
 VOCAB, HIDDEN, START, END = 9, 8, 1, 2
 
@@ -317,7 +318,7 @@ def test_one_source_row_decodes_in_the_compiled_loop(beam_size):
 
 
 def test_the_default_is_the_compiled_loop_kept_per_model_and_settings():
-    from bert_trainer.models import compiled_loops  # noqa: PLC0415
+    from bert_trainer.models.generation import compiled_loops  # noqa: PLC0415
 
     model, inputs = _tiny_transformer(), _sources(8, vocab=REAL_VOCAB)  # sources 6 wide
     plain = _translate(model, inputs, max_decode_length=10, jit_compile=False)

@@ -154,7 +154,7 @@ def test_serving_translates_text_as_the_task_decodes(files):
     out = module.text_function()(input=tf.constant(texts))
     assert out["translation"].dtype == tf.string and out["translation"].shape == (4,)
     assert out["score"].dtype == tf.float32 and np.all(np.isfinite(out["score"].numpy()))
-    from bert_trainer.models.seq2seq_generation import translate  # noqa: PLC0415
+    from bert_trainer.models.generation.seq2seq import translate  # noqa: PLC0415
 
     inputs = translate_data.source_features(task.tokenizer, tf.constant(texts), 12)
     decoded = translate(task.model, inputs, beam_size=2, length_penalty=0.6, max_decode_length=6,

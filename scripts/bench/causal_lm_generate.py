@@ -2,7 +2,7 @@
 
 Four kinds, each one `generate` call per unit on the same batch of random prompts:
 
-- `cached`: bert-train's `causal_generation.generate` with the key/value cache (greedy), as
+- `cached`: bert-train's `generation.causal.generate` with the key/value cache (greedy), as
   it runs by default: the prefill and the loop compiled with XLA.
 - `uncached`: the same with `use_cache=False` (the whole prefix re-run at every step; its
   input grows every step, so the graph executor runs it).
@@ -61,9 +61,9 @@ def build(kind: str, vocab_size: int, size: str, batch_size: int, prompt_length:
             return np.asarray(out["token_ids"])[:, prompt_length:]
     elif kind in ("cached", "uncached", "cached_graph"):
         try:
-            from bert_trainer.models import causal_generation  # noqa: PLC0415
+            from bert_trainer.models.generation import causal as causal_generation  # noqa: PLC0415
         except ImportError as e:
-            raise models.NotAvailable(f"bert_trainer.models.causal_generation ({e})") from None
+            raise models.NotAvailable(f"bert_trainer.models.generation.causal ({e})") from None
         model = models.bert_train_causal_lm(vocab_size, parsed, max_length, dropout=0.0)
         end_id = _end_id(model)
         lengths = tf.fill([batch_size], prompt_length)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Decoding speed of a Seq2SeqTransformer with and without its key/value cache.
 
-Times `translate` (bert_trainer.models.seq2seq_generation) on one batch of sources, greedy and
+Times `translate` (bert_trainer.models.generation.seq2seq) on one batch of sources, greedy and
 beam 4, each with the cache (one new position per step) and without it (the decoder's blocks
 re-run on the whole prefix every step, the encoder run once either way; both project only the
 newest position on the vocabulary, from the table transposed once per call), plus greedy and
@@ -78,7 +78,7 @@ def variants(args, model):
     """{name: tf.function decoding one batch} for greedy/beam 4 x cache/no cache."""
     import tensorflow as tf  # noqa: PLC0415
 
-    from bert_trainer.models import seq2seq_generation  # noqa: PLC0415
+    from bert_trainer.models.generation import seq2seq as seq2seq_generation  # noqa: PLC0415
 
     def make(beam_size, use_cache, loop_jit=False):
         def decode(inputs):

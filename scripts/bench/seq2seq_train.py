@@ -191,9 +191,9 @@ def _decoders(kind, model, tokenizer, max_length, beam_size, length_penalty):
         return {"greedy": models.gru_decoder(model, max_length=max_length, start_id=start,
                                              end_id=end)}
     try:
-        from bert_trainer.models.seq2seq_generation import translate  # noqa: PLC0415
+        from bert_trainer.models.generation.seq2seq import translate  # noqa: PLC0415
     except ImportError as e:
-        raise models.NotAvailable(f"bert_trainer.models.seq2seq_generation ({e})") from None
+        raise models.NotAvailable(f"bert_trainer.models.generation.seq2seq ({e})") from None
     out = {}
     for name, beam in (("greedy", 1), (f"beam{beam_size}", beam_size)):
         def decode(batch, beam=beam):

@@ -2,7 +2,7 @@
 
 A prompt is tokenized in the graph with the model directory's vocabulary and fed as
 `[SEP] prompt pieces` (the separator that starts every document in the training stream),
-generated with the key/value cache (`causal_generation.generate`) until the model emits
+generated with the key/value cache (`generation.causal.generate`) until the model emits
 `[SEP]` or `max_new_tokens` pieces, and detokenized (`Tokenizer.detokenize`), so an export
 runs with tensorflow and tensorflow-text only.
 
@@ -29,7 +29,7 @@ longer prompt instead.
 
 import tensorflow as tf
 
-from bert_trainer.models.causal_generation import generate
+from bert_trainer.models.generation.causal import generate
 from bert_trainer.serving import SERVING_DEFAULT, TaskServing, text_input_spec
 
 PROMPT = "prompt"

@@ -1,7 +1,7 @@
 """Translation on raw text: source strings in, translated strings and their scores out.
 
 The source is tokenized and packed as in fine-tuning (`data.source_features`, cut to
-`seq_length`), decoded in graph (`seq2seq_generation.translate`: beam search with the
+`seq_length`), decoded in graph (`generation.seq2seq.translate`: beam search with the
 key/value cache, greedy when `beam_size` is 1) and detokenized (`Tokenizer.detokenize`), so an
 export runs with tensorflow and tensorflow-text only.
 """
@@ -9,7 +9,7 @@ export runs with tensorflow and tensorflow-text only.
 import tensorflow as tf
 
 from bert_trainer import features
-from bert_trainer.models.seq2seq_generation import translate
+from bert_trainer.models.generation.seq2seq import translate
 from bert_trainer.serving import ENCODE, SERVING_DEFAULT, TaskServing, text_input_spec
 from bert_trainer.tasks.translate.data import source_cut
 

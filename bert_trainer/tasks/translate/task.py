@@ -7,7 +7,7 @@ losses over the global batch, so an example's loss is the mean over its own targ
 tagging's sentences do. Metrics: the loss and "token_accuracy" (the next token predicted
 right, over the target tokens).
 
-Evaluation also decodes every source in graph (`seq2seq_generation.translate`: beam search
+Evaluation also decodes every source in graph (`generation.seq2seq.translate`: beam search
 with `eval_beam_size`, greedy with 1) and scores the translations, detokenized, against the
 reference target texts with corpus BLEU (sacreBLEU's definition); the best checkpoint is
 kept by "bleu". With a lower-casing vocabulary the references are lower-cased and their
@@ -32,7 +32,7 @@ from bert_trainer.interop.bert2bert import warm_start_seq2seq
 from bert_trainer.metrics.bleu import corpus_bleu
 from bert_trainer.models import Seq2SeqTransformer
 from bert_trainer.models import seq2seq_transformer as s2s
-from bert_trainer.models.seq2seq_generation import translate
+from bert_trainer.models.generation.seq2seq import translate
 from bert_trainer.ops import label_is_top, smoothed_cross_entropy
 from bert_trainer.tasks.finetuning import DataConfig, EncoderSpec, FinetuneConfig, FinetuningTask
 from bert_trainer.tasks.translate import data as translate_data

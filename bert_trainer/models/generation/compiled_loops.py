@@ -1,7 +1,7 @@
 """Decoding loops compiled with XLA: one compiled loop kept per model and settings, and input
 widths padded to buckets so that a run compiles once per bucket, not once per width.
 
-`causal_generation.generate` and `seq2seq_generation.translate` run their loops this way by
+`causal.generate` and `seq2seq.translate` run their loops this way by
 default: on a CPU the graph executor dispatches a step's ~200 small ops one by one, which
 costs more than their arithmetic; XLA runs the step as one program.
 """

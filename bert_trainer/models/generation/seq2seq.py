@@ -21,7 +21,7 @@ import inspect
 import tensorflow as tf
 
 from bert_trainer import features
-from bert_trainer.models import compiled_loops, decoding
+from bert_trainer.models.generation import compiled_loops, decoding
 
 # With XLA, source widths are padded up to a multiple of this: a run compiles once per bucket.
 # Finer than a prompt's bucket (`compiled_loops.WIDTH_BUCKET`): every padded source column costs the

@@ -19,13 +19,13 @@ before a prompt are masked out of attention and every token keeps its own positi
 the row's padding). All rows then step in lock step at one cache index, and each row's logits
 are those of the row decoded alone (a masked key adds an exact 0 to the softmax).
 
-Like `models.decoding`, which runs the loop, the module uses TensorFlow directly.
+Like `generation.decoding`, which runs the loop, the module uses TensorFlow directly.
 """
 
 import tensorflow as tf
 
 from bert_trainer import features
-from bert_trainer.models import compiled_loops, decoding
+from bert_trainer.models.generation import compiled_loops, decoding
 
 PAD_ID = 0  # [PAD]: never generated (its logit is -inf), 0 after a row's end token
 GENERATED_IDS = "generated_ids"  # int32 [b, max_new_tokens]: 0 after the end

@@ -16,8 +16,8 @@ class Dropout(keras.layers.Dropout):
     Elsewhere (GPU, XLA, kernels off): Keras' TensorFlow dropout draws one float32 uniform
     per element (a 32-bit Philox output) and keeps the element when it is >= rate. Here one
     32-bit Philox output decides two elements, each by its own 16 bits: half the random
-    numbers, which are most of dropout's cost on CPU (measured: 1.4x on a [32, 4, 128, 128]
-    attention dropout, forward and backward). An element is kept when its 16 bits are
+    numbers, which are most of dropout's cost on CPU (benchmarks/README.md). An element is
+    kept when its 16 bits are
     >= round(rate * 65536), so the rate is `round(rate * 65536) / 65536` (0.1 -> 0.100006)
     and the kept elements are scaled by 1 / (1 - that rate): the expectation is exact in
     float32 (in bfloat16 the scale rounds, as in Keras' dropout).

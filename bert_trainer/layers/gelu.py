@@ -13,9 +13,9 @@ def gelu(x):
     differentiation of `0.5 * x * erfc(-x / sqrt(2))` re-derives `erfc` and its pieces
     elementwise; here the gradient `Phi(x) + x * phi(x)` reuses the forward `Phi(x)` and adds
     one `exp`. Without XLA every elementwise op is a pass over the `[batch, seq, inner_dim]`
-    activations (the largest in the encoder), so fewer ops is less memory traffic: measured
-    2 % of a mini Transformer layer's forward + backward on CPU. Where the fused CPU kernels
-    run (`bert_trainer.ops.gelu`), the forward and the backward are one kernel each.
+    activations (the largest in the encoder), so fewer ops is less memory traffic. Where the
+    fused CPU kernels run (`bert_trainer.ops.gelu`), the forward and the backward are one
+    kernel each.
 
     Args:
       x: float tensor, any shape.

@@ -5,8 +5,8 @@ The masked-LM head, the causal LM and the sequence-to-sequence decoder all end i
 product. Training and whole-sequence calls use `matmul_transposed` (one MatMul with
 `transpose_b`). A decoding loop projects a few rows a step on the whole vocabulary, faster
 from a copy of the table stored transposed (`decoding_table`, made once per loop, outside
-it): on a 2-core CPU, 16 rows on 8,000 x 256 took 0.6x the time of `transpose_b` (0.4x on
-BERT's 30,522 words), 256 rows 0.9x. `project` takes either.
+it; the gain, largest for few rows and a large vocabulary, is in benchmarks/README.md).
+`project` takes either.
 """
 
 import keras
@@ -16,7 +16,7 @@ from keras import ops
 def matmul_transposed(a, b):
     """`a @ b^T`. On TensorFlow as one MatMul with `transpose_b`: its gradient for `b` is then
     `dy^T @ a`, already `[vocab, width]`; through a transpose op the table's gradient is a
-    `[width, vocab]` product and a transpose of it (5.3 ms, 0.7 % of the mini CPU step)."""
+    `[width, vocab]` product and a transpose of it."""
     if keras.backend.backend() == "tensorflow":
         import tensorflow as tf  # noqa: PLC0415 - the TensorFlow path only
 

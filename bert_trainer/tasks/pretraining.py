@@ -51,7 +51,7 @@ class PretrainingConfig:
         data_seed: seeds the file order, the shuffle and the dynamic masks.
         mlm_projection_in_compute_dtype: under `mixed_precision` (bfloat16/float16), run the
             masked LM's tied vocabulary projection in that dtype too (the default, as Model
-            Garden on TPU and PyTorch's autocast do: 1.1x on the mini step on a bf16 CPU);
+            Garden on TPU and PyTorch's autocast do; benchmarks/README.md measures it);
             False reads the float32 table (logits without the bf16 rounding). No effect in
             float32.
         skip_unweighted_predictions: in training on CPU (outside XLA), compute the masked LM

@@ -197,7 +197,7 @@ def translate(model, encoder_inputs, *, beam_size=4, length_penalty=0.6, max_dec
       end_id: the token that ends a target (the id of [SEP]).
       use_cache: False re-runs the decoder on the whole prefix each step (slow; a baseline).
       jit_compile: compile the decoding loop (after the encoder) with XLA: the step's ~200
-        small ops run as one program, 1.7x (beam 4) to 3x (greedy) the tokens/s on a CPU.
+        small ops run as one program (the speed-up: benchmarks/README.md).
         None (the default) means True with the cache, False without it (the uncached prefix
         changes shape every step, which XLA cannot compile). A first call per batch and
         source shape compiles (seconds); sources are padded up to a multiple of

@@ -2,6 +2,8 @@
 create_pretraining_data --objective=causal_lm, a tiny CausalLM trained with evaluation, and a
 run killed with SIGKILL that resumes to the same weights as a run never stopped."""
 
+import contextlib
+import io
 import json
 import random
 import re
@@ -23,18 +25,24 @@ BLOCK = 32
 @pytest.fixture(scope="module")
 def causal_data(pretraining_data, tmp_path_factory):
     """Blocks of 32 tokens made through the CLI: train from the 1800s inaugural addresses (2
-    shards), eval from 1901-1929, with the 800-word vocabulary of `pretraining_data`."""
+    shards), eval from 1901-1929, with the 800-word vocabulary of `pretraining_data`.
+
+    The command runs through the CLI's entry point (`cli.main`) in this process, what it prints
+    captured: two subprocesses would only import TensorFlow twice more."""
+    from bert_trainer import cli  # noqa: PLC0415
+
     root = tmp_path_factory.mktemp("causal_data")
     corpus = SHARED / "data" / "corpus" / "inaugural"  # pretraining_data skips without it
     made = {}
     for name, files, shards in (("train", "18*.txt", 2), ("eval", "19[0-2]*.txt", 1)):
         pattern = str(root / name / "blocks-*.tfrecord")
-        proc = subprocess.run(
-            [sys.executable, "-m", "bert_trainer.cli", "create_pretraining_data",
-             "--objective=causal_lm", f"--block_size={BLOCK}", f"--input={corpus / files}",
-             f"--vocab={pretraining_data['vocab_file']}", f"--output={pattern}",
-             f"--num_shards={shards}", "--seed=5"],
-            env=subprocess_env(), capture_output=True, text=True, timeout=TIMEOUT)
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = cli.main(["bert-train", "create_pretraining_data", "--objective=causal_lm",
+                           f"--block_size={BLOCK}", f"--input={corpus / files}",
+                           f"--vocab={pretraining_data['vocab_file']}", f"--output={pattern}",
+                           f"--num_shards={shards}", "--seed=5"])
+        proc = subprocess.CompletedProcess(name, rc, out.getvalue(), err.getvalue())
         assert proc.returncode == 0, proc.stderr[-3000:]
         summary = json.loads((root / name / "blocks-summary.json").read_text())
         assert f"wrote {summary['examples']:,} blocks of {BLOCK} tokens" in proc.stdout

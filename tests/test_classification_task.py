@@ -139,7 +139,7 @@ def test_mrpc_pairs_and_regression_train_and_evaluate(tiny_pretrained, tmp_path)
                       summary_interval=2)
     # Windows (the default): texts are scored, the loss and window_accuracy are per window.
     assert set(result.eval) == {"loss", "accuracy", "f1", "num_examples", "num_windows",
-                                "window_accuracy"}
+                                "window_accuracy", "cut_texts"}
     assert result.eval["num_examples"] == 40 and 0 <= result.eval["f1"] <= 1
     assert result.eval["num_windows"] >= 40
     assert np.isfinite(result.train["loss"])
@@ -157,7 +157,8 @@ def test_mrpc_pairs_and_regression_train_and_evaluate(tiny_pretrained, tmp_path)
     assert sts.best_metric == "pearson"
     _, result = train(sts, str(tmp_path / "sts"), tiny_pretrained["prefix"], steps=80,
                       learning_rate=4e-3, summary_interval=10)
-    assert set(result.eval) == {"loss", "pearson", "spearman", "num_examples", "num_windows"}
+    assert set(result.eval) == {"loss", "pearson", "spearman", "num_examples", "num_windows",
+                                "cut_texts"}
     assert result.eval["pearson"] > 0.7, result.eval  # 0.88 when written
     losses = scalar_history(str(tmp_path / "sts"), "loss")
     assert losses[-1] < 0.3 * losses[0], losses  # 8.1 -> 1.0 when written

@@ -64,7 +64,7 @@ def test_finetune_then_evaluate(tiny_pretrained, tmp_path):
     assert trained["checkpoint"].endswith("ckpt-4")
     # Long texts are windowed by default: accuracy is per text, window_accuracy per window.
     assert set(trained["metrics"]) == {"accuracy", "loss", "num_examples", "num_windows",
-                                       "window_accuracy"}
+                                       "window_accuracy", "cut_texts"}
     assert trained["metrics"]["num_examples"] == 50
     assert trained["metrics"]["num_windows"] >= 50
     info = json.loads((model_dir / "bert_train.json").read_text())

@@ -65,7 +65,8 @@ def test_fine_tunes_conll_from_the_checkpoint(tiny_pretrained, tmp_path):
     assert losses[-1] < 0.6 * losses[0], losses  # Most words are "O": learned first.
     assert scalar_history(model_dir, "token_accuracy")[-1] > 0.75
     assert set(result.eval) == {"loss", "token_accuracy", "precision", "recall", "f1",
-                                "num_sentences", "num_entities"}
+                                "num_sentences", "num_entities", "cut_sentences"}
+    assert result.eval["cut_sentences"] == 0  # windows (the default) never cut
     assert result.eval["num_sentences"] == 64 and result.eval["num_entities"] > 50
     assert 0.0 <= result.eval["f1"] <= 1.0
 

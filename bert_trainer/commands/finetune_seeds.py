@@ -54,7 +54,8 @@ def run_seeds(model_dir: str, seeds: list[int], gin_files: list[str], single: Si
     print(f"bert-train finetune: {len(seeds)} seeds ({', '.join(map(str, seeds))}), mean ± "
           f"sample standard deviation | results {path}", flush=True)
     for name, stats in summary.items():
-        if not name.startswith("num_"):  # counts (num_examples) are the same for every seed
+        # Counts (num_examples, cut_texts: inputs cut to fit) are the same for every seed.
+        if not name.startswith(("num_", "cut_")):
             print("  " + multi_seed.format_metric(name, stats), flush=True)
     return 0
 

@@ -20,6 +20,10 @@ with the answer as the task family writes it (`Family.format_answer`):
                  plus "truncated": true when the source was cut to seq_length
   causal_lm      {"generated", "score"} (greedy; the input is "prompt"; `bert-train generate`
                  samples too)
+Every family adds "truncated": true when the input was cut to fit (no silent truncation): a
+text (pair) or sentence under FinetuneConfig.long_texts = "truncate", a pair's first text cut
+to leave room for the second's windows, a question cut to max_query_length, a translate source
+cut to seq_length, a prompt that kept only its last pieces. Exports made before say nothing.
 The family comes from the model directory's bert_train.json or the export's family record;
 an export written before that record is recognized by its output names.
 

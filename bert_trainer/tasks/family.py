@@ -21,6 +21,9 @@ import math
 from bert_trainer.data.task_data import ExampleReader, TaskData
 from bert_trainer.errors import UserError
 
+# A signature output, bool [b]: input i was cut to fit (predict marks it "truncated": true).
+TRUNCATED = "truncated"
+
 
 class Family(ExampleReader):
     """Base class of task families; subclasses fill in the attributes and methods below.
@@ -140,6 +143,15 @@ def num_classes(task: dict, where: str) -> int:
 def decode(value) -> str:
     """A string output of a signature (bytes) as text."""
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def mark_truncated(answer: dict, outputs: dict, i: int) -> dict:
+    """`answer` plus "truncated": true when the signature's `truncated` output (bool [b]) says
+    input i was cut to fit (no silent truncation); exports without that output mark nothing."""
+    cut = outputs.get(TRUNCATED)
+    if cut is not None and bool(cut[i]):
+        answer["truncated"] = True
+    return answer
 
 
 def finite(value) -> float | None:

@@ -13,7 +13,7 @@ The task entry may hold "max_new_tokens": the export's static bound on generated
 
 from bert_trainer.errors import UserError
 from bert_trainer.tasks.causal_lm import serving
-from bert_trainer.tasks.family import Family, decode, finite
+from bert_trainer.tasks.family import Family, decode, finite, mark_truncated
 
 
 def check_causal(model, where: str) -> None:
@@ -43,5 +43,5 @@ class CausalLMFamily(Family):
                                        **common)
 
     def format_answer(self, outputs, i):
-        return {"generated": decode(outputs[serving.GENERATED_TEXT][i]),
-                serving.SCORE: finite(outputs[serving.SCORE][i])}
+        return mark_truncated({"generated": decode(outputs[serving.GENERATED_TEXT][i]),
+                               serving.SCORE: finite(outputs[serving.SCORE][i])}, outputs, i)

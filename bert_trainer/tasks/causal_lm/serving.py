@@ -15,7 +15,7 @@ Signatures (b prompts):
                                                  max_new_tokens <= 0: the export's bound
       -> generated_text string [b], generated_ids int32 [b, max_new_tokens] (0 after the
          end), generated_length int32 [b], score float32 [b] (the model's log-probability
-         of the generated pieces)
+         of the generated pieces), truncated bool [b] (the prompt lost its first pieces)
   prompt_length(prompt string [b])
       -> prompt_length int32 [b] (pieces, [SEP] included, before any cut),
          max_prompt_length int32 [], max_new_tokens int32 []
@@ -23,14 +23,15 @@ Signatures (b prompts):
 The module's `max_new_tokens` is fixed when it is built (the cache has static shapes); a call
 may ask for fewer (`generate`'s max_new_tokens, clipped to the bound: the loop stops there).
 A prompt keeps its last `seq_length - n - 1` pieces for n new ones (at the bound:
-`max_prompt_length - 1`), the text nearest the continuation. `bert-train generate` refuses a
-longer prompt instead.
+`max_prompt_length - 1`), the text nearest the continuation, and `truncated` bool [b] says
+so (`predict` marks the record); `bert-train generate` refuses a longer prompt instead.
 """
 
 import tensorflow as tf
 
 from bert_trainer.models.generation.causal import generate
 from bert_trainer.serving import SERVING_DEFAULT, TaskServing, text_input_spec
+from bert_trainer.tasks.family import TRUNCATED
 
 PROMPT = "prompt"
 GENERATED_TEXT, GENERATED_IDS = "generated_text", "generated_ids"
@@ -129,4 +130,5 @@ class CausalLMServing(TaskServing):
         return {GENERATED_TEXT: self.tokenizer.detokenize(generated),
                 GENERATED_IDS: generated,
                 GENERATED_LENGTH: out["generated_lengths"],
-                SCORE: tf.cast(out["scores"], tf.float32)}
+                SCORE: tf.cast(out["scores"], tf.float32),
+                TRUNCATED: first > 0}  # the prompt lost its first pieces

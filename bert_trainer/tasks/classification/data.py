@@ -9,6 +9,11 @@ Texts longer than `seq_length` are either truncated (`text_features`) or cut int
 A pair keeps its first text (at least half the row when both are long, all of it when the
 second is short) in every window and windows the second, as SQuAD windows the context
 behind its question.
+
+No silent truncation (issue 33): the batches of `classification_dataset` carry CUT, 1 for a
+text (pair) that lost pieces: truncated, or a pair whose first text was cut to leave room for
+the second's windows (marked on its first window only, so a sum counts texts). The task counts
+them (the `cut_texts` metric) and the serving signature returns `truncated` per text.
 """
 
 import tensorflow as tf
@@ -16,8 +21,11 @@ import tensorflow as tf
 from bert_trainer import features
 from bert_trainer.data import input_utils, windows
 
+CUT = "cut"  # int32 [rows]: 1 when the row's text (pair) lost pieces to fit (counted)
 
-def text_features(tokenizer, batch: dict, seq_length: int, *, regression: bool = False) -> dict:
+
+def text_features(tokenizer, batch: dict, seq_length: int, *, regression: bool = False,
+                  with_cut: bool = False) -> dict:
     """Encoder inputs (and labels) of a batch of raw classification examples.
 
     Args:
@@ -25,15 +33,19 @@ def text_features(tokenizer, batch: dict, seq_length: int, *, regression: bool =
       batch: "text" string [batch], optionally "text_b" string [batch] and "label" [batch].
       seq_length: packed sequence length.
       regression: labels are float scores rather than class ids.
+      with_cut: add CUT (which texts `pack` truncates).
 
     Returns:
       features.ENCODER_INPUTS int32 [batch, seq_length]; features.LABEL_IDS [batch], int32 for
-      classes or float32 for regression, when the batch has labels.
+      classes or float32 for regression, when the batch has labels; CUT int32 [batch].
     """
     segments = [tokenizer.tokenize(batch["text"])]
     if "text_b" in batch:
         segments.append(tokenizer.tokenize(batch["text_b"]))
     inputs = tokenizer.pack(segments, seq_length)
+    if with_cut:
+        pieces = tf.add_n([s.row_lengths() for s in segments])
+        inputs[CUT] = tf.cast(pieces > seq_length - 1 - len(segments), tf.int32)
     if "label" in batch:
         dtype = tf.float32 if regression else tf.int32
         inputs[features.LABEL_IDS] = tf.cast(batch["label"], dtype)
@@ -47,7 +59,7 @@ def _keep_first(pieces: tf.RaggedTensor, keep) -> tf.RaggedTensor:
 
 
 def window_features(tokenizer, batch: dict, seq_length: int, *, doc_stride: int | None = None,
-                    regression: bool = False) -> dict:
+                    regression: bool = False, with_cut: bool = False) -> dict:
     """Encoder inputs (and labels) of every window of a batch of raw classification examples.
 
     A text that fits is one window, equal to its `text_features` row. A pair keeps
@@ -61,18 +73,21 @@ def window_features(tokenizer, batch: dict, seq_length: int, *, doc_stride: int 
       seq_length: packed sequence length.
       doc_stride: pieces between window starts (None: half a window).
       regression: labels are float scores rather than class ids.
+      with_cut: add CUT (a pair's first text was cut; on the text's first window only).
 
     Returns:
       features.ENCODER_INPUTS int32 [W, seq_length] over the W windows, text after text;
       LABEL_IDS [W] when the batch has labels; windows.EXAMPLE_INDEX, NUM_WINDOWS and
-      WINDOW_START int32 [W].
+      WINDOW_START int32 [W]; CUT int32 [W].
     """
     first = tokenizer.tokenize(batch["text"])  # (b, (pieces))
+    cut_first = tf.zeros_like(first.row_lengths(), tf.bool)  # One text is windowed, never cut.
     if "text_b" in batch:
         second = tokenizer.tokenize(batch["text_b"])
         room = seq_length - 3
         keep = tf.minimum(first.row_lengths(),
                           tf.maximum(room - second.row_lengths(), room // 2))  # (b,)
+        cut_first = keep < first.row_lengths()
         first = _keep_first(first, keep)
         cut = windows.cut(second.row_lengths(), room - keep, doc_stride)
         segments = [tf.gather(first, cut.example), windows.gather(second, cut)]
@@ -81,6 +96,9 @@ def window_features(tokenizer, batch: dict, seq_length: int, *, doc_stride: int 
         segments = [windows.gather(first, cut)]
     inputs = tokenizer.pack(segments, seq_length)  # Every window fits: nothing is trimmed.
     inputs.update(windows.row_features(cut, batch.get(windows.EXAMPLE_INDEX)))
+    if with_cut:
+        inputs[CUT] = tf.cast(tf.gather(cut_first, cut.example) & tf.equal(cut.start, 0),
+                              tf.int32)
     if "label" in batch:
         dtype = tf.float32 if regression else tf.int32
         inputs[features.LABEL_IDS] = tf.gather(tf.cast(batch["label"], dtype), cut.example)
@@ -111,13 +129,13 @@ def classification_dataset(raw: tf.data.Dataset, tokenizer, *, seq_length: int,
       doc_stride: pieces between window starts (None: half a window).
 
     Returns:
-      Dataset of dicts: ENCODER_INPUTS int32 [batch, seq_length], LABEL_IDS [batch]; with
+      Dataset of dicts: ENCODER_INPUTS int32 [batch, seq_length], LABEL_IDS [batch], CUT; with
       windows, evaluation rows also carry windows.EXAMPLE_INDEX, NUM_WINDOWS, WINDOW_START.
     """
     if long_texts == "windows":
         def to_rows(batch):
             return window_features(tokenizer, batch, seq_length, doc_stride=doc_stride,
-                                   regression=regression)
+                                   regression=regression, with_cut=True)
 
         return windows.window_pipeline(
             raw, to_rows, batch_size=batch_size, is_training=is_training,
@@ -126,7 +144,8 @@ def classification_dataset(raw: tf.data.Dataset, tokenizer, *, seq_length: int,
             group_by_length=group_by_length)
 
     def featurize(batch):
-        return text_features(tokenizer, batch, seq_length, regression=regression)
+        return text_features(tokenizer, batch, seq_length, regression=regression,
+                             with_cut=True)
 
     return input_utils.batch_pipeline(
         raw, featurize, batch_size=batch_size, is_training=is_training,

@@ -15,7 +15,7 @@ from bert_trainer.errors import UserError
 from bert_trainer.models import BertClassifier
 from bert_trainer.tasks.classification.serving import ClassifierServing
 from bert_trainer.tasks.classification.task import SentenceClassificationTask
-from bert_trainer.tasks.family import Family, decode, num_classes
+from bert_trainer.tasks.family import Family, decode, mark_truncated, num_classes
 
 _ENTAIL = ("entailment", "not_entailment")
 
@@ -163,7 +163,9 @@ class ClassificationFamily(Family):
         return ClassifierServing(model, label_names=names, **common, **self.serving_options(task))
 
     def format_answer(self, outputs, i):
-        return {"label": decode(outputs["label_name"][i]),
-                "label_index": int(outputs["label_index"][i]),
-                "probabilities": [round(float(p), 6) for p in outputs["probabilities"][i]]}
+        return mark_truncated(
+            {"label": decode(outputs["label_name"][i]),
+             "label_index": int(outputs["label_index"][i]),
+             "probabilities": [round(float(p), 6) for p in outputs["probabilities"][i]]},
+            outputs, i)
 

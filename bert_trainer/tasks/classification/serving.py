@@ -3,6 +3,8 @@
 Tokenization and packing are the training pipeline's (`data.text_features` /
 `data.window_features`), so a served text is encoded exactly as in fine-tuning; a text longer
 than `seq_length` is cut into windows whose logits are combined (mean or max) in graph.
+Every signature also returns `truncated` bool [b]: the text (pair) lost pieces to fit
+(`--long_texts=truncate`, or a pair's first text cut to leave room for the second's windows).
 """
 
 import tensorflow as tf
@@ -11,7 +13,8 @@ from bert_trainer.data import windows
 from bert_trainer.errors import UserError
 from bert_trainer.features import LOGITS
 from bert_trainer.serving import TEXT, TEXT_B, TaskServing, text_input_spec
-from bert_trainer.tasks.classification.data import text_features, window_features
+from bert_trainer.tasks.classification.data import CUT, text_features, window_features
+from bert_trainer.tasks.family import TRUNCATED
 
 PROBABILITIES, LABEL_INDEX, LABEL_NAME = "probabilities", "label_index", "label_name"
 
@@ -28,8 +31,8 @@ class ClassifierServing(TaskServing):
       **kwargs: `ServingModule` arguments.
 
     `serving_default(text [b] string[, text_b [b] string])` returns probabilities float32
-    [b, C], label_index int32 [b] and label_name string [b]. With windows, the probabilities
-    are the softmax of the combined (mean or max) window logits.
+    [b, C], label_index int32 [b], label_name string [b] and truncated bool [b]. With
+    windows, the probabilities are the softmax of the combined (mean or max) window logits.
     """
 
     family = "classification"
@@ -67,14 +70,16 @@ class ClassifierServing(TaskServing):
         """Tokenizes and packs as in training, runs the model, combines a text's windows."""
         if self.long_texts == "windows":
             rows = window_features(self.tokenizer, batch, self.seq_length,
-                                   doc_stride=self.doc_stride)
+                                   doc_stride=self.doc_stride, with_cut=True)
             window_logits = self._run_windows(rows, [None, self.model.num_classes])  # (W, C)
-            logits = windows.pool(window_logits, rows[windows.EXAMPLE_INDEX],
-                                  tf.shape(batch[TEXT])[0], self.window_pooling)
+            count = tf.shape(batch[TEXT])[0]
+            logits = windows.pool(window_logits, rows[windows.EXAMPLE_INDEX], count,
+                                  self.window_pooling)
+            cut = tf.math.unsorted_segment_max(rows[CUT], rows[windows.EXAMPLE_INDEX], count)
         else:
-            logits = self._run_model(text_features(self.tokenizer, batch,
-                                                   self.seq_length))[LOGITS]
-        return self._answer(logits)
+            inputs = text_features(self.tokenizer, batch, self.seq_length, with_cut=True)
+            logits, cut = self._run_model(inputs)[LOGITS], inputs[CUT]
+        return {**self._answer(logits), TRUNCATED: cut > 0}
 
     def _answer(self, logits) -> dict:
         """The signature's outputs of the combined logits (batch, classes)."""

@@ -11,7 +11,9 @@ into windows (`data/windows.py`): training treats every window as a row with its
 so an epoch trains on every window and the step count counts windows. Evaluation scores texts:
 it gathers every window's logits and combines a text's windows (mean of the logits, or max:
 FinetuneConfig.window_pooling) before the metrics; its loss and "window_accuracy" are per
-window. "truncate" keeps the first `seq_length` pieces, one row per text.
+window. "truncate" keeps the first `seq_length` pieces, one row per text. Texts that lost
+pieces either way are counted (the `cut_texts` metric, in training summaries and evaluation
+results: no silent truncation).
 """
 
 import keras
@@ -29,6 +31,7 @@ from bert_trainer.tasks.classification import data as classification_data
 from bert_trainer.tasks.finetuning import DataConfig, EncoderSpec, FinetuneConfig, FinetuningTask
 
 PREDICTIONS = "predictions"  # eval output: class id [batch] int, or the score [batch] float
+CUT_TEXTS = "cut_texts"  # metric: texts (pairs) that lost pieces to fit (classification_data.CUT)
 
 # (host-side metrics, metric whose best checkpoint is kept) per task: GLUE's official metrics.
 _TASK_METRICS = {
@@ -116,11 +119,15 @@ class SentenceClassificationTask(FinetuningTask):
         # F1 and correlations need the whole split: they are computed on the host.
         # With windows, evaluation rows are windows: the text accuracy is host-side.
         name = "window_accuracy" if self.windowed and not training else "accuracy"
-        return [keras.metrics.SparseCategoricalAccuracy(name=name)]
+        return [keras.metrics.SparseCategoricalAccuracy(name=name),
+                keras.metrics.Sum(name=CUT_TEXTS)]
 
     def update_metrics(self, metrics, features, outputs):
         for metric in metrics:
-            metric.update_state(features[F.LABEL_IDS], outputs[LOGITS])
+            if metric.name != CUT_TEXTS:
+                metric.update_state(features[F.LABEL_IDS], outputs[LOGITS])
+            elif classification_data.CUT in features:
+                metric.update_state(ops.cast(features[classification_data.CUT], "float32"))
 
     def eval_step_outputs(self, features, outputs):
         logits = outputs[LOGITS]

@@ -14,7 +14,7 @@ from bert_trainer.data.sources import TextColumns
 from bert_trainer.errors import UserError
 from bert_trainer.models import BertClassifier
 from bert_trainer.tasks.classification.family import ClassificationFamily, glue
-from bert_trainer.tasks.family import finite
+from bert_trainer.tasks.family import finite, mark_truncated
 from bert_trainer.tasks.regression.serving import RegressionServing
 from bert_trainer.tasks.regression.task import RegressionTask
 
@@ -54,4 +54,4 @@ class RegressionFamily(ClassificationFamily):
         return RegressionServing(model, **common, **self.serving_options(task))
 
     def format_answer(self, outputs, i):
-        return {"score": finite(outputs["score"][i])}
+        return mark_truncated({"score": finite(outputs["score"][i])}, outputs, i)

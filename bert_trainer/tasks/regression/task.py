@@ -6,11 +6,12 @@ correlations over the whole split (there is no in-graph metric). Long texts are 
 as in classification (the mean or max of their windows' scores).
 """
 
+import keras
 from keras import ops
 
 from bert_trainer import features as F
 from bert_trainer.features import LOGITS
-from bert_trainer.tasks.classification.task import SentenceClassificationTask
+from bert_trainer.tasks.classification.task import CUT_TEXTS, SentenceClassificationTask
 
 _REGRESSION_METRICS = (("pearson", "spearman"), "pearson")
 
@@ -39,4 +40,6 @@ class RegressionTask(SentenceClassificationTask):
         return {"loss": ops.square(logits[:, 0] - ops.cast(labels, logits.dtype))}
 
     def build_metrics(self, training):
-        return []  # Correlations need the whole split: they are computed on the host.
+        # Correlations need the whole split: they are computed on the host; texts that lost
+        # pieces to fit are counted here.
+        return [keras.metrics.Sum(name=CUT_TEXTS)]

@@ -33,6 +33,7 @@ from bert_trainer.data import input_utils
 from bert_trainer.errors import UserError
 
 UNIQUE_IDS = "unique_ids"  # int32 [batch]: index of the window in the eval feature list.
+CUT = "cut"  # int32 [batch]: 1 on the first window of a question cut to max_query_length
 _CHUNK = 128  # Examples tokenized per tensorflow-text call.
 _GRAPHS = weakref.WeakKeyDictionary()  # Tokenizer → its traced tokenize functions.
 
@@ -81,6 +82,7 @@ class SquadFeature:
     start_position: int = 0
     end_position: int = 0
     answer_index: int = -1
+    question_cut: bool = False  # the question lost pieces to max_query_length (counted)
 
 
 def squad_examples(raw: tf.data.Dataset) -> Iterator[SquadExample]:
@@ -131,7 +133,8 @@ def _graph_functions(tokenizer):
 
 
 def _tokenized(examples: Iterable[SquadExample], tokenizer, max_query_length: int):
-    """Yields (example, question ids, context ids, char starts, char ends), chunk by chunk."""
+    """Yields (example, question ids, context ids, char starts, char ends, question cut),
+    chunk by chunk."""
     with_offsets, tokenize = _graph_functions(tokenizer)
     it = iter(examples)
     while chunk := list(itertools.islice(it, _CHUNK)):
@@ -142,7 +145,7 @@ def _tokenized(examples: Iterable[SquadExample], tokenizer, max_query_length: in
             tokenized[text] = (i, _byte_to_char(text, s), _byte_to_char(text, e))
         questions = _rows(tokenize(tf.constant([ex.question for ex in chunk])))
         for ex, q in zip(chunk, questions, strict=True):
-            yield (ex, q[:max_query_length], *tokenized[ex.context])
+            yield (ex, q[:max_query_length], *tokenized[ex.context], len(q) > max_query_length)
 
 
 def _window_starts(num_pieces: int, max_pieces: int, doc_stride: int) -> list[tuple[int, int]]:
@@ -225,7 +228,7 @@ def _window(tokenizer, question, ids, starts, ends, span, seq_length) -> tuple[d
 def _example_windows(tokenizer, example_index, item, *, seq_length, doc_stride, is_training,
                      version_2, skipped):
     """The `SquadFeature`s (unique_id unset) of one tokenized example."""
-    ex, question, ids, starts, ends = item
+    ex, question, ids, starts, ends, question_cut = item
     answerable = bool(ex.answer_texts) and not ex.is_impossible
     gold = _answer_pieces(ex, starts, ends) if answerable else None
     if is_training and gold is None and not (version_2 and ex.is_impossible):
@@ -245,7 +248,8 @@ def _example_windows(tokenizer, example_index, item, *, seq_length, doc_stride, 
             label = (gold[1] - start + offset, gold[2] - start + offset, gold[0])
         elif is_training and not version_2:
             continue  # google-research/bert drops v1.1 windows that miss the answer.
-        yield SquadFeature(-1, example_index, ex.id, w, inputs, char_spans, is_max, *label)
+        yield SquadFeature(-1, example_index, ex.id, w, inputs, char_spans, is_max, *label,
+                           question_cut=question_cut)
 
 
 def squad_windows(examples: Iterable[SquadExample], tokenizer, *, seq_length: int = 384,
@@ -289,13 +293,14 @@ def _feature_dict(feature: SquadFeature, with_unique_id: bool) -> dict:
     out = dict(feature.inputs)
     out[feature_names.START_POSITIONS] = np.int32(feature.start_position)
     out[feature_names.END_POSITIONS] = np.int32(feature.end_position)
+    out[CUT] = np.int32(feature.question_cut and feature.window_index == 0)  # once a question
     if with_unique_id:
         out[UNIQUE_IDS] = np.int32(feature.unique_id)
     return out
 
 
 def _signature(seq_length: int, with_unique_id: bool) -> dict:
-    scalars = [feature_names.START_POSITIONS, feature_names.END_POSITIONS]
+    scalars = [feature_names.START_POSITIONS, feature_names.END_POSITIONS, CUT]
     scalars += [UNIQUE_IDS] if with_unique_id else []
     spec = {k: tf.TensorSpec([seq_length], tf.int32) for k in feature_names.ENCODER_INPUTS}
     return spec | {k: tf.TensorSpec([], tf.int32) for k in scalars}

@@ -15,7 +15,7 @@ from bert_trainer.data import sources
 from bert_trainer.data.task_data import TaskData
 from bert_trainer.errors import UserError
 from bert_trainer.models import BertSpanLabeler
-from bert_trainer.tasks.family import Family, decode, finite
+from bert_trainer.tasks.family import Family, decode, finite, mark_truncated
 from bert_trainer.tasks.squad.serving import SquadServing
 from bert_trainer.tasks.squad.task import QuestionAnsweringTask, SquadConfig
 
@@ -86,5 +86,6 @@ class SquadFamily(Family):
                             **{k: squad[k] for k in _SERVING_OPTIONS if k in squad})
 
     def format_answer(self, outputs, i):
-        return {"answer": decode(outputs["answer"][i]), "score": finite(outputs["score"][i]),
-                "start": int(outputs["start"][i]), "end": int(outputs["end"][i])}
+        return mark_truncated(
+            {"answer": decode(outputs["answer"][i]), "score": finite(outputs["score"][i]),
+             "start": int(outputs["start"][i]), "end": int(outputs["end"][i])}, outputs, i)

@@ -15,7 +15,8 @@ One difference: logits that tie exactly may be ranked in another order than nump
 
 Outputs per question: answer string, score float32 (its start + end logit; the [CLS] score
 for a v2.0 null answer; -inf when no span is valid), start and end int32, the answer's
-character span in the original context (end exclusive; -1 when there is no answer).
+character span in the original context (end exclusive; -1 when there is no answer), and
+truncated bool: the question was cut to `max_query_length` pieces (`predict` marks it).
 """
 
 import tensorflow as tf
@@ -23,6 +24,7 @@ import tensorflow as tf
 from bert_trainer.errors import UserError
 from bert_trainer.features import END_LOGITS, START_LOGITS
 from bert_trainer.serving import SCORE, TaskServing, byte_to_char
+from bert_trainer.tasks.family import TRUNCATED
 
 QUESTION, CONTEXT = "question", "context"
 ANSWER, START, END = "answer", "start", "end"
@@ -99,7 +101,10 @@ class SquadServing(TaskServing):
     def _answer(self, question, context):
         windows = self.windows(question, context)
         logits = self._run_model(windows)
-        return self.select(windows, logits[START_LOGITS], logits[END_LOGITS], context)
+        answers = self.select(windows, logits[START_LOGITS], logits[END_LOGITS], context)
+        # The question kept its first max_query_length pieces: say so (no silent truncation).
+        cut = self.tokenizer.tokenize(question).row_lengths() > self.max_query_length
+        return {**answers, TRUNCATED: cut}
 
     def windows(self, question, context) -> dict:
         """Every doc-stride window of every (question, context), as `squad_windows` cuts them.

@@ -104,11 +104,14 @@ class QuestionAnsweringTask(FinetuningTask):
 
     def build_metrics(self, training):
         return [keras.metrics.SparseCategoricalAccuracy(name="start_accuracy"),
-                keras.metrics.SparseCategoricalAccuracy(name="end_accuracy")]
+                keras.metrics.SparseCategoricalAccuracy(name="end_accuracy"),
+                keras.metrics.Sum(name="cut_questions")]  # cut to max_query_length
 
     def update_metrics(self, metrics, features, outputs):
         metrics[0].update_state(features[F.START_POSITIONS], outputs[START_LOGITS])
         metrics[1].update_state(features[F.END_POSITIONS], outputs[END_LOGITS])
+        if squad_data.CUT in features:
+            metrics[2].update_state(keras.ops.cast(features[squad_data.CUT], "float32"))
 
     def eval_step_outputs(self, features, outputs):
         # Batches may be cut short (length buckets): pad the logits back to the window length

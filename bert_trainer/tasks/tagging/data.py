@@ -12,6 +12,8 @@ maps per-token predictions back to one tag per word (`word_predictions`). A sent
 than `seq_length - 2` pieces is either cut there (`tag_features`; `word_predictions` tags the
 words cut "O" when told the word count) or windowed (`window_tag_features`: every word is
 tagged from the window where its first piece has the most context, see `data/windows.py`).
+Cut sentences are not silent (issue 33): truncated batches carry CUT, which the task counts
+(the `cut_sentences` metric), and the serving signature returns `truncated` per text.
 """
 
 import numpy as np
@@ -21,6 +23,7 @@ from bert_trainer import features
 from bert_trainer.data import input_utils, windows
 
 OUTSIDE = "O"
+CUT = "cut"  # int32 [batch]: 1 when the sentence lost pieces to fit (truncate; counted)
 
 
 def to_iob2(tags: list[str]) -> list[str]:
@@ -106,7 +109,7 @@ def _row_labels(labels: tf.RaggedTensor, seq_length: int) -> tf.Tensor:
 
 
 def tag_features(tokenizer, words: tf.RaggedTensor, tags: tf.RaggedTensor | None,
-                 seq_length: int) -> dict:
+                 seq_length: int, *, with_cut: bool = False) -> dict:
     """Encoder inputs and per-token labels of a batch of tagged sentences.
 
     Args:
@@ -115,15 +118,20 @@ def tag_features(tokenizer, words: tf.RaggedTensor, tags: tf.RaggedTensor | None
       tags: int RaggedTensor [batch, (words)] of tag ids, or None when predicting (then word
         starts are labelled 0 so that `word_predictions` still finds them).
       seq_length: packed length; a sentence keeps at most `seq_length - 2` pieces.
+      with_cut: add CUT (which sentences lost pieces).
 
     Returns:
       features.ENCODER_INPUTS int32 [batch, seq_length] and features.LABEL_IDS int32
-      [batch, seq_length]: the word's tag on its first piece, IGNORE_LABEL elsewhere.
+      [batch, seq_length]: the word's tag on its first piece, IGNORE_LABEL elsewhere; CUT
+      int32 [batch].
     """
     ids, labels = _piece_labels(tokenizer, words, tags)
     keep = seq_length - 2  # Room for [CLS] and [SEP]; cut here so pack() never trims again.
+    cut = ids.row_lengths() > keep
     ids, labels = ids[:, :keep], labels[:, :keep]
     inputs = tokenizer.pack([ids], seq_length)
+    if with_cut:
+        inputs[CUT] = tf.cast(cut, tf.int32)
     inputs[features.LABEL_IDS] = _row_labels(labels, seq_length)
     return inputs
 
@@ -195,7 +203,8 @@ def tagging_dataset(raw: tf.data.Dataset, tokenizer, *, seq_length: int, batch_s
             group_by_length=group_by_length)
 
     def featurize(batch):
-        return tag_features(tokenizer, batch["tokens"], batch.get("tags"), seq_length)
+        return tag_features(tokenizer, batch["tokens"], batch.get("tags"), seq_length,
+                            with_cut=True)
 
     return input_utils.batch_pipeline(
         raw, featurize, batch_size=batch_size, is_training=is_training,

@@ -11,7 +11,7 @@ from bert_trainer.data import sources, windows
 from bert_trainer.data.task_data import TaskData, validated_stream
 from bert_trainer.errors import UserError
 from bert_trainer.models import BertTokenClassifier
-from bert_trainer.tasks.family import Family, decode, num_classes
+from bert_trainer.tasks.family import Family, decode, mark_truncated, num_classes
 from bert_trainer.tasks.tagging import data as tagging_data
 from bert_trainer.tasks.tagging.serving import TaggerServing
 from bert_trainer.tasks.tagging.task import TaggingTask
@@ -85,7 +85,9 @@ class TaggingFamily(Family):
 
     def format_answer(self, outputs, i):
         count = int(outputs["num_entities"][i])
-        return {"entities": [{"type": decode(outputs["entity_type"][i, j]),
-                              "text": decode(outputs["entity_text"][i, j]),
-                              "start": int(outputs["entity_start"][i, j]),
-                              "end": int(outputs["entity_end"][i, j])} for j in range(count)]}
+        return mark_truncated(
+            {"entities": [{"type": decode(outputs["entity_type"][i, j]),
+                           "text": decode(outputs["entity_text"][i, j]),
+                           "start": int(outputs["entity_start"][i, j]),
+                           "end": int(outputs["entity_end"][i, j])} for j in range(count)]},
+            outputs, i)

@@ -12,7 +12,7 @@ B-X starts an entity, I-X continues one of type X and starts one after O or anot
 A text longer than `seq_length - 2` pieces is cut into windows (`data/windows.py`) and each
 piece takes its tag from the window where it has the most context, as the fine-tuning
 evaluation does; a model trained with FinetuneConfig.long_texts = "truncate" tags it up to
-`seq_length - 2` pieces and later words get no tag.
+`seq_length - 2` pieces, later words get no tag, and `truncated` [b] says so.
 
 Ragged outputs cannot cross a signature, so each output is padded to the batch's largest
 entity count E (strings with "", offsets with -1) and `num_entities` [b] says how many are real.
@@ -24,6 +24,7 @@ from bert_trainer.data import windows
 from bert_trainer.errors import UserError
 from bert_trainer.features import LOGITS
 from bert_trainer.serving import TEXT, TaskServing, byte_to_char
+from bert_trainer.tasks.family import TRUNCATED
 
 OUTSIDE = "O"
 ENTITY_TYPE, ENTITY_TEXT = "entity_type", "entity_text"
@@ -113,8 +114,8 @@ class TaggerServing(TaskServing):
       **kwargs: `ServingModule` arguments.
 
     `serving_default(text [b] string)` returns entity_type, entity_text string [b, E],
-    entity_start, entity_end int32 [b, E] (characters of `text`, end exclusive) and
-    num_entities int32 [b].
+    entity_start, entity_end int32 [b, E] (characters of `text`, end exclusive),
+    num_entities int32 [b] and truncated bool [b] (later pieces untagged: truncate only).
     """
 
     family = "tagging"
@@ -134,16 +135,18 @@ class TaggerServing(TaskServing):
         return self._tag, [tf.TensorSpec([None], tf.string, name=TEXT)]
 
     def _word_tags(self, text):
-        """(ids [b, (pieces)], byte starts, byte ends, predicted tag [b, (pieces)])."""
+        """(ids [b, (pieces)], byte starts, byte ends, predicted tag [b, (pieces)], and cut
+        bool [b]: the text lost pieces, which are left untagged (truncate only))."""
         ids, starts, ends = self.tokenizer.tokenize_with_offsets(text)
-        if self.long_texts == "windows":
-            return ids, starts, ends, self._window_tags(ids)
+        if self.long_texts == "windows":  # every piece is tagged
+            return ids, starts, ends, self._window_tags(ids), tf.zeros([ids.nrows()], tf.bool)
         keep = self.seq_length - 2  # Room for [CLS] and [SEP], as in `tag_features`.
-        ids, starts, ends = ids[:, :keep], starts[:, :keep], ends[:, :keep]
-        logits = self._run_model(self.tokenizer.pack([ids], self.seq_length))[LOGITS]
+        kept = ids[:, :keep]
+        logits = self._run_model(self.tokenizer.pack([kept], self.seq_length))[LOGITS]
         predicted = tf.argmax(logits[:, 1:keep + 1], axis=-1, output_type=tf.int32)  # (b, keep)
-        predicted = tf.RaggedTensor.from_tensor(predicted, lengths=ids.row_lengths())
-        return ids, starts, ends, predicted
+        predicted = tf.RaggedTensor.from_tensor(predicted, lengths=kept.row_lengths())
+        return (kept, starts[:, :keep], ends[:, :keep], predicted,
+                ids.row_lengths() > kept.row_lengths())
 
     def _window_tags(self, ids: tf.RaggedTensor) -> tf.RaggedTensor:
         """int32 [b, (pieces)]: each piece's tag from its max-context window."""
@@ -161,7 +164,7 @@ class TaggerServing(TaskServing):
         return ids.with_flat_values(flat)
 
     def _tag(self, text):
-        ids, starts, ends, predicted = self._word_tags(text)
+        ids, starts, ends, predicted, cut = self._word_tags(text)
         first_piece, last_piece, word_row = word_pieces(ids, self.tokenizer.is_continuation)
         tags = tf.gather(predicted.flat_values, first_piece)  # (words,) tag of the first piece
         first, last, kind = find_entities(tags, word_row, self._type_of, self._is_begin)
@@ -183,5 +186,6 @@ class TaggerServing(TaskServing):
             ENTITY_START: tf.cast(char_start.to_tensor(default_value=-1), tf.int32),
             ENTITY_END: tf.cast(char_end.to_tensor(default_value=-1), tf.int32),
             NUM_ENTITIES: tf.cast(by_row(kind).row_lengths(), tf.int32),
+            TRUNCATED: cut,
         }
 

@@ -13,7 +13,8 @@ word in two windows trains in both), so an epoch trains on every window and the 
 counts windows. Evaluation tags each word from the window where its first piece has the most
 context, then scores whole sentences; "token_accuracy" counts each word once, the loss is per
 window. "truncate" cuts sentences at `seq_length - 2` pieces instead (their later words are
-not scored).
+not scored), and counts them: the `cut_sentences` metric (training summaries, evaluation
+results), so nothing is cut silently.
 """
 
 import keras
@@ -90,13 +91,16 @@ class TaggingTask(FinetuningTask):
 
     def build_metrics(self, training):
         # Over first pieces only, i.e. the fraction of words tagged right.
-        return [keras.metrics.SparseCategoricalAccuracy(name="token_accuracy")]
+        return [keras.metrics.SparseCategoricalAccuracy(name="token_accuracy"),
+                keras.metrics.Sum(name="cut_sentences")]  # truncate: sentences that lost words
 
     def update_metrics(self, metrics, features, outputs):
         labels, mask = _labelled(features[F.LABEL_IDS])
         if windows.IS_MAX_CONTEXT in features:  # Each word once: from its chosen window.
             mask = mask * ops.cast(features[windows.IS_MAX_CONTEXT], mask.dtype)
         metrics[0].update_state(labels, outputs[LOGITS], sample_weight=mask)
+        if tagging_data.CUT in features:
+            metrics[1].update_state(ops.cast(features[tagging_data.CUT], "float32"))
 
     def eval_step_outputs(self, features, outputs):
         # Batches may be cut short (length buckets): per-piece outputs go back to seq_length,

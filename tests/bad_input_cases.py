@@ -926,3 +926,25 @@ FAMILY_CASES.append(
     ("evaluate a model_dir naming a family module", ["evaluate", "--model_dir={planted_run}"],
      "{planted_run}/bert_train.json: the task family 'planted' is in the module "
      "'planted_family', which is imported only when you name it"))
+
+
+# A plugin family module that raises on import (tests/family_plugin/raises_on_import.py), and
+# a second run on a model_dir whose lock file was deleted while a live process holds it
+# ({unlinked_run}, test_bad_inputs.py's `run_paths`), issue 33. Before 69e53bc only an
+# ImportError was caught (a RuntimeError was a 28-line traceback); before 85ecbdb the lock was
+# the file alone, so the second run created a new one and trained. SIGTERM needs a signal
+# mid-write: tests/test_sigterm.py; a lock that goes mid-run: tests/test_run_lock.py.
+FAMILY_CASES.append(
+    ("finetune family module raises on import",
+     [*SST2_FRESH, "--family_module=family_plugin.raises_on_import"],
+     "--family_module: importing the task family module 'family_plugin.raises_on_import' "
+     "failed: RuntimeError: the plugin's table is missing; fix the module"))
+MODEL_DIR_CASES.extend([
+    ("finetune in a model_dir whose lock file was deleted",
+     [*SST2_AGAIN, "--model_dir={unlinked_run}"],
+     "--model_dir={unlinked_run} is in use by another run; wait for it or choose another "
+     "--model_dir"),
+    ("pretrain in a model_dir whose lock file was deleted",
+     [*PRETRAIN, "--model_dir={unlinked_run}"],
+     "--model_dir={unlinked_run} is in use by another run"),
+])

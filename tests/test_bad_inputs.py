@@ -311,8 +311,8 @@ def test_outputs_are_replaced_only_when_ours(index, output_results, output_paths
 
 @pytest.fixture(scope="module")
 def run_paths(paths, tmp_path_factory):
-    """`paths` plus a vocabulary of the same size in another order, and a model_dir held by a
-    live process (a copy of the fine-tuned run)."""
+    """`paths` plus a vocabulary of the same size in another order, and model_dirs held by a
+    live process (copies of the fine-tuned run; {unlinked_run}'s lock file then deleted)."""
     from test_run_lock import hold_in_subprocess  # noqa: PLC0415
 
     root = tmp_path_factory.mktemp("owned")
@@ -322,9 +322,15 @@ def run_paths(paths, tmp_path_factory):
     locked = root / "locked_run"
     shutil.copytree(paths["existing"], locked)
     holder = hold_in_subprocess(locked)
-    yield {**paths, "swapped_vocab": str(root / "swapped_vocab.txt"), "locked_run": str(locked)}
-    holder.kill()
-    holder.wait()
+    unlinked = root / "unlinked_run"
+    shutil.copytree(paths["existing"], unlinked)
+    unlinked_holder = hold_in_subprocess(unlinked)
+    (unlinked / ".bert_train.lock").unlink()
+    yield {**paths, "swapped_vocab": str(root / "swapped_vocab.txt"), "locked_run": str(locked),
+           "unlinked_run": str(unlinked)}
+    for proc in (holder, unlinked_holder):
+        proc.kill()
+        proc.wait()
 
 
 @pytest.mark.parametrize("case, args, expected", MODEL_DIR_CASES,
@@ -332,12 +338,13 @@ def run_paths(paths, tmp_path_factory):
 def test_model_dir_is_not_reused(case, args, expected, run_paths, digests, capsys):
     from bert_trainer import cli  # noqa: PLC0415
 
-    locked = tree_digest(run_paths["locked_run"])
+    held = ("locked_run", "unlinked_run")
+    locked = {name: tree_digest(run_paths[name]) for name in held}
     reset()
     capsys.readouterr()
     rc = cli.main(["bert-train", *fill(args, run_paths)])
     assert_refusal(case, rc, capsys.readouterr().err, expected, run_paths, digests)
-    assert tree_digest(run_paths["locked_run"]) == locked
+    assert {name: tree_digest(run_paths[name]) for name in held} == locked
 
 
 @pytest.mark.slow

@@ -22,7 +22,10 @@ $(STAMP): setup.cfg pyproject.toml Makefile
 
 # Tests run in parallel processes (one per core; --dist loadfile keeps a file's fixtures
 # in one process): much of the suite waits on subprocesses and TensorFlow start-up.
-PYTEST := $(PY) -m pytest -q -n auto --dist loadfile
+# --no-loadscope-reorder hands out files in collection order, where tests/conftest.py puts
+# the slowest first (SLOWEST_FILES); xdist's default order (most tests first) left the long
+# end-to-end files to run last, one worker idle.
+PYTEST := $(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder
 
 # Everything (what CI runs).
 test: install

@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 
+import gin
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -246,11 +247,15 @@ DOCUMENTS = ["the cat sat on the mat .\nthe dog sat on the mat .",
 
 
 @pytest.mark.slow
-def test_pretrain_generate_export_generate_from_the_export(tmp_path):
-    """The whole chain through the CLI: causal data, a tiny pretrain, generate, export."""
+def test_pretrain_generate_export_generate_from_the_export(tmp_path, capsys):
+    """The whole chain through the CLI: causal data, a tiny pretrain, generate, export.
+
+    Each command goes through the CLI's entry point (`cli.main`) in this process from a clean
+    gin state: five subprocesses would import TensorFlow five times. The export in a fresh
+    process and stdin are the subprocess test's above."""
     from export_testing import write_vocab  # noqa: PLC0415
 
-    env = subprocess_env()
+    from bert_trainer import cli  # noqa: PLC0415
     vocab = write_vocab(tmp_path / "vocab.txt")
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n\n".join(DOCUMENTS * 20) + "\n", encoding="utf-8")
@@ -279,9 +284,10 @@ def test_pretrain_generate_export_generate_from_the_export(tmp_path):
          f"--output={tmp_path}/from_export.jsonl"],
     ]
     for args in steps:
-        proc = subprocess.run([sys.executable, "-m", "bert_trainer.cli", *args],
-                              capture_output=True, text=True, env=env, timeout=600)
-        assert proc.returncode == 0, f"{args[0]}: {proc.stderr[-3000:]}"
+        gin.clear_config()
+        capsys.readouterr()
+        rc = cli.main(["bert-train", *args])
+        assert rc == 0, f"{args[0]}: {capsys.readouterr().err[-3000:]}"
     from_run = jsonl((tmp_path / "from_run.jsonl").read_text())
     from_export = jsonl((tmp_path / "from_export.jsonl").read_text())
     assert [r["prompt"] for r in from_run] == ["the cat sat", "john lives in"]

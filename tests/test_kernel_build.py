@@ -149,6 +149,7 @@ def test_a_failing_native_build_falls_back_to_the_cpus_level_and_says_why(
     assert found.note.startswith(f"built for -march={found.target} instead of this CPU's own "
                                  "instruction set: compiling ")
     assert "error: boom" in found.note
+    assert build.warnings_path(found.path).read_text() == ""  # what the compilers printed
     assert build.cached() == found.__class__(found.path, found.target)  # next process: as is
 
 

@@ -313,12 +313,15 @@ def _run(command: list[str]) -> tuple[int | None, str]:
 
 def _compile(path: pathlib.Path, target: str, cxx: str, failed: pathlib.Path) -> None:
     """Builds into a staging file beside `path`, then renames it into place: a library
-    appears whole or not at all. A failure of the sources (not of the machine) is written to
-    `failed`, so that later processes do not pay for it again."""
+    appears whole or not at all, with what its compilers printed beside it
+    (`warnings_path`: empty for a clean build). A failure of the sources (not of the
+    machine) is written to `failed`, so that later processes do not pay for it again."""
     fd, staging = tempfile.mkstemp(suffix=".so", dir=path.parent)
     os.close(fd)
     try:
-        compile_library(pathlib.Path(staging), log=path.with_suffix(".log"), target=target)
+        printed = compile_library(pathlib.Path(staging), log=path.with_suffix(".log"),
+                                  target=target)
+        _write_aside(warnings_path(path), printed)
         os.chmod(staging, 0o755)  # mkstemp's 0600 would lock other users of the cache out
         os.replace(staging, path)
     except BuildError as e:
@@ -328,6 +331,11 @@ def _compile(path: pathlib.Path, target: str, cxx: str, failed: pathlib.Path) ->
     finally:
         if os.path.exists(staging):
             os.unlink(staging)
+
+
+def warnings_path(library: pathlib.Path) -> pathlib.Path:
+    """What the compilers printed while building `library` (-Wall -Wextra on its sources)."""
+    return library.with_suffix(".warnings")
 
 
 def _write_aside(path: pathlib.Path, text: str) -> None:

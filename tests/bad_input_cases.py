@@ -799,7 +799,7 @@ GENERATE_CASES = [
 
 
 # ------------------------------------------------------------------------------------------
-# Files and configs from elsewhere (issue 33), run by the tables above: configs are data, and a
+# Files and configs from elsewhere, run by the tables above: configs are data, and a
 # plugin family module named as a path is one line.
 # ------------------------------------------------------------------------------------------
 BAD_FILES.update({
@@ -930,7 +930,7 @@ FAMILY_CASES.append(
 
 # A plugin family module that raises on import (tests/family_plugin/raises_on_import.py), and
 # a second run on a model_dir whose lock file was deleted while a live process holds it
-# ({unlinked_run}, test_bad_inputs.py's `run_paths`), issue 33. Before 69e53bc only an
+# ({unlinked_run}, test_bad_inputs.py's `run_paths`). Before 69e53bc only an
 # ImportError was caught (a RuntimeError was a 28-line traceback); before 85ecbdb the lock was
 # the file alone, so the second run created a new one and trained. SIGTERM needs a signal
 # mid-write: tests/test_sigterm.py; a lock that goes mid-run: tests/test_run_lock.py.

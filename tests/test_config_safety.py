@@ -1,4 +1,4 @@
-"""Configs are data (issue 33): a .gin file or --gin_param binds and references only registered
+"""Configs are data: a .gin file or --gin_param binds and references only registered
 configurables; `import`, dynamic registration and unregistered callables are refused with one
 line before gin binds or imports anything."""
 

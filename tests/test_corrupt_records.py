@@ -1,5 +1,5 @@
 """A truncated or corrupt TFRecord shard under `pretrain` (both objectives) is one line naming
-the shard and the byte offset (issue 33), not a 70-line DataLossError traceback."""
+the shard and the byte offset, not a 70-line DataLossError traceback."""
 
 import shutil
 

@@ -106,7 +106,7 @@ def test_a_missing_plugin_module_is_one_line(clean_registry):
 
 
 def test_a_model_dir_does_not_choose_what_is_imported(clean_registry, tmp_path, monkeypatch):
-    """A recorded family_module is never imported on a model directory's say (issue 33)."""
+    """A recorded family_module is never imported on a model directory's say."""
     (tmp_path / "planted_family.py").write_text(
         f"open({str(tmp_path / 'ran')!r}, 'w').close()\n")
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -160,7 +160,7 @@ def test_plugin_family_finetune_export_predict_through_the_cli(tiny_pretrained, 
     assert "OptimizerConfig.learning_rate = 0.001" in operative  # the plugin's own recipe
     assert "TrainerConfig.best_metric = 'parity_accuracy'" in operative
 
-    # export, predict and evaluate import the family only when it is named (issue 33).
+    # export, predict and evaluate import the family only when it is named.
     named = f"--family_module={PLUGIN}"
     proc = run_cli("export", f"--model_dir={model_dir}", f"--output={export}", named)
     assert proc.returncode == 0, proc.stderr

@@ -1,4 +1,4 @@
-"""No silent truncation, every family (issue 33, item 6): as translate does (its cut_pairs,
+"""No silent truncation, every family: as translate does (its cut_pairs,
 tests/test_translate_truncation.py), an input cut to fit is counted in training and evaluation
 (a Sum metric over the batches' CUT feature) and marked on its `predict` record
 ("truncated": true, from the signature's `truncated` output).

@@ -103,7 +103,7 @@ def _make_root(tmp_path):
     (text / "eval.txt").write_text("\n\n".join(p.read_text() for p in addresses[12:14]))
     for address in addresses[:CORPUS_FILES]:  # the causal LM's corpus: one document each
         (corpus / address.name).write_text(address.read_text())
-    # and a Latin-1 etext, as nine of the real corpus's files are (README step 7, issue 33)
+    # and a Latin-1 etext, as nine of the real corpus's files are (README step 7)
     latin1 = (data / "corpus" / "gutenberg" / "shakespeare-caesar.txt").read_bytes()[:24000]
     assert b"C\xe6sar" in latin1
     (shared / "corpus" / "gutenberg").mkdir()

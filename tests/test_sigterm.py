@@ -1,4 +1,4 @@
-"""SIGTERM is an interrupt (issue 33): every command cleans up on SIGTERM as on Ctrl-C, and
+"""SIGTERM is an interrupt: every command cleans up on SIGTERM as on Ctrl-C, and
 the model_dir's own write-aside files follow the `.NAME.tmp-PID` naming."""
 
 import os

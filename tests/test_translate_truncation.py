@@ -1,4 +1,4 @@
-"""No silent truncation in translation (issue 33): pairs cut to seq_length / max_target_length
+"""No silent truncation in translation: pairs cut to seq_length / max_target_length
 are counted in training and evaluation (the `cut_pairs` metric: logged and in the summaries),
 and `predict` marks a cut source `"truncated": true`."""
 

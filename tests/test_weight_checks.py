@@ -1,4 +1,4 @@
-"""Weights are what they claim (issue 33): integer/boolean or NaN/Inf tensors are refused by
+"""Weights are what they claim: integer/boolean or NaN/Inf tensors are refused by
 convert, --init_checkpoint and from_pretrained, naming the tensor; `convert --verify` fails on
 degenerate outputs instead of passing two models of zeros."""
 

@@ -353,7 +353,7 @@ def test_classification_trains_on_every_window_and_scores_texts_as_serving_does(
     rows = task.num_train_rows()
     assert task.num_examples("train") == 12 and rows > 5 * 12
     batch = next(iter(task.build_inputs("train", None, is_training=True)))
-    # No evaluation keys; "cut" marks texts that lost pieces (counted: issue 33).
+    # No evaluation keys; "cut" marks texts that lost pieces (counted).
     assert set(batch) == {*features.ENCODER_INPUTS, features.LABEL_IDS, "cut"}
     assert batch[features.INPUT_WORD_IDS].shape == (8, SEQ)
     assert task.task_info()["windows"] == windows.OPTIONS

@@ -10,7 +10,7 @@ A pair keeps its first text (at least half the row when both are long, all of it
 second is short) in every window and windows the second, as SQuAD windows the context
 behind its question.
 
-No silent truncation (issue 33): the batches of `classification_dataset` carry CUT, 1 for a
+No silent truncation: the batches of `classification_dataset` carry CUT, 1 for a
 text (pair) that lost pieces: truncated, or a pair whose first text was cut to leave room for
 the second's windows (marked on its first window only, so a sum counts texts). The task counts
 them (the `cut_texts` metric) and the serving signature returns `truncated` per text.

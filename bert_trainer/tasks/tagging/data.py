@@ -12,7 +12,7 @@ maps per-token predictions back to one tag per word (`word_predictions`). A sent
 than `seq_length - 2` pieces is either cut there (`tag_features`; `word_predictions` tags the
 words cut "O" when told the word count) or windowed (`window_tag_features`: every word is
 tagged from the window where its first piece has the most context, see `data/windows.py`).
-Cut sentences are not silent (issue 33): truncated batches carry CUT, which the task counts
+Cut sentences are not silent: truncated batches carry CUT, which the task counts
 (the `cut_sentences` metric), and the serving signature returns `truncated` per text.
 """
 

@@ -1,6 +1,7 @@
 """bert_trainer.ops' one switch: a scope decides between the fused CPU kernels and
 TensorFlow's ops, `BERT_TRAIN_FUSED_KERNELS` is only its default, the trainer traces under
-the setting it was built with and the exporter under `fused_kernels(False)`."""
+the setting it was built with and the exporter under `portable()` (TensorFlow's ops, no
+packing)."""
 
 import threading
 

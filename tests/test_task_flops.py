@@ -104,9 +104,13 @@ def test_finetuning_tasks_count_their_models_flops_without_family_code(tiny_pret
     mask = (np.arange(s)[None] < np.array([[12], [5], [9]])).astype(np.int32)
     batch = {F.INPUT_WORD_IDS: tf.constant(mask * 7), F.INPUT_MASK: tf.constant(mask),
              F.INPUT_TYPE_IDS: tf.zeros((b, s), tf.int32)}
-    with ops.fused_kernels(False):  # TensorFlow's ops: every slot is computed
+    with ops.portable():  # no packing (as in an export): every slot is computed
         outputs = model(task.model_inputs(batch), training=True)
         counted = float(task.flops_counter(model)(batch, outputs))
+    with ops.fused_kernels(False):  # TensorFlow's ops pack the real tokens too: fewer FLOPs
+        packed = float(task.flops_counter(model)(
+            batch, model(task.model_inputs(batch), training=True)))
+    assert 0 < packed < counted
     layer = 4 * mm(b * s, h, h) + mm(b * s, h, f) + mm(b * s, f, h) + 2 * mm(b * s, h, s)
     head = mm(b, h, head_outputs)  # a token-level head is counted once per sequence
     assert counted == pytest.approx(3 * (layers * layer + mm(b, h, h) + head), rel=1e-6)

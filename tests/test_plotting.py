@@ -75,3 +75,10 @@ def test_plot_panels_writes_a_png_sized_by_the_panel_count(tmp_path):
     assert (width, height) == (round(5.5 * 3 * 50), round(4.2 * 50))
     with pytest.raises(UserError, match="at least one Panel"):
         plotting.plot_panels([], str(tmp_path / "x.png"))
+
+
+def test_event_files_of_one_second_sort_by_their_writer_count_as_a_number():
+    """A process's 10th writer sorts after its 9th (as text, "10" < "9")."""
+    names = [f"/d/events.out.tfevents.1795771162.host.a.b.123.{n}.v2" for n in (10, 9)]
+    earlier = "/d/events.out.tfevents.1795771161.host.a.b.123.11.v2"
+    assert sorted([*names, earlier], key=plotting._write_order) == [earlier, *names[::-1]]

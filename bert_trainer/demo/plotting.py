@@ -15,6 +15,7 @@ import dataclasses
 import glob
 import math
 import os
+import re
 import struct
 
 import numpy as np
@@ -22,6 +23,17 @@ import numpy as np
 from bert_trainer.errors import UserError
 
 EVENT_GLOB = "events.out.tfevents.*"
+
+
+def _write_order(path: str) -> tuple:
+    """An event file's place in time: its name is `events.out.tfevents.SECONDS.HOST.PID.N.v2`
+    (N counts the process's writers), so two files of one second sort by N as a number, not
+    as text ("10" before "9")."""
+    found = re.search(r"tfevents\.(\d+)\.(.*)\.(\d+)\.(\d+)\.v2$", os.path.basename(path))
+    if not found:
+        return (0, "", 0, 0, path)
+    seconds, host, pid, count = found.groups()
+    return (int(seconds), host, int(pid), int(count), path)
 # TFRecord framing: uint64 length, uint32 CRC of the length, data, uint32 CRC of the data.
 _HEADER = struct.Struct("<QI")
 _FOOTER_BYTES = 4
@@ -118,7 +130,7 @@ def read_scalars(log_dir: str, tags=None) -> dict[str, tuple[list[int], list[flo
     """
     from tensorboard.compat.proto import event_pb2  # noqa: PLC0415 (protobuf only; no TF)
 
-    paths = sorted(glob.glob(os.path.join(log_dir, EVENT_GLOB)))
+    paths = sorted(glob.glob(os.path.join(log_dir, EVENT_GLOB)), key=_write_order)
     if not paths:
         raise UserError(f"{log_dir} holds no TensorBoard event file ({EVENT_GLOB}); pass a "
                         "model_dir's train/ or eval/ directory")

@@ -865,11 +865,11 @@ def write_untrusted_dirs(root, pretrained: str) -> dict[str, str]:
                     "family_module": "planted_family"}
     info_file.write_text(json.dumps(info))
     paths["planted_run"] = str(planted)
-    paths.update(_truncated_shards(root, str(pathlib.Path(pretrained) / "vocab.txt")))
+    paths.update(truncated_shards(root, str(pathlib.Path(pretrained) / "vocab.txt")))
     return paths
 
 
-def _truncated_shards(root, vocab: str) -> dict[str, str]:
+def truncated_shards(root, vocab: str) -> dict[str, str]:
     """{truncated_blocks, truncated_mlm}: globs of 2 causal-LM / masked-LM shards (block and
     sequence length 32), the second cut 7 bytes short."""
     from bert_trainer.data import causal_lm_data  # noqa: PLC0415

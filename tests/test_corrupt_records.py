@@ -1,8 +1,11 @@
 """A truncated or corrupt TFRecord shard under `pretrain` (both objectives) is one line naming
 the shard and the byte offset, not a 70-line DataLossError traceback."""
 
+import glob
+import pathlib
 import shutil
 
+import bad_input_cases
 import gin
 import pytest
 
@@ -12,29 +15,14 @@ from bert_trainer.errors import EXIT_USER_ERROR
 
 @pytest.fixture(scope="module")
 def shards(tiny_pretrained, tmp_path_factory):
-    """Causal blocks and masked-LM examples of 60 documents, 2 shards each, 1 truncated."""
-    from bert_trainer.data import causal_lm_data  # noqa: PLC0415
-    from bert_trainer.data import create_pretraining_data as cpd  # noqa: PLC0415
-
+    """Causal blocks and masked-LM examples, 2 shards each, the second cut 7 bytes short (the
+    sweep's own, `bad_input_cases.truncated_shards`): {kind: (glob, truncated shard)}."""
     root = tmp_path_factory.mktemp("corrupt_records")
-    text = root / "corpus.txt"
-    text.write_text("".join(f"the film {i} was good . it was fine .\nthe end {i} .\n\n"
-                            for i in range(120)), encoding="utf-8")
     vocab = tiny_pretrained["vocab_file"]
-    causal_lm_data.create_causal_lm_data(
-        str(text), vocab, str(root / "blocks" / "b-*.tfrecord"),
-        causal_lm_data.CausalDataConfig(block_size=32), num_shards=2, progress=None)
-    cpd.create_pretraining_data(str(text), vocab, str(root / "mlm" / "m-*.tfrecord"),
-                                cpd.PretrainingDataConfig(max_seq_length=32), num_shards=2,
-                                progress=None)
-    found = {}
-    for kind in ("blocks", "mlm"):
-        last = sorted((root / kind).glob("*-of-*.tfrecord"))[-1]
-        size = last.stat().st_size
-        with open(last, "r+b") as f:
-            f.truncate(size - 7)  # the last record loses its tail
-        found[kind] = (str(root / kind / f"{kind[0]}-*.tfrecord"), str(last))
-    return {"vocab": vocab, **found, "root": root}
+    found = bad_input_cases.truncated_shards(root, vocab)
+    pairs = {kind: (found[f"truncated_{kind}"], sorted(glob.glob(found[f"truncated_{kind}"]))[-1])
+             for kind in ("blocks", "mlm")}
+    return {"vocab": vocab, **pairs, "root": root}
 
 
 def run(capsys, *args) -> tuple[int, list[str]]:
@@ -68,7 +56,7 @@ def test_a_corrupt_record_is_found_with_its_byte_offset(shards, tmp_path):
     from bert_trainer.data import record_faults  # noqa: PLC0415
 
     pattern, truncated = shards["mlm"]
-    good = sorted(p for p in (shards["root"] / "mlm").glob("*-of-*") if str(p) != truncated)[0]
+    good = pathlib.Path(sorted(p for p in glob.glob(pattern) if p != truncated)[0])
     assert record_faults.damage(str(good)) is None
     flipped = tmp_path / "flipped.tfrecord"
     data = bytearray(good.read_bytes())

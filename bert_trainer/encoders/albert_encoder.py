@@ -19,7 +19,8 @@ class AlbertEncoder(BertEncoder):
     Args:
       vocab_size, hidden_size, num_layers, num_attention_heads, max_sequence_length,
       type_vocab_size, inner_dim, inner_activation, output_dropout, attention_dropout,
-      initializer, position_embedding_type, norm_epsilon, dtype: as in `BertEncoder`.
+      initializer, position_embedding_type, norm_epsilon, norm_first, dtype: as in
+      `BertEncoder`.
       embedding_width: width of the embedding tables (ALBERT-base: 128).
 
     `output_range` is not supported: the shared layer serves every depth.
@@ -29,7 +30,7 @@ class AlbertEncoder(BertEncoder):
                  num_attention_heads=12, max_sequence_length=512, type_vocab_size=16,
                  inner_dim=3072, inner_activation="gelu", output_dropout=0.1,
                  attention_dropout=0.1, initializer=None, position_embedding_type="learned",
-                 norm_epsilon=1e-12, dtype=None, output_range=None, **kwargs):
+                 norm_epsilon=1e-12, norm_first=False, dtype=None, output_range=None, **kwargs):
         if output_range is not None:
             raise UserError(f"AlbertEncoder: output_range={output_range} is not supported (one "
                             "layer is shared by every depth); leave it None")
@@ -40,7 +41,7 @@ class AlbertEncoder(BertEncoder):
             inner_activation=inner_activation, output_dropout=output_dropout,
             attention_dropout=attention_dropout, initializer=initializer,
             embedding_width=embedding_width, position_embedding_type=position_embedding_type,
-            norm_epsilon=norm_epsilon, dtype=dtype, **kwargs)
+            norm_epsilon=norm_epsilon, norm_first=norm_first, dtype=dtype, **kwargs)
 
     def _make_transformer_layers(self, layer_kwargs, num_layers, output_range):
         """The same layer object at every depth: its weights are shared."""

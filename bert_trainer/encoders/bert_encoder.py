@@ -63,6 +63,7 @@ class BertEncoder(keras.Model):
     embeddings = dropout(LN(word + position + type))   # (batch, seq, embedding_width)
     x = embedding_projection(embeddings)                # (batch, seq, hidden), if factorized
     x = transformer_layers[i](x, input_mask)            # for i in range(num_layers)
+    x = final_layer_norm(x)                             # pre-norm (norm_first) only
     pooled = pooler_transform(x[:, 0])                  # tanh dense on the first token
 
     Inputs: the RFC's list `[input_word_ids, input_mask, input_type_ids]` or a dict with
@@ -74,7 +75,7 @@ class BertEncoder(keras.Model):
     Public sublayers (the checkpoint converters map weights onto them): `word_embeddings`,
     `position_embedding`, `type_embeddings`, `embeddings_layer_norm`,
     `embedding_projection` (None unless factorized), `transformer_layers`,
-    `pooler_transform`.
+    `final_layer_norm` (None unless `norm_first`), `pooler_transform`.
 
     Args:
       vocab_size: size of the token vocabulary.
@@ -93,6 +94,10 @@ class BertEncoder(keras.Model):
         the embeddings are factorized and projected (`embedding_projection`).
       position_embedding_type: "learned" (BERT) or "sinusoidal" (fixed, no weights).
       norm_epsilon: epsilon of every LayerNormalization.
+      norm_first: pre-norm Transformer layers (`x + sublayer(LN(x))`) and a final LayerNorm
+        after the last one, instead of BERT's post-norm (`LN(x + sublayer(x))`): the
+        layout of GPT-2 and of Cramming's budget BERT, which trains stably at larger
+        learning rates. Hugging Face and Google BERT checkpoints cannot hold it.
       dtype: dtype policy of every sublayer, e.g. "mixed_bfloat16".
     """
 
@@ -100,12 +105,16 @@ class BertEncoder(keras.Model):
                  max_sequence_length=512, type_vocab_size=16, inner_dim=3072,
                  inner_activation="gelu", output_dropout=0.1, attention_dropout=0.1,
                  initializer=None, output_range=None, embedding_width=None,
-                 position_embedding_type="learned", norm_epsilon=1e-12, dtype=None, **kwargs):
+                 position_embedding_type="learned", norm_epsilon=1e-12, norm_first=False,
+                 dtype=None, **kwargs):
         _check_kwargs(type(self), kwargs)
         _check_args(type(self).__name__, position_embedding_type=position_embedding_type,
                     vocab_size=vocab_size, hidden_size=hidden_size, num_layers=num_layers,
                     num_attention_heads=num_attention_heads, inner_dim=inner_dim,
                     max_sequence_length=max_sequence_length, type_vocab_size=type_vocab_size)
+        if not isinstance(norm_first, bool):
+            raise UserError(f"{type(self).__name__}: norm_first must be True or False, got "
+                            f"{norm_first!r}")
         initializer = keras.initializers.get(initializer or default_initializer())
 
         # === Layers ===
@@ -117,9 +126,13 @@ class BertEncoder(keras.Model):
             num_attention_heads=num_attention_heads, inner_dim=inner_dim,
             inner_activation=inner_activation, output_dropout=output_dropout,
             attention_dropout=attention_dropout, kernel_initializer=initializer,
-            norm_epsilon=norm_epsilon, dtype=dtype)
+            norm_epsilon=norm_epsilon, norm_first=norm_first, dtype=dtype)
         self.transformer_layers = self._make_transformer_layers(
             layer_kwargs, num_layers, output_range)
+        # Pre-norm layers add to an un-normalized residual stream: normalize it once at the end.
+        self.final_layer_norm = (LayerNormalization(epsilon=norm_epsilon,
+                                                    name="final_layer_norm", dtype=dtype)
+                                 if norm_first else None)
         self.pooler_transform = keras.layers.Dense(
             hidden_size, activation="tanh", kernel_initializer=clone_initializer(initializer),
             name="pooler_transform", dtype=dtype)
@@ -150,6 +163,7 @@ class BertEncoder(keras.Model):
         self.embedding_width = embedding_width
         self.position_embedding_type = position_embedding_type
         self.norm_epsilon = norm_epsilon
+        self.norm_first = norm_first
 
     def _make_embedding_layers(self, vocab_size, width, hidden_size, max_sequence_length,
                                type_vocab_size, position_embedding_type, norm_epsilon,
@@ -225,6 +239,8 @@ class BertEncoder(keras.Model):
                           **extra)
             else:
                 x = layer([x, mask], training=training, **extra)
+            if i == last and self.final_layer_norm is not None:
+                x = self.final_layer_norm(x)  # before unpacking: the padding stays zero
             if packing is not None and i == last and output_positions is None:
                 x = packing.unpack(x)  # (batch, seq, hidden), zeros at the padding
             if packing is None or i == last:
@@ -346,6 +362,7 @@ class BertEncoder(keras.Model):
             "embedding_width": self.embedding_width,
             "position_embedding_type": self.position_embedding_type,
             "norm_epsilon": self.norm_epsilon,
+            "norm_first": self.norm_first,
         }
 
     @classmethod

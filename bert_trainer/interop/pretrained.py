@@ -40,6 +40,10 @@ def bert_config(encoder: BertEncoder) -> formats.BertConfig:
     if encoder.embedding_projection is not None or encoder.position_embedding_type != "learned":
         raise UserError(f"{encoder.name}: factorized embeddings or sinusoidal positions have no "
                         "Hugging Face / Google BERT equivalent; export a plain BERT encoder")
+    if getattr(encoder, "norm_first", False):
+        raise UserError(f"{encoder.name}: pre-norm layers (norm_first=True) have no Hugging Face "
+                        "/ Google BERT equivalent (BertModel is post-norm); use `bert-train "
+                        "export` for a SavedModel, or pretrain with norm_first=False")
     activation = keras.activations.serialize(encoder.inner_activation)
     if activation not in formats.SUPPORTED_ACTIVATIONS:
         raise UserError(f"{encoder.name}: inner_activation {activation!r} has no Hugging Face "

@@ -80,6 +80,9 @@ class FinetuneConfig:
       warmup_fraction: linear warmup over this fraction of the run; None keeps
         `OptimizerConfig.warmup_steps`.
       dropout_rate: dropout in front of the head.
+      encoder_dropout: the encoder's `output_dropout` and `attention_dropout` for this run;
+        None keeps the checkpoint's (an encoder pretrained without dropout, as
+        configs/cram.gin does, fine-tunes better with it back on).
       shuffle_buffer: training examples held by the shuffle buffer.
       seed: the shuffle seed (the order must repeat exactly for a resumed run).
       length_buckets: every batch is cut to the smallest of at most this many widths (chosen
@@ -103,6 +106,7 @@ class FinetuneConfig:
     num_epochs: float = 3.0
     warmup_fraction: float | None = 0.1
     dropout_rate: float = 0.1
+    encoder_dropout: float | None = None
     shuffle_buffer: int = 10_000
     seed: int = 42
     length_buckets: int = 8
@@ -120,8 +124,10 @@ class FinetuneConfig:
             raise UserError(f"num_epochs={self.num_epochs} must be > 0 and finite")
         if self.warmup_fraction is not None and not 0 <= self.warmup_fraction < 1:
             raise UserError(f"warmup_fraction={self.warmup_fraction} must be in [0, 1)")
-        if not 0 <= self.dropout_rate < 1:
-            raise UserError(f"dropout_rate={self.dropout_rate} must be in [0, 1)")
+        for field in ("dropout_rate", "encoder_dropout"):
+            value = getattr(self, field)
+            if value is not None and not 0 <= value < 1:
+                raise UserError(f"{field}={value} must be in [0, 1)")
 
     def train_steps(self, num_examples: int) -> int:
         """Optimizer steps for `num_epochs` passes over `num_examples` (at least 1)."""
@@ -172,6 +178,11 @@ class FinetuningTask(Task):
         self.encoder_spec = encoder
         self.config = config = config or FinetuneConfig()
         self.data = data or DataConfig()
+        if config.encoder_dropout is not None:
+            rate = config.encoder_dropout
+            encoder = self.encoder_spec = dataclasses.replace(
+                encoder, config={**encoder.config, "output_dropout": rate,
+                                 "attention_dropout": rate})
         if config.seq_length > encoder.max_sequence_length:
             raise UserError(f"seq_length={config.seq_length} exceeds the encoder's "
                             f"max_sequence_length={encoder.max_sequence_length} "

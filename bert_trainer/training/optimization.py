@@ -23,6 +23,9 @@ OPTIMIZER_NAMES = ("adamw", "lamb", "sgd")
 # "encoder/transformer/layer_0/attention_layer_norm/gamma" or ".../dense/bias".
 DEFAULT_WEIGHT_DECAY_EXCLUSIONS = (r"layer_?norm", r"(^|/)(bias|gamma|beta)$")
 PRECISIONS = {None: "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
+# "bert": google-research/bert's decay, a function of the global step; "one_cycle": the decay
+# starts from the peak at the end of warmup (a triangle for power 1, as in Cramming).
+SCHEDULES = ("bert", "one_cycle")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +36,11 @@ class OptimizerConfig:
         name: "adamw", "lamb" or "sgd".
         learning_rate: peak learning rate, reached at the end of warmup.
         warmup_steps: steps of linear warmup from 0 (0: none).
+        warmup_fraction: warmup over this fraction of the run's steps instead of
+            `warmup_steps` (a recipe for any run length, e.g. a time budget); None: off.
+        schedule: "bert" (the decay is a function of the global step, so it starts below
+            the peak after warmup) or "one_cycle" (linear warmup to the peak, then the
+            decay from the peak to `end_learning_rate` over the remaining steps).
         decay_steps: step at which the rate reaches `end_learning_rate`; None: the run's
             `train_steps`.
         end_learning_rate: the final rate.
@@ -48,6 +56,8 @@ class OptimizerConfig:
     name: str = "adamw"
     learning_rate: float = 1e-4
     warmup_steps: int = 0
+    warmup_fraction: float | None = None
+    schedule: str = "bert"
     decay_steps: int | None = None
     end_learning_rate: float = 0.0
     power: float = 1.0
@@ -78,6 +88,14 @@ class OptimizerConfig:
         for field in ("warmup_steps", "end_learning_rate", "weight_decay", "momentum"):
             if getattr(self, field) < 0:
                 raise UserError(f"optimizer {field}={getattr(self, field)} must be >= 0")
+        if self.schedule not in SCHEDULES:
+            raise UserError(f"optimizer schedule={self.schedule!r} is unknown; choose one of: "
+                            f"{', '.join(SCHEDULES)}")
+        if self.warmup_fraction is not None and not (
+                isinstance(self.warmup_fraction, int | float)
+                and 0 <= self.warmup_fraction < 1):
+            raise UserError(f"optimizer warmup_fraction={self.warmup_fraction!r} must be in "
+                            "[0, 1) (or None: warmup_steps)")
         if self.decay_steps is not None and self.decay_steps <= 0:
             raise UserError(f"optimizer decay_steps={self.decay_steps} must be > 0 (or None)")
         if self.clip_norm is not None and self.clip_norm <= 0:
@@ -97,6 +115,9 @@ class WarmupPolynomialDecay(keras.optimizers.schedules.LearningRateSchedule):
     As in google-research/bert, the decay is a function of the global step (not of the steps
     since warmup ended): lr(step) = (init - end) * (1 - min(step, decay_steps) / decay_steps)
     ** power + end, replaced by init * step / warmup_steps while step < warmup_steps.
+    With `decay_from_warmup` (a one-cycle schedule) the decay counts from the end of warmup
+    instead: progress = (step - warmup_steps) / (decay_steps - warmup_steps), so the rate
+    falls from the peak itself.
 
     Args:
         initial_learning_rate: the peak rate.
@@ -104,20 +125,24 @@ class WarmupPolynomialDecay(keras.optimizers.schedules.LearningRateSchedule):
         warmup_steps: steps of linear warmup (0: none).
         end_learning_rate: the final rate.
         power: the polynomial power (1.0: linear).
+        decay_from_warmup: decay from the end of warmup, not from step 0 (one-cycle).
     """
 
     def __init__(self, initial_learning_rate, decay_steps, warmup_steps=0,
-                 end_learning_rate=0.0, power=1.0):
+                 end_learning_rate=0.0, power=1.0, decay_from_warmup=False):
         self.initial_learning_rate = initial_learning_rate
         self.decay_steps = decay_steps
         self.warmup_steps = warmup_steps
         self.end_learning_rate = end_learning_rate
         self.power = power
+        self.decay_from_warmup = decay_from_warmup
 
     def __call__(self, step):
         """Returns the rate (float32 scalar) for a step (int or scalar tensor)."""
         step = ops.cast(step, "float32")
-        progress = ops.minimum(step, self.decay_steps) / float(self.decay_steps)
+        start = float(self.warmup_steps) if self.decay_from_warmup else 0.0
+        length = max(float(self.decay_steps) - start, 1.0)
+        progress = ops.clip(step - start, 0.0, length) / length
         decayed = ((self.initial_learning_rate - self.end_learning_rate)
                    * ops.power(1.0 - progress, self.power) + self.end_learning_rate)
         if not self.warmup_steps:
@@ -128,15 +153,21 @@ class WarmupPolynomialDecay(keras.optimizers.schedules.LearningRateSchedule):
     def get_config(self):
         return {"initial_learning_rate": self.initial_learning_rate,
                 "decay_steps": self.decay_steps, "warmup_steps": self.warmup_steps,
-                "end_learning_rate": self.end_learning_rate, "power": self.power}
+                "end_learning_rate": self.end_learning_rate, "power": self.power,
+                "decay_from_warmup": self.decay_from_warmup}
 
 
 def build_schedule(config: OptimizerConfig, train_steps: int) -> WarmupPolynomialDecay:
-    """The learning-rate schedule of `config`; decay ends at `train_steps` unless set."""
+    """The learning-rate schedule of `config`; decay ends at `train_steps` unless set, and
+    `warmup_fraction` (when set) counts its warmup in `train_steps`."""
+    warmup = config.warmup_steps
+    if config.warmup_fraction is not None:
+        warmup = int(config.warmup_fraction * train_steps)
     return WarmupPolynomialDecay(
         initial_learning_rate=config.learning_rate,
-        decay_steps=config.decay_steps or train_steps, warmup_steps=config.warmup_steps,
-        end_learning_rate=config.end_learning_rate, power=config.power)
+        decay_steps=config.decay_steps or train_steps, warmup_steps=warmup,
+        end_learning_rate=config.end_learning_rate, power=config.power,
+        decay_from_warmup=config.schedule == "one_cycle")
 
 
 def excluded_from_weight_decay(variables, patterns) -> list:

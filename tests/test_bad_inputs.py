@@ -237,7 +237,7 @@ def test_read_only_model_dir(paths, digests, capsys, monkeypatch):
 
 
 def test_library_raises_clear_errors(paths):
-    from bert_trainer.checkpoints import resume  # noqa: PLC0415
+    from bert_trainer.checkpoints import select  # noqa: PLC0415
     from bert_trainer.training import TrainerConfig, strategies  # noqa: PLC0415
 
     with pytest.raises(UserError, match=r"^train_steps=0 must be a positive integer$"):
@@ -245,7 +245,7 @@ def test_library_raises_clear_errors(paths):
     with pytest.raises(UserError, match=r"^steps_per_loop=-1 must be a positive integer$"):
         TrainerConfig(train_steps=5, steps_per_loop=-1)
     with pytest.raises(UserError, match="none is usable"):
-        resume.latest_checkpoint(paths["broken_run"])
+        select.select_checkpoint(paths["broken_run"])
     with pytest.raises(UserError, match="--strategy='horovod' is unknown"):
         strategies.get_strategy("horovod")
 

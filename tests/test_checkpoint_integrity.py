@@ -14,7 +14,7 @@ import tensorflow as tf
 from robust_testing import max_difference, tree_digest
 from toy_task import ToyConfig, ToyTask
 
-from bert_trainer.checkpoints import resume
+from bert_trainer.checkpoints.select import checkpoint_problem
 from bert_trainer.errors import UserError
 from bert_trainer.training.optimization import OptimizerConfig
 from bert_trainer.training.trainer import Trainer, TrainerConfig
@@ -93,7 +93,7 @@ def test_damaged_latest_checkpoint_falls_back_to_the_previous_one(
     resumed.train_and_evaluate()
     assert max_difference(weights(resumed), final_weights) <= 1e-6
     assert tf.train.latest_checkpoint(str(run)).endswith("ckpt-20")
-    assert resume.checkpoint_problem(str(run / "ckpt-20")) is None  # rewritten whole
+    assert checkpoint_problem(str(run / "ckpt-20")) is None  # rewritten whole
 
 
 def test_no_usable_checkpoint_is_a_user_error_and_changes_nothing(finished_run, tmp_path):
@@ -126,10 +126,10 @@ def test_unpublished_checkpoint_is_ignored(finished_run, tmp_path):
 def test_checkpoint_problem_names_what_is_wrong(finished_run, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(finished_run[0], run)
-    assert resume.checkpoint_problem(str(run / "ckpt-10")) is None
+    assert checkpoint_problem(str(run / "ckpt-10")) is None
     os.remove(data_file(run / "ckpt-10"))
-    assert resume.checkpoint_problem(str(run / "ckpt-10")) == "ckpt-10 has no .data file"
+    assert checkpoint_problem(str(run / "ckpt-10")) == "ckpt-10 has no .data file"
     (run / "ckpt-20.index").write_bytes(b"not a table" * 10)
-    problem = resume.checkpoint_problem(str(run / "ckpt-20"))
+    problem = checkpoint_problem(str(run / "ckpt-20"))
     assert problem.startswith("ckpt-20.index is unreadable (") and "\n" not in problem
-    assert resume.checkpoint_problem(str(run / "ckpt-7")) == "ckpt-7.index is missing"
+    assert checkpoint_problem(str(run / "ckpt-7")) == "ckpt-7.index is missing"

@@ -29,11 +29,12 @@ from export_testing import (
 
 from bert_trainer import features, ops
 from bert_trainer.checkpoints import model_dir
+from bert_trainer.checkpoints.select import select_checkpoint
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.encoders import BertEncoder
 from bert_trainer.errors import UserError
 from bert_trainer.export import build_serving_module, export_saved_model, predict
-from bert_trainer.export.exporter import resolve_checkpoint, save
+from bert_trainer.export.exporter import save
 from bert_trainer.tasks.classification.data import text_features
 from bert_trainer.tasks.squad import data as squad_data
 from bert_trainer.tasks.squad.postprocess import postprocess_squad
@@ -210,19 +211,19 @@ def test_squad_answers_equal_postprocess_of_the_keras_model(exported):
 
 def test_checkpoint_choice_best_latest_and_prefix(tmp_path):
     path, model = make_model_dir(tmp_path / "m", "classification", seed=1)
-    latest = model_dir.latest_checkpoint(str(path))
+    latest = select_checkpoint(str(path))
     kernel = model.classifier.weights[0]
     first = kernel.numpy()
     kernel.assign(first + 1.0)
     best = save_checkpoint(model, str(path / "best"), step=3)
-    assert resolve_checkpoint(str(path)) == best  # default: best/ when it holds one
-    assert resolve_checkpoint(str(path), "latest") == latest
-    assert resolve_checkpoint(str(path), latest) == latest
+    assert select_checkpoint(str(path), None) == best  # default: best/ when it holds one
+    assert select_checkpoint(str(path), "latest") == latest
+    assert select_checkpoint(str(path), latest) == latest
     for choice, value in ((None, first + 1.0), ("latest", first)):
         module = build_serving_module(str(path), checkpoint=choice)
         np.testing.assert_array_equal(module.model.classifier.weights[0].numpy(), value)
     with pytest.raises(UserError, match=r"--checkpoint=best: .* holds no checkpoint"):
-        resolve_checkpoint(str(make_model_dir(tmp_path / "n", "tagging")[0]), "best")
+        select_checkpoint(str(make_model_dir(tmp_path / "n", "tagging")[0]), "best")
 
 
 def test_export_errors_name_the_problem(tmp_path):

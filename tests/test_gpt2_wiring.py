@@ -13,6 +13,7 @@ from robust_testing import tree_digest
 
 from bert_trainer.checkpoints import layout
 from bert_trainer.checkpoints import model_dir as model_dir_lib
+from bert_trainer.checkpoints.select import select_checkpoint
 from bert_trainer.commands.convert import convert
 from bert_trainer.encoders import BertEncoder
 from bert_trainer.errors import EXIT_USER_ERROR, UserError
@@ -108,7 +109,7 @@ def test_convert_writes_a_causal_lm_model_dir(tmp_path, golden):
                          "source": "gpt2"}
     # Rebuilt from bert_train.json and restored as any trained causal LM is.
     model = model_dir_lib.build_encoder(info)
-    layout.restore_model(model, model_dir_lib.latest_checkpoint(str(out)))
+    layout.restore_model(model, select_checkpoint(str(out)))
     np.testing.assert_allclose(_logits(model, golden["input_ids"]), golden["logits"],
                                atol=ATOL, rtol=0)
     # And it warm-starts a causal LM as a bert-train directory.
@@ -204,6 +205,6 @@ def test_causal_pretrain_warm_starts_from_gpt2(tmp_path, golden, capfd, caplog):
     assert info.encoder_class == "CausalLM"
     assert info.encoder_config["num_layers"] == 2 and info.encoder_config["hidden_size"] == 32
     model = model_dir_lib.build_encoder(info)
-    layout.restore_model(model, model_dir_lib.latest_checkpoint(str(run)))
+    layout.restore_model(model, select_checkpoint(str(run)))
     np.testing.assert_allclose(_logits(model, golden["input_ids"]), golden["logits"],
                                atol=ATOL, rtol=0)

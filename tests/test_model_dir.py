@@ -11,6 +11,7 @@ from numerics import assert_close
 from bert_trainer import features
 from bert_trainer.checkpoints import layout as checkpoint_layout
 from bert_trainer.checkpoints import model_dir
+from bert_trainer.checkpoints.select import select_checkpoint
 from bert_trainer.encoders import BertEncoder
 from bert_trainer.errors import UserError
 from bert_trainer.models import BertPretrainer
@@ -84,7 +85,7 @@ def test_write_and_restore_pretrained_with_heads(tmp_path, vocab):
         str(tmp_path), encoder=source.encoder, masked_lm=source.masked_lm,
         next_sentence=source.next_sentence, vocab_file=str(vocab))
     assert prefix == str(tmp_path / "ckpt-0")
-    assert model_dir.latest_checkpoint(str(tmp_path)) == prefix
+    assert select_checkpoint(str(tmp_path)) == prefix
     target = BertPretrainer(model_dir.build_encoder(model_dir.read_model_info(str(tmp_path))))
     result = model_dir.restore_pretrained(str(tmp_path), encoder=target.encoder,
                                           masked_lm=target.masked_lm,
@@ -151,23 +152,6 @@ def test_match_variables_covers_every_saved_variable(tmp_path):
     assert {key for key, _, _ in matched} == saved
     for key, shape, variable in matched:
         assert tuple(shape) == tuple(variable.shape), key
-
-
-def test_latest_checkpoint(tmp_path):
-    encoder = tiny_encoder()
-    root = tf.train.Checkpoint(model=tf.train.Checkpoint(encoder=encoder))
-    manager = tf.train.CheckpointManager(root, str(tmp_path), 3, checkpoint_name="ckpt")
-    manager.save(checkpoint_number=3)
-    manager.save(checkpoint_number=12)
-    assert model_dir.latest_checkpoint(str(tmp_path)) == str(tmp_path / "ckpt-12")
-    assert model_dir.latest_checkpoint(str(tmp_path / "ckpt-3")) == str(tmp_path / "ckpt-3")
-    (tmp_path / "checkpoint").unlink()  # e.g. copied without it: the highest N still wins
-    assert model_dir.latest_checkpoint(str(tmp_path)) == str(tmp_path / "ckpt-12")
-    (tmp_path / "empty").mkdir()
-    with pytest.raises(UserError, match=r"empty holds no checkpoint \(no 'ckpt-N.index'\)"):
-        model_dir.latest_checkpoint(str(tmp_path / "empty"))
-    with pytest.raises(UserError, match=r"nowhere does not exist, nor does .*nowhere.index"):
-        model_dir.latest_checkpoint(str(tmp_path / "nowhere"))
 
 
 def test_checkpoint_with_more_layers_is_refused(tmp_path):

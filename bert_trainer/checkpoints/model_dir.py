@@ -35,14 +35,13 @@ import hashlib
 import json
 import os
 import pathlib
-import re
 import shutil
 
 import keras
 import tensorflow as tf
 
 from bert_trainer import outputs
-from bert_trainer.checkpoints import layout, multi_seed_dir
+from bert_trainer.checkpoints import layout, multi_seed_dir, select
 from bert_trainer.errors import UserError
 
 MODEL_INFO_FILE = "bert_train.json"
@@ -50,7 +49,7 @@ FORMAT_NAME, FORMAT_VERSION = "bert_train", 2
 # Version 1 differs only in its checkpoints' layout, which the readers detect by themselves.
 READABLE_VERSIONS = (1, 2)
 VOCAB_FILE = "vocab.txt"
-CHECKPOINT_NAME = "ckpt"
+CHECKPOINT_NAME = select.CHECKPOINT_NAME
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,26 +171,6 @@ def build_encoder(info: ModelInfo) -> keras.Model:
                         f"{info.encoder_class} ({e})") from None
 
 
-def latest_checkpoint(path: str) -> str:
-    """The checkpoint prefix for `path`: a model directory (latest ckpt-N) or a prefix itself."""
-    if os.path.isfile(path + ".index"):
-        return path
-    if os.path.isdir(path):
-        prefix = tf.train.latest_checkpoint(path)
-        if prefix and os.path.isfile(prefix + ".index"):
-            return prefix
-        # No (or a stale) `checkpoint` file: take the highest-numbered ckpt-N.
-        numbered = [(int(m.group(1)), f[: -len(".index")])
-                    for f in glob.glob(os.path.join(path, f"{CHECKPOINT_NAME}-*.index"))
-                    if (m := re.search(r"-(\d+)\.index$", f))]
-        if numbered:
-            return max(numbered)[1]
-        raise UserError(f"{path} holds no checkpoint (no '{CHECKPOINT_NAME}-N.index'); pass a "
-                        "directory written by bert-train or a checkpoint prefix")
-    raise UserError(f"{path} does not exist, nor does {path}.index; pass a bert-train model "
-                    "directory or a checkpoint prefix")
-
-
 def write_pretrained(model_dir: str, *, encoder: keras.Model, masked_lm=None,
                      next_sentence=None, vocab_file: str | None = None,
                      lower_case: bool = True, task: dict | None = None) -> str:
@@ -220,7 +199,7 @@ def restore_pretrained(path: str, *, encoder: keras.Model, masked_lm=None,
     the object-graph layout of format 1 (matched through the live encoder's op list).
 
     Args:
-      path: a model directory (its latest checkpoint is used) or a checkpoint prefix.
+      path: a model directory (its latest usable checkpoint is used) or a checkpoint prefix.
       encoder, masked_lm, next_sentence: built layers, read from `model/encoder/...`,
         `model/masked_lm/...`, `model/next_sentence/...`; None skips a part.
 
@@ -233,7 +212,7 @@ def restore_pretrained(path: str, *, encoder: keras.Model, masked_lm=None,
         model, or a variable whose shape differs (named with both shapes); nothing is
         restored in that case.
     """
-    prefix = latest_checkpoint(path)
+    prefix = select.select_checkpoint(None, path, flag="--init_checkpoint")
     heads = _heads(masked_lm, next_sentence)
     for name, part in {"encoder": encoder, **heads}.items():
         if not part.weights:

@@ -1,4 +1,4 @@
-"""Resuming a run: which checkpoint of a model_dir to restore, and refusing a wrong one.
+"""Resuming a run: restoring the newest checkpoint that reads back whole, refusing a wrong one.
 
 Layout of a `model_dir`:
     checkpoint              text proto naming the latest `ckpt-<step>` (TensorFlow's)
@@ -11,10 +11,11 @@ tensor files (TensorFlow's V2 saver writes shards to a temporary prefix and merg
 `file_io.atomic_write_string_to_file` (write a temp file, rename). A crash mid-save therefore
 leaves `checkpoint` naming the previous, complete checkpoint.
 
-Integrity: a restart takes the newest checkpoint the `checkpoint` file lists that passes
-`checkpoint_problem` (its .index parses, its .data shards exist and are long enough) and that
-restores without a read error (the restore checks every tensor's CRC); each one skipped is
-reported in one log line, and so is the one used instead (`restore_latest`).
+Integrity: a restart takes the newest checkpoint that passes `select.checkpoint_problem` (its
+.index parses, its .data shards exist and are long enough) and that restores without a read
+error (the restore checks every tensor's CRC); each one skipped is reported in one log line,
+and so is the one used instead (`restore_latest`). Which checkpoint a reader (evaluate,
+export, a warm start) takes is `select.select_checkpoint`.
 
 Names: the root holds `model=model_trackable(model)`, which saves every model weight under a
 stable name derived from its Keras path (`model/encoder/transformer_layer_0/...`, see
@@ -24,19 +25,17 @@ be resumed (their run must finish with the bert-train that started it) but still
 new run (`--init_checkpoint`).
 """
 
-import math
 import os
 
 import keras
 import tensorflow as tf
 from absl import logging
 
-from bert_trainer.checkpoints import layout
+from bert_trainer.checkpoints import layout, select
 from bert_trainer.checkpoints.layout import model_trackable  # noqa: F401 (the trainer's root)
 from bert_trainer.errors import UserError, first_line
 
-_OBJECT_GRAPH = "_CHECKPOINTABLE_OBJECT_GRAPH"
-_IGNORED_KEYS = (_OBJECT_GRAPH, "save_counter/.ATTRIBUTES/VARIABLE_VALUE")
+_IGNORED_KEYS = ("_CHECKPOINTABLE_OBJECT_GRAPH", "save_counter/.ATTRIBUTES/VARIABLE_VALUE")
 
 
 def check_model_dir(model_dir: str) -> None:
@@ -62,134 +61,6 @@ def check_model_dir(model_dir: str) -> None:
                         "directory")
 
 
-def checkpoint_prefix(path: str, what: str = "--init_checkpoint") -> str:
-    """Turns a checkpoint prefix or a directory into a checkpoint prefix.
-
-    Args:
-        path: "dir/ckpt-1000" (a prefix with a `.index` file) or a directory holding a
-            `checkpoint` file (its latest checkpoint is used).
-        what: the flag or argument named in the error message.
-
-    Returns:
-        The checkpoint prefix.
-
-    Raises:
-        UserError: nothing readable at `path`.
-    """
-    if tf.io.gfile.isdir(path):
-        latest = tf.train.latest_checkpoint(path)
-        if latest is None:
-            raise UserError(f"{what}={path} is a directory without a checkpoint; give a "
-                            "directory written by bert-train or a prefix like dir/ckpt-1000")
-        return latest
-    if not tf.io.gfile.exists(path + ".index"):
-        raise UserError(f"{what}={path}: no checkpoint there ({path}.index is missing); give a "
-                        "prefix like dir/ckpt-1000 or its directory")
-    return path
-
-
-def checkpoint_problem(path: str) -> str | None:
-    """Why the checkpoint at `path` cannot be restored, or None when it looks whole.
-
-    A cheap structural check (no tensor values are read): the `.index` file exists and parses,
-    every `.data` shard it needs exists, the shards hold at least the bytes its numeric
-    tensors need, and the object graph (what `tf.train.Checkpoint.restore` reads first) is
-    readable. This catches a deleted or corrupted index and a missing or truncated data file.
-    Flipped bytes inside a tensor are caught by the CRC check of the restore itself, which
-    `restore_latest` also falls back from.
-
-    Args:
-        path: a checkpoint prefix, e.g. "model_dir/ckpt-1000".
-
-    Returns:
-        A short reason ("ckpt-20.index is missing", ...) or None.
-    """
-    name = os.path.basename(path)
-    if not tf.io.gfile.exists(path + ".index"):
-        return f"{name}.index is missing"
-    try:
-        reader = tf.train.load_checkpoint(path)
-        dtypes = reader.get_variable_to_dtype_map()
-        shapes = reader.get_variable_to_shape_map()
-    except (tf.errors.OpError, ValueError, RuntimeError) as e:
-        return f"{name}.index is unreadable ({first_line(e)})"
-    shards = tf.io.gfile.glob(f"{path}.data-*-of-*")
-    if not shards:
-        return f"{name} has no .data file"
-    wanted = int(shards[0].rsplit("-of-", 1)[1])
-    if len(shards) != wanted:
-        return f"{name} has {len(shards)} of its {wanted} .data shards"
-    stored = sum(tf.io.gfile.stat(shard).length for shard in shards)
-    needed = sum(math.prod(shapes[k]) * dtype.size for k, dtype in dtypes.items()
-                 if dtype != tf.string)
-    if stored < needed:
-        return f"{name}.data holds {stored} bytes but its tensors need {needed} (truncated)"
-    try:
-        if _OBJECT_GRAPH in dtypes:
-            reader.get_tensor(_OBJECT_GRAPH)
-    except (tf.errors.OpError, ValueError, RuntimeError, IndexError) as e:
-        return f"{name}.data is unreadable ({first_line(e)})"
-    return None
-
-
-def checkpoint_candidates(model_dir: str) -> list[str]:
-    """The checkpoints the `checkpoint` state file of `model_dir` lists, newest first.
-
-    Raises:
-        UserError: the state file exists but cannot be parsed.
-    """
-    state_file = os.path.join(model_dir, "checkpoint")
-    if not tf.io.gfile.exists(state_file):
-        return []
-    state = tf.train.get_checkpoint_state(model_dir)
-    if state is None or not state.model_checkpoint_path:
-        raise UserError(f"{state_file} is not a readable checkpoint state file; restore it, or "
-                        "delete it to start the run afresh")
-    older = [p for p in state.all_model_checkpoint_paths if p != state.model_checkpoint_path]
-    return [state.model_checkpoint_path, *reversed(older)]
-
-
-def latest_checkpoint(model_dir: str) -> str | None:
-    """The newest usable checkpoint of `model_dir`, or None for a fresh directory.
-
-    Checkpoints that fail `checkpoint_problem` are skipped with one log line each, and the one
-    chosen instead is logged.
-
-    Raises:
-        UserError: the `checkpoint` file lists checkpoints but none is usable (starting afresh
-            would silently overwrite the run).
-    """
-    return next(iter(usable_checkpoints(model_dir)), None)
-
-
-def usable_checkpoints(model_dir: str):
-    """Yields the checkpoints of `model_dir` that pass `checkpoint_problem`, newest first.
-
-    Raises:
-        UserError: after the last one, when the `checkpoint` file lists checkpoints but none
-            was usable.
-    """
-    candidates = checkpoint_candidates(model_dir)
-    problems = []
-    for path in candidates:
-        problem = checkpoint_problem(path)
-        if problem is None:
-            if problems:
-                logging.warning("Using checkpoint %s instead (the newest usable one)", path)
-            yield path
-            continue
-        logging.warning("Checkpoint %s is unusable: %s; falling back to the previous one",
-                        path, problem)
-        problems.append(problem)
-    if candidates and len(problems) == len(candidates):
-        state_file = os.path.join(model_dir, "checkpoint")
-        missing = all(p.endswith(".index is missing") for p in problems)
-        what = ("names a checkpoint whose files are missing" if missing else
-                f"lists {len(candidates)} checkpoint(s) and none is usable ({problems[0]})")
-        raise UserError(f"{state_file} {what}; restore them or delete that file to start the "
-                        "run afresh")
-
-
 def restore_latest(checkpoint: tf.train.Checkpoint, model_dir: str) -> str | None:
     """Restores the newest checkpoint of `model_dir` that reads back whole.
 
@@ -207,7 +78,7 @@ def restore_latest(checkpoint: tf.train.Checkpoint, model_dir: str) -> str | Non
         UserError: a checkpoint of another architecture, or no readable checkpoint at all.
     """
     problems = []
-    for path in usable_checkpoints(model_dir):
+    for path in select.usable_checkpoints(model_dir):
         try:
             restore(checkpoint, path, model_dir)
         except (tf.errors.OpError, IndexError) as e:  # IndexError: TF's "Read less bytes"

@@ -29,7 +29,7 @@ import tensorflow as tf
 from absl import flags
 
 from bert_trainer import outputs
-from bert_trainer.checkpoints import layout, model_dir
+from bert_trainer.checkpoints import layout, model_dir, select
 from bert_trainer.commands import require_flags, shared_flags
 from bert_trainer.commands.shared_flags import Usage
 from bert_trainer.errors import UserError
@@ -145,7 +145,8 @@ def read_source(path: str, *, allow_pickle: bool = False) -> formats.BertCheckpo
         next_sentence=next_sentence if next_sentence.dense.kernel.path in loaded else None)
     return formats.BertCheckpoint(
         config=config, weights=weights, vocab_file=checkpoint.vocab_file,
-        lower_case=checkpoint.lower_case, weights_file=model_dir.latest_checkpoint(path),
+        lower_case=checkpoint.lower_case,
+        weights_file=select.select_checkpoint(None, path, flag="--input"),
         config_file=os.path.join(path, formats.MODEL_INFO_FILE))
 
 
@@ -188,7 +189,7 @@ def _convert_gpt2(input_path: str, output_dir: str, *, to: str, verify: bool,
             # Re-read what was written, so the report checks the files, not the loaded model.
             info = model_dir.read_model_info(staging)
             converted = model_dir.build_encoder(info)
-            layout.restore_model(converted, model_dir.latest_checkpoint(staging))
+            layout.restore_model(converted, select.select_checkpoint(staging))
             report = gpt2_parity.verify(ckpt, converted, source=input_path)
             parity.write_report(os.path.join(staging, REPORT_FILE), report)
     files = [os.path.join(output_dir, os.path.relpath(f, staging)) for f in written]

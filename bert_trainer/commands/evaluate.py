@@ -5,13 +5,14 @@
 
 The task, its labels, column mapping and sequence length come from model_dir/bert_train.json
 (written by `finetune`); --eval_file / --data_dir say where the examples are (TFDS by
-default). --checkpoint is "latest", "best" (kept by the eval metric during training) or a
-checkpoint prefix. Prints the metrics and writes model_dir/eval_results.json (SQuAD also
-writes the answers to model_dir/eval_predictions.json). A model_dir this user cannot write
-(someone else's run, a read-only mount) is evaluated all the same: the metrics are printed and
-a warning says which files were not written. A multi-seed run's directory (`finetune --seeds`)
-holds one model per seed: evaluate --model_dir=MODEL_DIR/seed-N (the parent is refused, naming
-them); MODEL_DIR/eval_results.json already holds every seed's final metrics and their spread.
+default). --checkpoint is "latest", "best" (kept by the eval metric during training), a step
+or a checkpoint prefix in --model_dir. Prints the metrics and writes
+model_dir/eval_results.json (SQuAD also writes the answers to model_dir/eval_predictions.json).
+A model_dir this user cannot write (someone else's run, a read-only mount) is evaluated all the
+same: the metrics are printed and a warning says which files were not written. A multi-seed
+run's directory (`finetune --seeds`) holds one model per seed: evaluate
+--model_dir=MODEL_DIR/seed-N (the parent is refused, naming them); MODEL_DIR/eval_results.json
+already holds every seed's final metrics and their spread.
 """
 
 import contextlib
@@ -35,7 +36,7 @@ SHARED_FLAGS = {**common.SHARED_FLAGS, **shared_flags.declare(
                         "needed only where that module moved."),
     eval_file=Usage(None, "Local evaluation file; default: the task's TFDS validation split."),
     data_dir=Usage(None, "TFDS data directory holding the prepared dataset."),
-    checkpoint=Usage("latest", "'latest', 'best' or a checkpoint prefix."),
+    checkpoint=Usage("latest", "'latest', 'best', a step or a checkpoint prefix in --model_dir."),
     batch_size=Usage(32, "Global evaluation batch."),
     max_eval_examples=Usage(None, "Evaluate on the first N examples only."),
     skip_bad_rows=Usage(False, "Skip and count malformed rows instead of failing."))}
@@ -47,6 +48,7 @@ PREDICTIONS_FILE = "eval_predictions.json"
 def main(argv):
     del argv
     from bert_trainer.checkpoints import model_dir as model_dir_lib  # noqa: PLC0415 (imports TensorFlow)
+    from bert_trainer.checkpoints import select  # noqa: PLC0415
     from bert_trainer.errors import UserError  # noqa: PLC0415
 
     common.setup_logging()
@@ -65,7 +67,7 @@ def main(argv):
     info = model_dir_lib.read_model_info(model_dir)
     with common.one_line_errors():
         task = _build_task(model_dir, info)
-        prefix = _checkpoint(model_dir, FLAGS.checkpoint)
+        prefix = select.select_checkpoint(model_dir, FLAGS.checkpoint)
         results, step = evaluate(task, model_dir, prefix, write_summaries=writable)
     _report(task, model_dir, results, step, prefix, writable)
     return 0
@@ -106,27 +108,6 @@ def _build_task(model_dir: str, info):
     return registry.task_from_info(stored, spec, config=config, data=data, where=where)
 
 
-def _checkpoint(model_dir: str, which: str) -> str:
-    """The checkpoint prefix of --checkpoint ("latest", "best" or a prefix)."""
-    import tensorflow as tf  # noqa: PLC0415
-
-    from bert_trainer.checkpoints import best, resume  # noqa: PLC0415
-    from bert_trainer.errors import UserError  # noqa: PLC0415
-
-    if which == "latest":
-        prefix = resume.latest_checkpoint(model_dir)
-        if prefix is None:
-            raise UserError(f"--model_dir={model_dir} holds no checkpoint; train it first")
-        return prefix
-    if which == "best":
-        prefix = tf.train.latest_checkpoint(os.path.join(model_dir, best.BEST_DIR))
-        if prefix is None:
-            raise UserError(f"{model_dir} has no best checkpoint ({best.BEST_DIR}/ is "
-                            "empty: the run kept none); use --checkpoint=latest")
-        return prefix
-    return resume.checkpoint_prefix(which, "--checkpoint")
-
-
 def evaluate(task, model_dir: str, prefix: str, strategy=None, *,
              write_summaries: bool = True) -> tuple[dict, int]:
     """Evaluates the weights of checkpoint `prefix` on the task's eval split.
@@ -146,11 +127,12 @@ def evaluate(task, model_dir: str, prefix: str, strategy=None, *,
       ({metric: value}, the checkpoint's step).
     """
     from bert_trainer.checkpoints import layout as checkpoint_layout  # noqa: PLC0415
-    from bert_trainer.checkpoints import resume  # noqa: PLC0415
+    from bert_trainer.checkpoints import resume, select  # noqa: PLC0415
     from bert_trainer.errors import UserError  # noqa: PLC0415
     from bert_trainer.training.trainer import Trainer, TrainerConfig  # noqa: PLC0415
 
-    for path in dict.fromkeys((resume.latest_checkpoint(model_dir), prefix)):
+    latest = next(select.usable_checkpoints(model_dir), None)  # what the Trainer restores
+    for path in dict.fromkeys(p for p in (latest, prefix) if p):
         graph, _ = checkpoint_layout.read_object_graph(path)
         if checkpoint_layout.layout(graph) == checkpoint_layout.OBJECT_GRAPH:
             # The Trainer restores whole runs (optimizer included), which needs stable names.
@@ -165,7 +147,7 @@ def evaluate(task, model_dir: str, prefix: str, strategy=None, *,
         # other one is read over it.
         trainer = Trainer(task, run_dir, config=TrainerConfig(train_steps=1),
                           strategy=strategy or common.get_strategy())
-        if run_dir != model_dir or prefix != resume.latest_checkpoint(model_dir):
+        if run_dir != model_dir or prefix != latest:
             resume.restore(trainer.checkpoint, prefix, model_dir)
         results, step = trainer.evaluate(), int(trainer.global_step.numpy())
     return results, step

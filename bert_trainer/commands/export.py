@@ -23,8 +23,8 @@ SHARED_FLAGS = shared_flags.declare(
     model_dir=Usage(None, "Model directory written by finetune (or pretrain)."),
     output=Usage(None, "Export directory to write (must be new or empty, see --overwrite); "
                  "not in or above --model_dir."),
-    checkpoint=Usage(None, "best, latest or a checkpoint prefix; default: best when "
-                     "model_dir/best/ holds one, else latest."),
+    checkpoint=Usage(None, "best, latest, a step or a checkpoint prefix in --model_dir; "
+                     "default: best when model_dir/best/ holds one, else latest."),
     seq_length=Usage(None, "Packed sequence length of the text signatures; default: the "
                      "task's seq_length."),
     overwrite=Usage(False, "Replace an --output that bert-train export wrote (a SavedModel and "

@@ -31,7 +31,7 @@ SHARED_FLAGS = shared_flags.declare(
     overwrite=Usage(False, "Replace an existing --output file that holds generations "
                     "(nothing else), once every prompt is answered."),
     batch_size=Usage(8, "Prompts per model call."),
-    checkpoint=Usage(None, "With --model_dir: best, latest or a prefix."),
+    checkpoint=Usage(None, "With --model_dir: best, latest, a step or a prefix in it."),
     seed=Usage(None, "Sampling seed (default: a random one, printed); the same seed, "
                "prompts and --batch_size give the same text."))
 flags.DEFINE_multi_string("prompt", None, "A prompt (repeat the flag for several).")

@@ -28,7 +28,7 @@ SHARED_FLAGS = shared_flags.declare(
     overwrite=Usage(False, "Replace an existing --output file that holds predictions "
                     "(nothing else); it is replaced only once every input is answered."),
     batch_size=Usage(32, "Inputs per model call."),
-    checkpoint=Usage(None, "With --model_dir: best, latest or a prefix."),
+    checkpoint=Usage(None, "With --model_dir: best, latest, a step or a prefix in it."),
     seq_length=Usage(None, "With --model_dir: packed sequence length."),
     family_module=Usage(None, "Comma-separated modules that register task families of your "
                         "own (plugins); a model_dir and an export record "

@@ -23,7 +23,7 @@ from absl import logging
 from bert_trainer import ops, outputs
 from bert_trainer.checkpoints import layout as checkpoint_layout
 from bert_trainer.checkpoints import model_dir as model_dir_lib
-from bert_trainer.checkpoints.best import BEST_DIR
+from bert_trainer.checkpoints import select
 from bert_trainer.errors import UserError
 from bert_trainer.serving import EncoderServing, ServingModule
 from bert_trainer.tasks import registry
@@ -32,32 +32,6 @@ ENCODER_FAMILIES = (None, "pretraining")
 # Written into an export (TF Serving's place for files the graph does not use): the family
 # and its module, so that `predict --saved_model` formats answers with a plugin family too.
 FAMILY_FILE = os.path.join("assets.extra", "bert_train_family.json")
-
-
-def resolve_checkpoint(model_dir: str, checkpoint: str | None = None) -> str:
-    """The checkpoint prefix to export.
-
-    Args:
-      model_dir: a bert-train model directory.
-      checkpoint: "best" (model_dir/best/, kept by the trainer's best-metric tracking),
-        "latest" (the newest ckpt-N), a checkpoint prefix or directory; None: "best" when
-        the directory has one, else "latest".
-
-    Returns:
-      A checkpoint prefix.
-    """
-    best_dir = os.path.join(model_dir, BEST_DIR)
-    if checkpoint is None:
-        has_best = tf.io.gfile.glob(os.path.join(best_dir, "ckpt-*.index"))
-        checkpoint = "best" if has_best else "latest"
-    if checkpoint == "best":
-        if not tf.io.gfile.glob(os.path.join(best_dir, "ckpt-*.index")):
-            raise UserError(f"--checkpoint=best: {best_dir} holds no checkpoint (it is written "
-                            "when fine-tuning evaluates); use --checkpoint=latest")
-        return model_dir_lib.latest_checkpoint(best_dir)
-    if checkpoint == "latest":
-        return model_dir_lib.latest_checkpoint(model_dir)
-    return model_dir_lib.latest_checkpoint(checkpoint)
 
 
 def _restore_task_model(model, prefix: str) -> None:
@@ -82,7 +56,8 @@ def build_serving_module(model_dir: str, *, checkpoint: str | None = None,
 
     Args:
       model_dir: a bert-train model directory (fine-tuned or pretrained).
-      checkpoint: see `resolve_checkpoint`.
+      checkpoint: "best", "latest", a step or a checkpoint prefix in `model_dir`; None:
+        best when recorded, else latest (see `checkpoints.select`).
       seq_length: packed length of the text signatures; default: the task's `seq_length`,
         else the encoder's `max_sequence_length`.
 
@@ -105,7 +80,7 @@ def build_serving_module(model_dir: str, *, checkpoint: str | None = None,
         gpt2.check_text_support(task, model_dir)  # converted from GPT-2: no tokenizer at all
         raise UserError(f"{where} names no vocab_file; an export needs the vocabulary "
                         "(re-run convert/finetune with --vocab_file)")
-    prefix = resolve_checkpoint(model_dir, checkpoint)
+    prefix = select.select_checkpoint(model_dir, checkpoint)
     float32_info = dataclasses.replace(info, encoder_config={**info.encoder_config,
                                                              "dtype": "float32"})
     encoder = model_dir_lib.build_encoder(float32_info)

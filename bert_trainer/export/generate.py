@@ -144,7 +144,7 @@ def load_generator(*, model_dir: str | None = None, saved_model: str | None = No
     Args:
       model_dir: a model directory pretrained with the causal objective.
       saved_model: a directory written by `bert-train export` from one.
-      checkpoint: model_dir only (see `exporter.resolve_checkpoint`).
+      checkpoint: model_dir only (see `checkpoints.select.select_checkpoint`).
       max_new_tokens: the most pieces generated (model_dir: any below its positions; an
         export: its own bound only); None: the default.
 

@@ -25,7 +25,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from bert_trainer.checkpoints import layout, resume
+from bert_trainer.checkpoints import layout, select
 from bert_trainer.checkpoints import model_dir as model_dir_lib
 from bert_trainer.errors import UserError
 from bert_trainer.interop import formats, gpt2, hf, pretrained, tf1
@@ -158,7 +158,8 @@ class ResolvedCheckpoint:
         if self.bert_config is not None:
             raise UserError(f"{self.path} is a {self.format} checkpoint of an encoder, not of "
                             "this model; warm-start a fine-tuning or pretraining task from it")
-        prefix = self.prefix or model_dir_lib.latest_checkpoint(self.directory)
+        prefix = self.prefix or select.select_checkpoint(None, self.directory,
+                                                          flag="--init_checkpoint")
         layout.restore_model(model, prefix)
         _require_finite((model,), prefix)
 
@@ -193,7 +194,7 @@ def resolve_checkpoint(path: str, *, flag: str | None = None, allow_pickle: bool
             return ResolvedCheckpoint(path, TF_CHECKPOINT, directory, prefix=path)
         formats.detect_format(directory)  # Raises: an unknown layout, named.
     if any_tf_checkpoint and not _known_layout(path):
-        prefix = resume.checkpoint_prefix(path, flag or "--init_checkpoint")
+        prefix = select.select_checkpoint(None, path, flag=flag or "--init_checkpoint")
         return ResolvedCheckpoint(path, TF_CHECKPOINT, os.path.dirname(prefix), prefix=prefix)
     if flag is not None and not os.path.exists(path):
         raise UserError(f"{flag}={path} does not exist; pass a bert-train model directory (or "

@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test test-fast test-kernels-off lint demo bench bench-seq2seq bench-causal-lm clean
+.PHONY: install test test-fast test-kernels-off lint demo bench bench-seq2seq bench-causal-lm bench-quality clean
 
 install: $(STAMP)
 
@@ -65,6 +65,16 @@ bench-seq2seq: install
 bench-causal-lm: install
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) scripts/bench/causal_lm.py --output benchmarks/results_causal_lm.json \
+		--table benchmarks/README.md
+
+# Pretraining quality per minute: no pretraining, bert-train (configs/mini.gin's BERT recipe,
+# configs/cram.gin's budget recipe), PyTorch + transformers (run_mlm's recipe) and keras-hub,
+# scored by masked-LM and SST-2 dev accuracy after 5, 10 and 20 minutes (benchmarks/README.md,
+# "Pretraining quality per minute"). About 2 hours on 2 cores; PyTorch runs in
+# $$BERT_TRAIN_TORCH_PYTHON (default /work/hfenv/bin/python: torch, transformers, accelerate).
+bench-quality: install
+	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) scripts/bench/quality.py --output benchmarks/results_quality.json \
 		--table benchmarks/README.md
 
 clean:

@@ -1,0 +1,96 @@
+"""The pretraining-quality benchmark's outputs: the JSON record, the PNG and the Markdown table."""
+
+import json
+import os
+
+TABLE_START = "<!-- quality-table: scripts/bench/quality.py writes this block -->"
+TABLE_END = "<!-- /quality-table -->"
+
+
+def write_json(path: str, record: dict) -> None:
+    """Writes `record` aside, then renames it into place (no half-written results file)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(json.dumps(record, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def _sst2(run: dict) -> str:
+    sst2 = run.get("sst2_accuracy")
+    if not sst2:
+        return "-"
+    std = f" ± {100 * sst2['std']:.1f}" if sst2.get("std") is not None else ""
+    return f"{100 * sst2['mean']:.1f}{std}"
+
+
+def table_lines(record: dict) -> list[str]:
+    """Markdown rows: system, minutes, steps, masked-LM accuracy, SST-2 dev accuracy."""
+    n = len(record["settings"]["seeds"])
+    lines = ["| system | minutes | steps | masked-LM accuracy (%) | "
+             f"SST-2 dev accuracy (%, mean ± std of {n} seed{'s' * (n != 1)}) |",
+             "|---|---:|---:|---:|---:|"]
+    for run in record["runs"]:
+        mlm = run.get("mlm_accuracy")
+        lines.append(f"| {run['system']} | {run['minutes']:g} | {run.get('steps') or 0} | "
+                     f"{'-' if mlm is None else f'{100 * mlm:.1f}'} | {_sst2(run)} |")
+    return lines
+
+
+def replace_table(readme: str, record: dict, caption: str) -> None:
+    """Puts the table (with `caption` above it) between the markers of `readme`; appends the
+    block when the file has none."""
+    with open(readme, encoding="utf-8") as f:
+        text = f.read()
+    block = "\n".join([TABLE_START, caption, "", *table_lines(record), TABLE_END])
+    if TABLE_START in text and TABLE_END in text:
+        head, rest = text.split(TABLE_START, 1)
+        text = head + block + rest.split(TABLE_END, 1)[1]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    tmp = f"{readme}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, readme)
+
+
+def plot(record: dict, path: str) -> None:
+    """Two panels against minutes: masked-LM accuracy, and SST-2 dev accuracy (mean ± std);
+    `none` (no pretraining) as a dashed line."""
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    fig, (mlm_ax, sst_ax) = plt.subplots(1, 2, figsize=(11, 4.2))
+    systems = dict.fromkeys(r["system"] for r in record["runs"])
+    for system in systems:
+        runs = sorted((r for r in record["runs"] if r["system"] == system),
+                      key=lambda r: r["minutes"])
+        if system == "none":
+            for ax, key in ((mlm_ax, "mlm"), (sst_ax, "sst2")):
+                value = runs[0]["mlm_accuracy"] if key == "mlm" else (
+                    runs[0]["sst2_accuracy"] or {}).get("mean")
+                if value is not None:
+                    ax.axhline(100 * value, color="grey", linestyle="--", label="none")
+            continue
+        minutes = [r["minutes"] for r in runs if r.get("mlm_accuracy") is not None]
+        mlm_ax.plot(minutes, [100 * r["mlm_accuracy"] for r in runs
+                              if r.get("mlm_accuracy") is not None], marker="o", label=system)
+        scored = [r for r in runs if r.get("sst2_accuracy")]
+        sst_ax.errorbar([r["minutes"] for r in scored],
+                        [100 * r["sst2_accuracy"]["mean"] for r in scored],
+                        yerr=[100 * (r["sst2_accuracy"]["std"] or 0) for r in scored],
+                        marker="o", capsize=3, label=system)
+    for ax, title in ((mlm_ax, "masked-LM accuracy, held-out reviews (%)"),
+                      (sst_ax, "SST-2 dev accuracy after fine-tuning (%)")):
+        ax.set_xlabel("pretraining wall-clock minutes")
+        ax.set_title(title, fontsize=10)
+        ax.grid(alpha=0.3)
+    sst_ax.legend(fontsize=8)
+    fig.suptitle(record.get("title", "Pretraining quality per minute"), fontsize=10)
+    fig.tight_layout()
+    tmp = f"{path}.tmp-{os.getpid()}.png"
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, path)

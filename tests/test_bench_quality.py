@@ -1,0 +1,171 @@
+"""The pretraining-quality benchmark (scripts/bench/quality*.py): flag checks, snapshot choice,
+the keras-hub weight mapping, the report, and (slow) a smoke run of the whole harness."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+from numerics import assert_close
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+
+from bench import quality, quality_keras_hub, quality_report, quality_systems  # noqa: E402
+
+from bert_trainer import features as F  # noqa: E402
+from bert_trainer.interop import resolve  # noqa: E402
+
+SHARED = REPO.parent / "shared" / "data"
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--systems=none,gpt"], "--systems: 'gpt' is unknown"),
+    (["--budgets=5,x"], "--budgets='5,x': give minutes"),
+    (["--budgets=0"], "every budget must be > 0"),
+    (["--seeds=0"], "--seeds=0 must be >= 1"),
+    (["--calibrate_steps=10"], "--calibrate_steps=10 must be >= 20"),
+    (["--systems=pytorch", "--torch_python=/nonexistent/python"], "cannot import torch"),
+])
+def test_bad_flags_fail_in_one_line_before_writing(flags, message, tmp_path, capsys):
+    output = tmp_path / "results.json"
+    code = quality.main([*flags, f"--output={output}", f"--workdir={tmp_path / 'work'}"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith("error: ") and message in err
+    assert len(err.splitlines()) == 1
+    assert not output.exists() and not (tmp_path / "work").exists()
+
+
+def test_system_names_follow_the_results_schema():
+    assert quality.system_name("none") == "none"
+    assert quality.system_name("pytorch") == "pytorch"
+    assert quality.system_name("cram") == "bert-train cram"
+    assert quality.system_name("cram-post_norm") == "bert-train cram-post_norm"
+
+
+def test_a_budget_takes_the_last_checkpoint_written_by_then(tmp_path):
+    launched = 1_000_000.0
+    for step, second in ((10, 20), (20, 50), (30, 61), (40, 130)):
+        index = tmp_path / f"ckpt-{step}.index"
+        index.write_text("")
+        os.utime(index, (launched + second, launched + second))
+    snaps = quality_systems._snapshots(str(tmp_path), launched, (60.0, 120.0, 10.0))
+    assert [s["seconds"] for s in snaps] == [10.0, 60.0, 120.0]
+    assert [s["step"] for s in snaps] == [None, 20, 30]
+    assert snaps[1]["dir"] == str(tmp_path / "ckpt-20")
+    assert snaps[2]["elapsed"] == pytest.approx(61.0)
+
+
+def test_planned_steps_end_the_schedule_at_the_largest_budget():
+    setup = quality_systems.Setup(sizes={}, seq_length=64, max_predictions=10, batch_size=16,
+                                  learning_rate=5e-4, budgets_s=(60.0, 300.0),
+                                  calibrate_steps=30, checkpoint_seconds=15)
+    # 30 steps at 2 steps/s took 35 s: 20 s of start-up, so 280 s of steps remain.
+    assert quality_systems._planned_steps(2.0, 35.0, setup) == 560
+
+
+def test_keras_hub_snapshot_converts_to_the_same_encoder(tmp_path):
+    """The keras-hub weights, renamed and written by bert-train's Hugging Face writer, give
+    the same outputs in bert-train's encoder: the scorer and fine-tuning read what keras-hub
+    trained. Not to float32 rounding: keras-hub's BERT layers use GELU's tanh approximation,
+    the Hugging Face / Google layout the exact erf form (they differ by < 0.02 anywhere)."""
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("".join(f"{t}\n" for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+                             + [f"w{i}" for i in range(35)]))
+    params = {"vocab_size": 40, "vocab_file": str(vocab),
+              "sizes": dict(hidden_size=16, num_layers=2, num_attention_heads=2, inner_dim=32,
+                            max_sequence_length=24)}
+    keras.utils.set_random_seed(3)
+    _, _, model = quality_keras_hub.build(params)
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, 40, size=(2, 12)).astype("int32")
+    mask = np.ones_like(ids)
+    mask[1, 8:] = 0
+    positions = np.array([[1, 3], [2, 5]], "int32")
+    hub = model({"token_ids": ids, "padding_mask": mask, "segment_ids": np.zeros_like(ids),
+                 "mask_positions": positions})  # (batch, 2, vocab) logits
+    backbone = model.backbone({"token_ids": ids, "padding_mask": mask,
+                               "segment_ids": np.zeros_like(ids)})
+    quality_keras_hub.write_hf({w.path: w.numpy() for w in model.weights}, params,
+                               str(tmp_path / "hf"), np)
+    checkpoint = resolve.resolve_checkpoint(str(tmp_path / "hf"))
+    from bert_trainer.models import BertPretrainer  # noqa: PLC0415
+
+    pretrainer = BertPretrainer(checkpoint.build_encoder(output_dropout=0.0,
+                                                         attention_dropout=0.0),
+                                num_next_sentence_labels=0)
+    checkpoint.load(encoder=pretrainer.encoder, masked_lm=pretrainer.masked_lm)
+    ours = pretrainer({F.INPUT_WORD_IDS: ids, F.INPUT_MASK: mask,
+                       F.INPUT_TYPE_IDS: np.zeros_like(ids), F.MASKED_LM_POSITIONS: positions},
+                      training=False)
+    assert_close(ours[F.MLM_LOGITS], hub, rtol=0, atol=2e-3)
+    assert np.array_equal(np.argmax(ours[F.MLM_LOGITS], -1), np.argmax(hub, -1))
+    encoded = pretrainer.encoder({F.INPUT_WORD_IDS: ids, F.INPUT_MASK: mask,
+                                  F.INPUT_TYPE_IDS: np.zeros_like(ids)}, training=False)
+    assert_close(encoded[F.POOLED_OUTPUT], backbone["pooled_output"], rtol=0, atol=2e-3)
+    # A swapped pair of weights would not pass: the layers' kernels are not interchangeable.
+    assert np.abs(np.asarray(hub)).max() > 0.05
+
+
+def record(runs):
+    return {"settings": {"seeds": [1, 2, 3]}, "runs": runs, "title": "test"}
+
+
+RUNS = [
+    {"system": "none", "minutes": 0, "steps": 0, "mlm_accuracy": 0.001,
+     "sst2_accuracy": {"mean": 0.575, "std": 0.01, "seeds": [0.57, 0.58, 0.575]}},
+    {"system": "bert-train cram", "minutes": 5, "steps": 900, "mlm_accuracy": 0.2512,
+     "sst2_accuracy": {"mean": 0.6123, "std": 0.0151, "seeds": [0.6, 0.61, 0.63]}},
+    {"system": "bert-train cram", "minutes": 10, "steps": None, "mlm_accuracy": None,
+     "sst2_accuracy": None},
+]
+
+
+def test_table_rows_and_the_readme_block_is_replaced_in_place(tmp_path):
+    lines = quality_report.table_lines(record(RUNS))
+    assert "mean ± std of 3 seeds" in lines[0]
+    assert lines[3] == "| bert-train cram | 5 | 900 | 25.1 | 61.2 ± 1.5 |"
+    assert lines[4] == "| bert-train cram | 10 | 0 | - | - |"
+    readme = tmp_path / "README.md"
+    readme.write_text("# Benchmarks\n\nintro\n")
+    quality_report.replace_table(str(readme), record(RUNS), "first")
+    quality_report.replace_table(str(readme), record(RUNS[:2]), "second")
+    text = readme.read_text()
+    assert text.startswith("# Benchmarks\n\nintro\n")
+    assert text.count(quality_report.TABLE_START) == 1
+    assert "second" in text and "first" not in text and "| 10 |" not in text
+
+
+def test_plot_writes_a_png(tmp_path):
+    path = tmp_path / "quality.png"
+    quality_report.plot(record(RUNS), str(path))
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not list(tmp_path.glob("*.tmp-*"))
+
+
+@pytest.mark.slow
+def test_smoke_run_writes_one_record_per_system_and_budget(tmp_path):
+    if not (SHARED / "imdb" / "train.tsv").exists():
+        pytest.skip(f"{SHARED} is absent (it holds the real data; CI provides it)")
+    output = tmp_path / "results.json"
+    done = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "bench" / "quality.py"), "--smoke",
+         f"--workdir={tmp_path / 'work'}", f"--output={output}"],
+        cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads(output.read_text())
+    assert [(r["system"], r["minutes"]) for r in results["runs"]] == [
+        ("none", 0), ("bert-train cram", 1)]
+    none, cram = results["runs"]
+    assert cram["steps"] == 20  # the planned run ends before the budget: its last checkpoint
+    assert 0 <= none["mlm_accuracy"] < 0.05  # random weights
+    assert cram["mlm_accuracy"] > none["mlm_accuracy"]
+    for run in results["runs"]:
+        sst2 = run["sst2_accuracy"]
+        assert len(sst2["seeds"]) == 1 and sst2["std"] is None
+        assert 0.3 < sst2["mean"] < 0.8 and sst2["mean"] == sst2["seeds"][0]
+    assert (tmp_path / "results.png").read_bytes()[:4] == b"\x89PNG"

@@ -13,6 +13,8 @@ commands share one (scripts/demo_runner.py), which pays TensorFlow's start-up on
   data      bert-train create_pretraining_data  (train shards and a held-out eval shard)
   pretrain  bert-train pretrain --gin_file=configs/demo.gin  (BERT-Tiny, MLM + NSP)
   finetune  bert-train finetune --task=classification        (dev accuracy every 100 steps)
+  finetune_scratch  the same fine-tune of the same encoder from random weights (what the
+            pretraining bought: the summary and the plot show both)
   evaluate  bert-train evaluate --checkpoint=latest  (the last weights: no selection on dev)
   export    bert-train export                   (text-in SavedModel)
   predict   bert-train predict                  (sentences written for the demo)
@@ -41,6 +43,11 @@ from bert_trainer.errors import UserError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SETTINGS_FILE = "settings.json"
+# The encoder of configs/demo.gin, bound for the from-scratch fine-tune (which must not read
+# demo.gin's pretraining schedule); tests/test_demo.py checks both encoders' configs match.
+SCRATCH_ENCODER = ("configs/encoders/tiny.gin", ("build_encoder.max_sequence_length = 128",))
+# Both fine-tunes run with the encoder's dropout on, whatever the pretraining recipe used.
+FINETUNE_BINDINGS = ("FinetuneConfig.encoder_dropout = 0.1",)
 # Sentences written for the demo (not from any docstring), with the package a reader expects.
 DEMO_SENTENCES = (
     ("The event loop runs the callback after the given delay.", "asyncio"),
@@ -72,7 +79,7 @@ class Settings:
 
 FULL = Settings()
 QUICK = Settings(corpus_max_bytes=150_000, vocab_size=1000, min_token_count=2, dupe_factor=1,
-                 pretrain_steps=20, finetune_steps=20, eval_interval=10, summary_interval=10,
+                 pretrain_steps=20, finetune_steps=20, eval_interval=20, summary_interval=10,
                  max_eval_examples=64)
 
 
@@ -83,7 +90,8 @@ def paths(workdir: str) -> dict[str, str]:
             "text_train": j("pretrain_text", "train.txt"),
             "text_eval": j("pretrain_text", "eval.txt"),
             "vocab": j("vocab.txt"), "data": j("pretraining_data"), "pretrain": j("pretrain"),
-            "finetune": j("finetune"), "export": j("export"),
+            "finetune": j("finetune"), "finetune_scratch": j("finetune_scratch"),
+            "export": j("export"),
             "predict_input": j("predict_input.txt"), "predictions": j("predictions.jsonl"),
             "summary": j("summary.json"), "plot": j("loss_curves.png"), "logs": j("logs")}
 
@@ -189,19 +197,28 @@ def train_and_serve(stages: Stages, p: dict, s: Settings, task: demo_task.DemoTa
              for name in ("summary_interval", "steps_per_loop")] if s.summary_interval else [])
     length = ([f"--train_steps={s.finetune_steps}"] if s.finetune_steps
               else [f"--num_epochs={s.finetune_epochs}"])
+
+    def finetune(model_dir, start, bindings=()):
+        return _with_gin_params(
+            ["finetune", "--task=classification", f"--train_file={task.train_file}",
+             f"--eval_file={task.dev_file}", *start, f"--model_dir={model_dir}",
+             f"--seq_length={s.seq_length}", f"--learning_rate={s.finetune_learning_rate}",
+             *length,
+             *([f"--max_eval_examples={s.max_eval_examples}"] if s.max_eval_examples else [])],
+            [f"TrainerConfig.eval_interval = {s.eval_interval}", *loop, *FINETUNE_BINDINGS,
+             *bindings])
+
+    gin_file, encoder = SCRATCH_ENCODER
     stages.bert_train([
         ("pretrain", _with_gin_params(
             ["pretrain", "--gin_file=configs/demo.gin", f"--model_dir={p['pretrain']}",
              f"--train_data={p['data']}/train-*.tfrecord",
              f"--eval_data={p['data']}/eval-*.tfrecord", f"--vocab_file={p['vocab']}"],
             [f"build_encoder.vocab_size = {vocab_size}", *steps, *loop])),
-        ("finetune", _with_gin_params(
-            ["finetune", "--task=classification", f"--train_file={task.train_file}",
-             f"--eval_file={task.dev_file}", f"--init_checkpoint={p['pretrain']}",
-             f"--model_dir={p['finetune']}", f"--seq_length={s.seq_length}",
-             f"--learning_rate={s.finetune_learning_rate}", *length,
-             *([f"--max_eval_examples={s.max_eval_examples}"] if s.max_eval_examples else [])],
-            [f"TrainerConfig.eval_interval = {s.eval_interval}", *loop])),
+        ("finetune", finetune(p["finetune"], [f"--init_checkpoint={p['pretrain']}"])),
+        ("finetune_scratch", finetune(
+            p["finetune_scratch"], [f"--vocab_file={p['vocab']}", f"--gin_file={gin_file}"],
+            [f"build_encoder.vocab_size = {vocab_size}", *encoder])),
         ("evaluate", bert_train_args("evaluate", model_dir=p["finetune"],
                                      eval_file=task.dev_file, checkpoint="latest",
                                      max_eval_examples=s.max_eval_examples)),

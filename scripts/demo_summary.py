@@ -50,15 +50,20 @@ def summarize(p: dict, task: demo_task.DemoTask, sentences, timings: list[dict],
     Returns:
       The summary dict.
     """
-    pretrain, finetune = {}, {}
+    pretrain, finetune, scratch = {}, {}, {}
     for out, model_dir, tags in ((pretrain, p["pretrain"], ("loss", "mlm_loss", "nsp_loss")),
-                                 (finetune, p["finetune"], ("loss",))):
+                                 (finetune, p["finetune"], ("loss",)),
+                                 (scratch, p["finetune_scratch"], ("loss",))):
         train, evals = _scalars(model_dir, "train"), _scalars(model_dir, "eval")
         out["steps"] = max((s[0][-1] for s in train.values()), default=0)
         out["train"] = {tag: _first_last(train, tag) for tag in tags}
         out["eval"] = {tag: values[-1] for tag, (_, values) in sorted(evals.items())}
     with open(os.path.join(p["finetune"], "eval_results.json"), encoding="utf-8") as f:
         results = json.load(f)
+    # The from-scratch run's own evaluation at its last step (its last weights, as the
+    # evaluate stage reads the pretrained run's).
+    with open(os.path.join(p["finetune_scratch"], "eval_results.json"), encoding="utf-8") as f:
+        scratch_results = json.load(f)
     with open(p["predictions"], encoding="utf-8") as f:
         answers = [json.loads(line) for line in f if line.strip()]
     predictions = [{"text": a["text"], "label": a["label"], "expected": expected,
@@ -70,8 +75,10 @@ def summarize(p: dict, task: demo_task.DemoTask, sentences, timings: list[dict],
                  "train_examples": sum(task.train_counts.values()),
                  "dev_examples": sum(task.dev_counts.values()),
                  "dev_modules": task.dev_modules},
-        "pretrain": pretrain, "finetune": finetune,
+        "pretrain": pretrain, "finetune": finetune, "finetune_scratch": scratch,
         "dev": {"accuracy": results["metrics"].get("accuracy"),
+                "from_scratch_accuracy": scratch_results["metrics"].get("accuracy"),
+                "from_scratch_step": scratch_results.get("step"),
                 "num_examples": results["metrics"].get("num_examples"),
                 "checkpoint": results.get("checkpoint"), "step": results.get("step"),
                 "majority_baseline": task.majority_accuracy,
@@ -88,6 +95,8 @@ def plot(p: dict, summary: dict) -> str | None:
     """Draws the loss curves PNG; None (with a warning) when matplotlib is missing."""
     pre_train, pre_eval = _scalars(p["pretrain"], "train"), _scalars(p["pretrain"], "eval")
     ft_train, ft_eval = _scalars(p["finetune"], "train"), _scalars(p["finetune"], "eval")
+    sc_train = _scalars(p["finetune_scratch"], "train")
+    sc_eval = _scalars(p["finetune_scratch"], "eval")
     curve = lambda label, runs, tag, style="-": plotting.Curve(  # noqa: E731
         label, *runs.get(tag, ((), ())), style=style)
     panels = [
@@ -97,10 +106,13 @@ def plot(p: dict, summary: dict) -> str | None:
             curve("train NSP loss", pre_train, "nsp_loss"),
             curve("held-out NSP loss", pre_eval, "nsp_loss", "o--"))),
         plotting.Panel("Fine-tuning: which package?", (
-            curve("train loss", ft_train, "loss"),
-            curve("dev loss", ft_eval, "loss", "o--"))),
+            curve("train loss, pretrained", ft_train, "loss"),
+            curve("dev loss, pretrained", ft_eval, "loss", "o--"),
+            curve("train loss, from random weights", sc_train, "loss", ":"),
+            curve("dev loss, from random weights", sc_eval, "loss", "x:"))),
         plotting.Panel("Fine-tuning: dev accuracy (held-out modules)", (
-            curve("dev accuracy", ft_eval, "accuracy", "o-"),),
+            curve("pretrained encoder", ft_eval, "accuracy", "o-"),
+            curve("same encoder, random weights", sc_eval, "accuracy", "x:")),
             ylabel="accuracy", ylim=(0.0, 1.0), references=(
                 (f"majority baseline ({summary['dev']['majority_baseline']:.1%})",
                  summary["dev"]["majority_baseline"]),)),
@@ -116,7 +128,8 @@ def print_summary(summary: dict) -> None:
     """Prints the summary made by `summarize` (steps, losses, metric, stages, paths)."""
     pre, ft, dev = summary["pretrain"], summary["finetune"], summary["dev"]
     lines = ["", "=" * 78, "bert-train demo: summary", "=" * 78]
-    for name, run in (("pretrain", pre), ("finetune", ft)):
+    for name, run in (("pretrain", pre), ("finetune", ft),
+                      ("scratch", summary["finetune_scratch"])):
         lines.append(f"{name:<9} {run['steps']} steps; mean train losses, first -> last window:")
         lines += [f"{'':<11}{tag:<9} {v['first']:.3f} (steps 1-{v['first_step']}) -> "
                   f"{v['last']:.3f} (steps {v['last_window_start']}-{v['last_step']})"
@@ -127,6 +140,11 @@ def print_summary(summary: dict) -> None:
     lines.append(f"dev       accuracy {dev['accuracy']:.1%} on {dev['num_examples']:.0f} "
                  f"sentences of held-out modules (step {dev['step']}, last checkpoint) vs "
                  f"majority baseline {dev['majority_baseline']:.1%} ('{dev['majority_label']}')")
+    gain = dev["accuracy"] - dev["from_scratch_accuracy"]
+    lines.append(f"{'':<9} the same fine-tune from random weights: "
+                 f"{dev['from_scratch_accuracy']:.1%} (step {dev['from_scratch_step']}): "
+                 f"pretraining {'bought' if gain > 0 else 'lost'} {abs(gain):.1%} "
+                 "(one seed each)")
     lines.append("predict   (sentences written for the demo; expected = a reader's guess)")
     for row in summary["predictions"]:
         mark = "ok" if row["label"] == row["expected"] else "  "
@@ -139,7 +157,8 @@ def print_summary(summary: dict) -> None:
         + f"; total {summary['wall_seconds']:.0f}s wall, "
         f"{sum(s['cpu_seconds'] for s in ran):.0f}s CPU")
     lines.append("outputs")
-    for key in ("pretrain", "finetune", "export", "predictions", "plot", "summary", "logs"):
-        lines.append(f"  {key:<12} {summary['paths'][key] or '(none: see the warning above)'}")
+    for key in ("pretrain", "finetune", "finetune_scratch", "export", "predictions", "plot",
+                "summary", "logs"):
+        lines.append(f"  {key:<16} {summary['paths'][key] or '(none: see the warning above)'}")
     lines.append(f"TensorBoard  {summary['tensorboard']}")
     print("\n".join(lines), flush=True)

@@ -52,22 +52,52 @@ def test_summary_reports_steps_losses_and_the_dev_metric(quick_run):
     cwd, _ = quick_run
     summary = _summary(cwd)
     assert summary["pretrain"]["steps"] == 20 and summary["finetune"]["steps"] == 20
-    for run, tag in (("pretrain", "mlm_loss"), ("pretrain", "nsp_loss"), ("finetune", "loss")):
+    assert summary["finetune_scratch"]["steps"] == 20  # the same steps from random weights
+    for run, tag in (("pretrain", "mlm_loss"), ("finetune", "loss"),
+                     ("finetune_scratch", "loss")):
         losses = summary[run]["train"][tag]
         assert math.isfinite(losses["first"]) and math.isfinite(losses["last"]), (run, tag)
         assert losses["first_step"] < losses["last_step"] == 20
     dev = summary["dev"]
     assert isinstance(dev["accuracy"], float) and 0.0 <= dev["accuracy"] <= 1.0
+    assert isinstance(dev["from_scratch_accuracy"], float)
+    assert 0.0 <= dev["from_scratch_accuracy"] <= 1.0 and dev["from_scratch_step"] == 20
     assert dev["num_examples"] == 64  # QUICK.max_eval_examples
     assert 0.2 < dev["majority_baseline"] < 0.6
     assert dev["majority_label"] in summary["task"]["labels"]
     assert [s["stage"] for s in summary["stages"]] == [
         "corpus", "task", "vocab", "data_train", "data_eval", "pretrain", "finetune",
-        "evaluate", "export", "predict"]
+        "finetune_scratch", "evaluate", "export", "predict"]
     # demo_runner times each command inside its batch process: CPU seconds are its own.
     seconds = {s["stage"]: s for s in summary["stages"]}
     assert seconds["pretrain"]["cpu_seconds"] > 0 and seconds["pretrain"]["seconds"] > 0
     assert all(s["status"] == "ran" for s in summary["stages"])
+
+
+def test_the_from_scratch_fine_tune_builds_the_pretrained_encoder(quick_run):
+    """Only the weights differ: the same architecture (dropout aside: both fine-tunes set it)
+    and the same fine-tuning recipe (step count, rate, batch, sequence length)."""
+    cwd, run = quick_run
+    workdir = cwd / "runs" / "demo"
+
+    def info(name):
+        with open(workdir / name / "bert_train.json", encoding="utf-8") as f:
+            return json.load(f)
+
+    def architecture(name):
+        config = dict(info(name)["encoder"]["config"])
+        for key in ("output_dropout", "attention_dropout", "name", "dtype"):
+            config.pop(key)
+        return config
+
+    assert architecture("finetune_scratch") == architecture("pretrain")
+    assert info("finetune_scratch")["encoder"]["config"]["output_dropout"] == 0.1
+    assert info("finetune")["encoder"]["config"]["output_dropout"] == 0.1
+    pretrained, scratch = (
+        {k: v for k, v in info(n).get("run_settings", {}).items() if "init_checkpoint" not in k}
+        for n in ("finetune", "finetune_scratch"))
+    assert pretrained == scratch
+    assert "from random weights" in run.stdout
 
 
 def test_plot_and_predictions_are_written(quick_run):

@@ -12,7 +12,7 @@ from finetune_testing import assert_encoder_equals, shared_file, write_tiny_hf
 from bert_trainer.checkpoints.layout import model_trackable
 from bert_trainer.errors import UserError
 from bert_trainer.interop import formats, hf, resolve
-from bert_trainer.interop.resolve import ResolvedCheckpoint, resolve_checkpoint
+from bert_trainer.interop.resolve import resolve_checkpoint
 from bert_trainer.tasks import finetuning, registry, run_settings
 from bert_trainer.training import OptimizerConfig, Trainer, TrainerConfig
 
@@ -46,12 +46,14 @@ def test_each_format_resolves_to_its_config_and_vocabulary(sources, tiny_pretrai
     assert (ours.format, ours.directory, ours.prefix) == ("bert_train", sources["bert_train"],
                                                           None)
     assert ours.vocab_file == tiny_pretrained["vocab_file"] and ours.lower_case
-    assert ours.bert_config is None and ours.registered_name == "bert_trainer>BertEncoder"
+    assert isinstance(ours, resolve.BertTrainCheckpoint)
+    assert ours.registered_name == "bert_trainer>BertEncoder"
     expected = {k: ours.encoder_config[k] for k in ARCHITECTURE}
     assert expected["hidden_size"] == 32 and expected["num_layers"] == 1
     for kind in ("hf", "tf1"):
         theirs = resolve_checkpoint(sources[kind])
         assert theirs.format == kind and theirs.directory == sources[kind]
+        assert isinstance(theirs, resolve.ReferenceCheckpoint)
         assert theirs.vocab_file == f"{sources[kind]}/vocab.txt" and theirs.lower_case
         assert {k: theirs.encoder_config[k] for k in ARCHITECTURE} == expected
         assert theirs.bert_config.hidden_size == 32
@@ -70,6 +72,15 @@ def test_a_plain_tf_checkpoint_resolves_for_the_trainer_only(sources, tmp_path):
         resolve.TF_CHECKPOINT, prefix, None, None)
     with pytest.raises(UserError, match="is not a BERT checkpoint directory"):
         resolve_checkpoint(prefix)
+    # Each format refuses, in one line, what it cannot do.
+    with pytest.raises(UserError, match=r"plain/ckpt holds no encoder config \(no bert_train"):
+        plain.build_encoder()
+    with pytest.raises(UserError, match=r"^\S+/plain/ckpt is a tf_checkpoint checkpoint, not a "
+                                        "Hugging Face or Google one; load it with "):
+        plain.read_reference()
+    with pytest.raises(UserError, match=r"/hf is a hf checkpoint of an encoder, not of this "
+                                        "model; warm-start a fine-tuning or pretraining task"):
+        resolve_checkpoint(sources["hf"]).restore_model(encoder)
     with pytest.raises(UserError, match=r"^--init_checkpoint=\S+/nowhere: no checkpoint there"):
         resolve_checkpoint(str(tmp_path / "nowhere"), any_tf_checkpoint=True)
     with pytest.raises(UserError, match=r"^--init_checkpoint=\S+/nowhere does not exist; pass a "
@@ -119,13 +130,15 @@ def test_a_hugging_face_file_is_read_once_per_warm_start(sources, tiny_pretraine
 def test_bert_train_and_hugging_face_warm_start_through_one_loader(sources, tiny_pretrained,
                                                                    tmp_path, monkeypatch):
     calls = []
-    real_load = ResolvedCheckpoint.load
 
-    def recording_load(self, **parts):
-        calls.append(self.format)
-        return real_load(self, **parts)
+    def recording(real_load):
+        def recording_load(self, **parts):
+            calls.append(self.format)
+            return real_load(self, **parts)
+        return recording_load
 
-    monkeypatch.setattr(ResolvedCheckpoint, "load", recording_load)
+    for cls in (resolve.BertTrainCheckpoint, resolve.ReferenceCheckpoint):
+        monkeypatch.setattr(cls, "load", recording(cls.load))
     for kind in ("bert_train", "hf"):
         trainer = _warm_start(sources[kind], tiny_pretrained, tmp_path / kind)
         assert_encoder_equals(trainer.model.encoder, tiny_pretrained["encoder_weights"])

@@ -132,7 +132,7 @@ def convert(input_path: str, output_dir: str, *, to: str = formats.BERT_TRAIN,
 def read_source(path: str, *, allow_pickle: bool = False) -> formats.BertCheckpoint:
     """Any supported checkpoint directory as a `BertCheckpoint` in the reference layout."""
     checkpoint = resolve_checkpoint(path, allow_pickle=allow_pickle)
-    if checkpoint.bert_config is not None:  # Hugging Face / Google: read in that layout.
+    if checkpoint.format in (formats.HF, formats.TF1):  # read in the reference layout
         return checkpoint.read_reference()
     encoder = checkpoint.build_encoder()
     config = pretrained.bert_config(encoder)

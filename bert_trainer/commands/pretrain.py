@@ -83,7 +83,7 @@ def _build_trainer(model_dir: str):
     import functools  # noqa: PLC0415
 
     from bert_trainer import configurables  # noqa: PLC0415
-    from bert_trainer.interop import resolve  # noqa: PLC0415
+    from bert_trainer.interop import formats, resolve  # noqa: PLC0415
     from bert_trainer.tasks.causal_lm.task import CausalLMTask  # noqa: PLC0415
     from bert_trainer.tasks.pretraining import PretrainingTask  # noqa: PLC0415
     from bert_trainer.training.trainer import Trainer  # noqa: PLC0415
@@ -98,16 +98,15 @@ def _build_trainer(model_dir: str):
     config_name = "CausalLMConfig" if causal else "PretrainingConfig"
     derived = {}
     model_fn = configurables.build_causal_lm if causal else configurables.build_encoder
-    if checkpoint is not None and checkpoint.gpt2_config is not None and not causal:
+    if checkpoint is not None and checkpoint.format == formats.GPT2 and not causal:
         raise UserError(f"--init_checkpoint={checkpoint.path} is a GPT-2 (causal LM) "
                         "checkpoint; it warm-starts pretraining_objective.name = 'causal_lm', "
                         "not masked LM")
     # A bert-train or GPT-2 directory fixes the architecture (Hugging Face / Google BERT
     # directories are checked against the gin-built encoder instead).
-    if checkpoint is not None and checkpoint.info is not None:
+    if checkpoint is not None and checkpoint.format == formats.BERT_TRAIN:
         _check_objective(checkpoint, causal)
-    if checkpoint is not None and (checkpoint.info is not None
-                                   or checkpoint.gpt2_config is not None):
+    if checkpoint is not None and checkpoint.fixes_architecture:
         logging.info("Model architecture from %s (build_encoder / build_causal_lm bindings "
                      "are ignored)", checkpoint.directory)
         model_fn = checkpoint.build_encoder
@@ -135,7 +134,7 @@ def _build_trainer(model_dir: str):
 
 def _check_objective(checkpoint, causal: bool) -> None:
     """Refuses an init checkpoint of the other objective's model (a CausalLM for masked LM)."""
-    held = checkpoint.info.encoder_class
+    held = checkpoint.encoder_class
     if (held == "CausalLM") != causal:
         objective = "causal_lm" if causal else "masked_lm"
         wanted = "a CausalLM" if causal else "a BERT encoder"

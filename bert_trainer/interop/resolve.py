@@ -1,15 +1,18 @@
 """A checkpoint resolved once: its format, the encoder it fits, its vocabulary and its loader.
 
-`resolve_checkpoint(path)` is the one place that tells the checkpoint formats apart:
+`resolve_checkpoint(path)` is the one place that tells the checkpoint formats apart; each
+answers the `ResolvedCheckpoint` protocol (`build_encoder`, `load`, `restore_model`,
+`read_reference`) with a class of its own:
 
-    bert_train     a bert-train model directory (bert_train.json), or a checkpoint prefix in one
-    hf             a Hugging Face BERT directory (config.json + model.safetensors)
-    gpt2           a Hugging Face GPT-2 directory (the same files, model_type "gpt2"): a
-                   `CausalLM`, no WordPiece vocabulary (`interop.gpt2`)
-    tf1            a Google BERT directory (bert_config.json + bert_model.ckpt.*)
-    tf_checkpoint  any other TensorFlow checkpoint (a prefix, or a directory with a
-                   `checkpoint` file): no encoder config, no vocabulary; its variables are
-                   matched by name (`bert_trainer.checkpoints.layout`)
+    bert_train     BertTrainCheckpoint: a bert-train model directory (bert_train.json), or a
+                   checkpoint prefix in one
+    hf, tf1        ReferenceCheckpoint: a Hugging Face BERT directory (config.json +
+                   model.safetensors) or a Google one (bert_config.json + bert_model.ckpt.*)
+    gpt2           GPT2Checkpoint: a Hugging Face GPT-2 directory (the same files, model_type
+                   "gpt2"): a `CausalLM`, no WordPiece vocabulary (`interop.gpt2`)
+    tf_checkpoint  TFCheckpoint: any other TensorFlow checkpoint (a prefix, or a directory of
+                   checkpoints): no encoder config, no vocabulary; its variables are matched
+                   by name (`bert_trainer.checkpoints.layout`)
 
 A command resolves its `--init_checkpoint` once and passes the result along: the encoder spec
 reads its config and vocabulary, and the warm start calls its `load` (or `restore_model`).
@@ -39,38 +42,30 @@ _ARCHITECTURE = ("vocab_size", "hidden_size", "num_layers", "num_attention_heads
                  "max_sequence_length", "type_vocab_size", "inner_activation")
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class ResolvedCheckpoint:
-    """What `resolve_checkpoint` found at a path.
+    """What `resolve_checkpoint` found at a path: one subclass per format, one protocol.
 
     Attributes:
       path: the path as given (named in messages).
       format: one of `formats.FORMATS` or TF_CHECKPOINT.
       directory: the directory that holds it.
-      prefix: the TensorFlow checkpoint prefix when one was given (None: the latest one of
-        `directory`, looked up when loading).
-      registered_name: the encoder's Keras registered name (None for TF_CHECKPOINT).
-      encoder_config: the encoder's `get_config()`-style arguments (None for TF_CHECKPOINT).
+      registered_name: the encoder's Keras registered name (None: no encoder config).
+      encoder_config: the encoder's `get_config()`-style arguments (None: no encoder config).
       vocab_file: absolute path of its WordPiece vocabulary, or None.
       lower_case: whether that vocabulary expects lower-cased text.
-      bert_config: the architecture of a Hugging Face / Google checkpoint (None otherwise).
-      info: the bert_train.json of a bert-train checkpoint.
-      allow_pickle: a Hugging Face pytorch_model.bin may be read (needs torch).
-      gpt2_config: the architecture of a Hugging Face GPT-2 checkpoint (None otherwise).
     """
 
     path: str
     format: str
     directory: str
-    prefix: str | None = None
     registered_name: str | None = None
     encoder_config: dict | None = None
     vocab_file: str | None = None
     lower_case: bool = True
-    bert_config: formats.BertConfig | None = None
-    info: model_dir_lib.ModelInfo | None = dataclasses.field(default=None, repr=False)
-    allow_pickle: bool = False
-    gpt2_config: gpt2.GPT2Config | None = None
+    # Whether the checkpoint says which model to build (a pretraining warm start then takes
+    # its architecture instead of the gin-configured one).
+    fixes_architecture = False
 
     @property
     def encoder_class(self) -> str | None:
@@ -82,19 +77,12 @@ class ResolvedCheckpoint:
         Args:
           **overrides: constructor arguments that change no weight shape (OVERRIDABLE).
         """
-        unknown = sorted(set(overrides) - set(OVERRIDABLE))
-        if unknown:
-            raise UserError(f"from_pretrained: {unknown} would change the architecture read from "
-                            f"{self.path}; only {list(OVERRIDABLE)} may be overridden")
-        if self.bert_config is not None:
-            return pretrained.encoder_from_config(self.bert_config, **overrides)
-        if self.gpt2_config is not None:
-            return gpt2.build_model(self.gpt2_config, **overrides)
-        if self.info is None:
-            raise UserError(f"{self.path} holds no encoder config (no {formats.MODEL_INFO_FILE});"
-                            " pass a bert-train model directory")
-        config = {**self.info.encoder_config, **overrides}
-        return model_dir_lib.build_encoder(dataclasses.replace(self.info, encoder_config=config))
+        _check_overrides(overrides, self.path)
+        return self._build(overrides)
+
+    def _build(self, overrides: dict) -> keras.Model:
+        raise UserError(f"{self.path} holds no encoder config (no {formats.MODEL_INFO_FILE}); "
+                        "pass a bert-train model directory")
 
     def load(self, *, encoder: keras.Model, masked_lm=None, next_sentence=None) -> dict:
         """Warm-starts a built encoder (and heads) from this checkpoint.
@@ -105,39 +93,123 @@ class ResolvedCheckpoint:
         Raises:
           UserError: the checkpoint does not fit (another architecture, no encoder weights).
         """
-        if self.gpt2_config is not None:
-            if masked_lm is not None or next_sentence is not None:
-                raise UserError(f"{self.path} is a GPT-2 (causal LM) checkpoint; it warm-starts "
-                                "the causal_lm objective, not masked-LM pretraining")
-            return self._load_gpt2(encoder)
-        if self.bert_config is None:
-            report = model_dir_lib.restore_pretrained(
-                self.prefix or self.directory, encoder=encoder, masked_lm=masked_lm,
-                next_sentence=next_sentence)
-            _require_finite((encoder, masked_lm, next_sentence), self.path)
-            return report
-        return _assign(self.read_reference(), encoder=encoder, masked_lm=masked_lm,
-                       next_sentence=next_sentence)
+        raise NotImplementedError
+
+    def restore_model(self, model: keras.Model) -> None:
+        """Restores every weight of a whole model (a warm start of the same task's model).
+
+        Raises:
+          UserError: a checkpoint of an encoder only, or a weight the checkpoint lacks or
+            whose shape differs.
+        """
+        raise NotImplementedError
 
     def read_reference(self) -> formats.BertCheckpoint:
         """Reads (and validates) a Hugging Face / Google checkpoint's weights, every call.
 
         Raises:
-          UserError: a bert-train checkpoint (it has no reference layout to read), or weights,
-            config and vocabulary that do not fit each other.
+          UserError: a checkpoint of another format (it has no reference layout to read), or
+            weights, config and vocabulary that do not fit each other.
         """
+        raise UserError(f"{self.path} is a {self.format} checkpoint, not a Hugging Face or "
+                        "Google one; load it with bert_trainer.interop.from_pretrained")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TFCheckpoint(ResolvedCheckpoint):
+    """A TensorFlow checkpoint in the bert-train layout, read by variable name.
+
+    Attributes:
+      prefix: the checkpoint prefix when one was given (None: the latest usable one of
+        `directory`, looked up when loading).
+    """
+
+    prefix: str | None = None
+
+    def _prefix(self) -> str:
+        return self.prefix or select.select_checkpoint(None, self.directory,
+                                                       flag="--init_checkpoint")
+
+    def load(self, *, encoder: keras.Model, masked_lm=None, next_sentence=None) -> dict:
+        report = model_dir_lib.restore_pretrained(
+            self._prefix(), encoder=encoder, masked_lm=masked_lm, next_sentence=next_sentence)
+        _require_finite((encoder, masked_lm, next_sentence), self.path)
+        return report
+
+    def restore_model(self, model: keras.Model) -> None:
+        prefix = self._prefix()
+        layout.restore_model(model, prefix)
+        _require_finite((model,), prefix)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BertTrainCheckpoint(TFCheckpoint):
+    """A bert-train model directory (or a prefix in one); `info` is its bert_train.json."""
+
+    info: model_dir_lib.ModelInfo = dataclasses.field(repr=False)
+    fixes_architecture = True
+
+    def _build(self, overrides: dict) -> keras.Model:
+        config = {**self.info.encoder_config, **overrides}
+        return model_dir_lib.build_encoder(dataclasses.replace(self.info, encoder_config=config))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ReferenceCheckpoint(ResolvedCheckpoint):
+    """A Hugging Face or Google TF1 BERT directory, read in the reference (Google) layout.
+
+    Attributes:
+      bert_config: its architecture.
+      allow_pickle: a Hugging Face pytorch_model.bin may be read (needs torch).
+    """
+
+    bert_config: formats.BertConfig
+    allow_pickle: bool = False
+
+    def _build(self, overrides: dict) -> keras.Model:
+        return pretrained.encoder_from_config(self.bert_config, **overrides)
+
+    def load(self, *, encoder: keras.Model, masked_lm=None, next_sentence=None) -> dict:
+        return _assign(self.read_reference(), encoder=encoder, masked_lm=masked_lm,
+                       next_sentence=next_sentence)
+
+    def restore_model(self, model: keras.Model) -> None:
+        raise UserError(f"{self.path} is a {self.format} checkpoint of an encoder, not of "
+                        "this model; warm-start a fine-tuning or pretraining task from it")
+
+    def read_reference(self) -> formats.BertCheckpoint:
         if self.format == formats.HF:
             return hf.read_hf(self.directory, allow_pickle=self.allow_pickle)
-        if self.format == formats.TF1:
-            return tf1.read_tf1(self.directory)
-        if self.format == formats.GPT2:
-            raise UserError(f"{self.path} is a GPT-2 checkpoint, not a BERT one; load it with "
-                            "bert_trainer.interop.gpt2.from_gpt2")
-        raise UserError(f"{self.path} is a bert-train model directory, not a Hugging Face or "
-                        "Google checkpoint; load it with bert_trainer.interop.from_pretrained")
+        return tf1.read_tf1(self.directory)
 
-    def _load_gpt2(self, model: keras.Model) -> dict:
-        """Loads a GPT-2 checkpoint into a CausalLM (read every call, not held)."""
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GPT2Checkpoint(ResolvedCheckpoint):
+    """A Hugging Face GPT-2 directory: a whole `CausalLM`, no WordPiece vocabulary.
+
+    Attributes:
+      gpt2_config: its architecture.
+      allow_pickle: a pytorch_model.bin may be read (needs torch).
+    """
+
+    gpt2_config: gpt2.GPT2Config
+    allow_pickle: bool = False
+    fixes_architecture = True
+
+    def _build(self, overrides: dict) -> keras.Model:
+        return gpt2.build_model(self.gpt2_config, **overrides)
+
+    def load(self, *, encoder: keras.Model, masked_lm=None, next_sentence=None) -> dict:
+        if masked_lm is not None or next_sentence is not None:
+            raise UserError(f"{self.path} is a GPT-2 (causal LM) checkpoint; it warm-starts "
+                            "the causal_lm objective, not masked-LM pretraining")
+        return self._read_into(encoder)
+
+    def restore_model(self, model: keras.Model) -> None:
+        self._read_into(model)  # a whole CausalLM: every weight is loaded
+
+    def _read_into(self, model: keras.Model) -> dict:
+        """Loads the weights into a CausalLM (read every call, not held)."""
         ckpt = gpt2.read_gpt2(self.directory, allow_pickle=self.allow_pickle)
         report = gpt2.load_weights(model, ckpt)
         logging.info("GPT-2 weights from %s: %d variables loaded (skipped %s)",
@@ -145,23 +217,9 @@ class ResolvedCheckpoint:
                      ", ".join(ckpt.skipped) or "nothing")
         return report
 
-    def restore_model(self, model: keras.Model) -> None:
-        """Restores every weight of a whole model (a warm start of the same task's model).
-
-        Raises:
-          UserError: a Hugging Face / Google checkpoint (it holds an encoder only), or a weight
-            the checkpoint lacks or whose shape differs.
-        """
-        if self.gpt2_config is not None:  # a whole CausalLM: every weight is loaded
-            self._load_gpt2(model)
-            return
-        if self.bert_config is not None:
-            raise UserError(f"{self.path} is a {self.format} checkpoint of an encoder, not of "
-                            "this model; warm-start a fine-tuning or pretraining task from it")
-        prefix = self.prefix or select.select_checkpoint(None, self.directory,
-                                                          flag="--init_checkpoint")
-        layout.restore_model(model, prefix)
-        _require_finite((model,), prefix)
+    def read_reference(self) -> formats.BertCheckpoint:
+        raise UserError(f"{self.path} is a GPT-2 checkpoint, not a BERT one; load it with "
+                        "bert_trainer.interop.gpt2.from_gpt2")
 
 
 def resolve_checkpoint(path: str, *, flag: str | None = None, allow_pickle: bool = False,
@@ -191,11 +249,13 @@ def resolve_checkpoint(path: str, *, flag: str | None = None, allow_pickle: bool
             raise UserError(f"{flag}={path}: a Google BERT checkpoint is read from its "
                             f"directory; pass {flag}={directory}")
         if any_tf_checkpoint:
-            return ResolvedCheckpoint(path, TF_CHECKPOINT, directory, prefix=path)
+            return TFCheckpoint(path=path, format=TF_CHECKPOINT, directory=directory,
+                                prefix=path)
         formats.detect_format(directory)  # Raises: an unknown layout, named.
     if any_tf_checkpoint and not _known_layout(path):
         prefix = select.select_checkpoint(None, path, flag=flag or "--init_checkpoint")
-        return ResolvedCheckpoint(path, TF_CHECKPOINT, os.path.dirname(prefix), prefix=prefix)
+        return TFCheckpoint(path=path, format=TF_CHECKPOINT, directory=os.path.dirname(prefix),
+                            prefix=prefix)
     if flag is not None and not os.path.exists(path):
         raise UserError(f"{flag}={path} does not exist; pass a bert-train model directory (or "
                         "a Hugging Face / Google BERT directory)")
@@ -206,8 +266,9 @@ def resolve_checkpoint(path: str, *, flag: str | None = None, allow_pickle: bool
         return _bert_train(path, path)
     if kind == formats.GPT2:  # No WordPiece vocabulary: GPT-2 tokenizes with a byte-level BPE.
         config = gpt2.GPT2Config.from_json(os.path.join(path, formats.HF_CONFIG))
-        return ResolvedCheckpoint(
-            path, kind, path, registered_name=keras.saving.get_registered_name(gpt2.CausalLM),
+        return GPT2Checkpoint(
+            path=path, format=kind, directory=path,
+            registered_name=keras.saving.get_registered_name(gpt2.CausalLM),
             encoder_config=config.model_arguments(), allow_pickle=allow_pickle,
             gpt2_config=config)
     if kind == formats.HF:
@@ -217,8 +278,8 @@ def resolve_checkpoint(path: str, *, flag: str | None = None, allow_pickle: bool
         config = formats.BertConfig.from_json(os.path.join(path, formats.TF1_CONFIG))
         formats.tf1_prefix(path)
         vocab_file, lower_case = formats.find_vocab(path, required=True), tf1.lower_case(path)
-    return ResolvedCheckpoint(
-        path, kind, path, registered_name=keras.saving.get_registered_name(
+    return ReferenceCheckpoint(
+        path=path, format=kind, directory=path, registered_name=keras.saving.get_registered_name(
             pretrained.BertEncoder), encoder_config=pretrained.encoder_arguments(config),
         vocab_file=vocab_file, lower_case=lower_case, bert_config=config,
         allow_pickle=allow_pickle)
@@ -248,6 +309,13 @@ def _assign(ckpt: formats.BertCheckpoint, *, encoder: keras.Model, masked_lm=Non
             "initialized": [p for p in paths if p not in loaded]}
 
 
+def _check_overrides(overrides: dict, path: str) -> None:
+    unknown = sorted(set(overrides) - set(OVERRIDABLE))
+    if unknown:
+        raise UserError(f"from_pretrained: {unknown} would change the architecture read from "
+                        f"{path}; only {list(OVERRIDABLE)} may be overridden")
+
+
 def _require_finite(models, source: str) -> None:
     """Refuses restored weights that hold NaN/Inf (a corrupt or diverged checkpoint), naming
     the first such variable, as the readers of other formats do (`formats.float_weight`)."""
@@ -258,10 +326,10 @@ def _require_finite(models, source: str) -> None:
                 formats.float_weight(variable.path, values, source)
 
 
-def _bert_train(path: str, directory: str, prefix: str | None = None) -> ResolvedCheckpoint:
+def _bert_train(path: str, directory: str, prefix: str | None = None) -> BertTrainCheckpoint:
     info = model_dir_lib.read_model_info(directory)
-    return ResolvedCheckpoint(
-        path, formats.BERT_TRAIN, directory, prefix=prefix,
+    return BertTrainCheckpoint(
+        path=path, format=formats.BERT_TRAIN, directory=directory, prefix=prefix,
         registered_name=info.registered_name or f"bert_trainer>{info.encoder_class}",
         encoder_config=dict(info.encoder_config), vocab_file=info.vocab_file,
         lower_case=info.lower_case, info=info)
@@ -317,13 +385,10 @@ def from_pretrained(path: str, *, allow_pickle: bool = False, **overrides) -> Pr
     Raises:
       UserError: unknown layout, missing files, mismatched config / weights / vocabulary.
     """
-    unknown = sorted(set(overrides) - set(OVERRIDABLE))
-    if unknown:
-        raise UserError(f"from_pretrained: {unknown} would change the architecture read from "
-                        f"{path}; only {list(OVERRIDABLE)} may be overridden")
+    _check_overrides(overrides, path)  # before anything is read
     checkpoint = resolve_checkpoint(path, allow_pickle=allow_pickle)
     encoder = checkpoint.build_encoder(**overrides)
-    if checkpoint.bert_config is None:
+    if not isinstance(checkpoint, ReferenceCheckpoint):
         reference, report = None, checkpoint.load(encoder=encoder)
     else:  # Read once: it is both loaded and returned.
         reference = checkpoint.read_reference()

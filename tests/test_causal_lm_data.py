@@ -151,11 +151,14 @@ def test_command_line(corpus, vocab_file, tmp_path, capsys):
     out = str(tmp_path / "c-*.tfrecord")
     rc = cli.main(["bert-train", "create_pretraining_data", "--objective=causal_lm",
                    f"--input={corpus}", f"--vocab={vocab_file}", f"--output={out}",
-                   "--block_size=32", "--num_shards=2"])
+                   "--block_size=32", "--num_shards=2", "--num_workers=1"])
     captured = capsys.readouterr()
     assert rc == 0, captured.err
     summary = json.loads((tmp_path / "c-summary.json").read_text())
     assert f"wrote {summary['examples']:,} blocks of 32 tokens from " in captured.out
+    rate = summary["throughput"]
+    assert f"{rate['text_mb_per_second']:.2f} MB/s" in captured.out
+    assert "examples/s on 1 worker(s)" in captured.out
     assert {len(b) for b in read_blocks(out)} == {32}
     # A masked-LM flag with the causal objective (and the reverse) is refused, nothing written.
     for args, flag in ((["--objective=causal_lm", "--dupe_factor=2"], "--dupe_factor"),
@@ -165,3 +168,24 @@ def test_command_line(corpus, vocab_file, tmp_path, capsys):
         err = capsys.readouterr().err
         assert rc == 2 and f"{flag} does not apply to --objective=" in err, err
     assert not list(tmp_path.glob("x-*"))
+
+
+@pytest.mark.slow  # starts two TensorFlow worker processes
+def test_two_workers_write_the_same_bytes_as_one(corpus, vocab_file, tmp_path):
+    # One document per chunk: blocks cross chunk boundaries, and chunks alternate workers.
+    config = cld.CausalDataConfig(block_size=48, seed=4, chunk_documents=1)
+    summaries = {}
+    for workers in (1, 2):
+        summaries[workers] = cld.create_causal_lm_data(
+            corpus, vocab_file, str(tmp_path / str(workers) / "t-*.tfrecord"), config,
+            num_shards=2, num_workers=workers, progress=None)
+    one, two = (digest(tmp_path / str(n)) for n in (1, 2))
+    assert one.keys() == two.keys() == {"t-00000-of-00002.tfrecord", "t-00001-of-00002.tfrecord",
+                                        "t-summary.json"}
+    assert {k: v for k, v in one.items() if "summary" not in k} == {
+        k: v for k, v in two.items() if "summary" not in k}
+    measured = ("seconds", "examples_per_second", "throughput")
+    assert ({k: v for k, v in summaries[1].items() if k not in measured}
+            == {k: v for k, v in summaries[2].items() if k not in measured})
+    assert summaries[2]["documents"] >= 3 and summaries[2]["throughput"]["num_workers"] == 2
+    assert len(read_blocks(str(tmp_path / "2" / "t-*.tfrecord"))) == summaries[2]["examples"]

@@ -93,8 +93,7 @@ def test_next_sentence_labels_are_true(numbered, vocab_file, tmp_path):
     from bert_trainer.data.tokenizer import Tokenizer
 
     tok = Tokenizer(vocab_file)
-    config = cpd.PretrainingDataConfig(max_seq_length=32, seed=5, chunk_documents=10,
-                                       reservoir_documents=4)
+    config = cpd.PretrainingDataConfig(max_seq_length=32, seed=5, chunk_documents=10)
     cpd.create_pretraining_data(numbered, vocab_file, str(tmp_path / "t-*.rec"), config,
                                 num_shards=1, progress=None)
     checked = {0: 0, 1: 0}
@@ -106,8 +105,8 @@ def test_next_sentence_labels_are_true(numbered, vocab_file, tmp_path):
         (doc_a, sent_a), (doc_b, sent_b) = a[-1], b[0]
         if label == 0:  # The actual continuation: same document, later sentence.
             assert doc_b == doc_a and sent_b > sent_a
-        else:  # Random: another document, from this chunk of 10 or an earlier one.
-            assert doc_b != doc_a and doc_b < (doc_a // 10 + 1) * 10
+        else:  # Random: another document of the same chunk of 10.
+            assert doc_b != doc_a and doc_b // 10 == doc_a // 10
         checked[label] += 1
     assert min(checked.values()) > 80
 
@@ -195,8 +194,10 @@ def test_command_line(corpus, vocab_file, tmp_path, capsys):
     rc = cli.main(["bert-train", "create_pretraining_data", f"--input={corpus}",
                    f"--vocab={vocab_file}", f"--output={tmp_path}/c-*.tfrecord",
                    "--max_seq_length=48", "--num_shards=2", "--static_masking",
-                   "--max_predictions_per_seq=8"])
+                   "--max_predictions_per_seq=8", "--num_workers=2"])
     assert rc == 0
+    out = capsys.readouterr().out
+    assert "examples/s on 2 worker(s)" in out and "MB/s, " in out
     summary = json.loads((tmp_path / "c-summary.json").read_text())
     assert summary["feature_names"] == "google-research/bert"
     assert len(read_records(f"{tmp_path}/c-*.tfrecord")) == summary["examples"]
@@ -207,3 +208,79 @@ def test_command_line(corpus, vocab_file, tmp_path, capsys):
     assert rc == 2
     assert "none.txt does not exist" in capsys.readouterr().err
     flags.FLAGS.unparse_flags()
+
+
+def _run_and_read(pattern, config, num_workers, corpus, vocab_file, **kwargs):
+    summary = cpd.create_pretraining_data(corpus, vocab_file, str(pattern), config,
+                                          num_workers=num_workers, progress=None, **kwargs)
+    shards = {p.name: p.read_bytes() for p in sorted(pattern.parent.glob("*.tfrecord"))}
+    return shards, summary
+
+
+def _without_run_keys(summary):
+    from bert_trainer.data import pretraining_data_report as report
+
+    return {k: v for k, v in summary.items() if k not in report.RUN_KEYS}
+
+
+@pytest.mark.slow  # starts two TensorFlow worker processes
+def test_two_workers_write_the_same_bytes_as_one(corpus, vocab_file, tmp_path):
+    # Chunks of 2 documents: the 8 addresses are cut into several chunks, dealt to both workers.
+    config = cpd.PretrainingDataConfig(max_seq_length=64, seed=7, chunk_documents=2,
+                                       static_masking=True)
+    one, summary_one = _run_and_read(tmp_path / "one" / "t-*.tfrecord", config, 1, corpus,
+                                     vocab_file, examples_per_shard=100)
+    two, summary_two = _run_and_read(tmp_path / "two" / "t-*.tfrecord", config, 2, corpus,
+                                     vocab_file, examples_per_shard=100)
+    assert len(one) == -(-summary_one["examples"] // 100) >= 3
+    assert one == two
+    assert _without_run_keys(summary_one) == _without_run_keys(summary_two)
+    assert summary_two["documents"] >= 3 * config.chunk_documents
+    assert (summary_one["throughput"]["num_workers"], summary_two["throughput"]["num_workers"]) \
+        == (1, 2)
+    rate = summary_two["throughput"]
+    assert rate["text_mb"] == pytest.approx(sum(
+        p.stat().st_size for p in pathlib.Path(corpus).parent.glob("18[0-2]*.txt")) / 1e6,
+        abs=1e-3)
+    assert rate["text_mb_per_second_per_worker"] == pytest.approx(
+        rate["text_mb_per_second"] / 2, rel=1e-2)
+
+
+@pytest.mark.slow  # starts two TensorFlow worker processes
+def test_a_dead_worker_stops_the_run_and_keeps_the_old_set(corpus, vocab_file, tmp_path,
+                                                           monkeypatch):
+    import os
+    import signal
+    from concurrent import futures
+
+    pattern = tmp_path / "data" / "t-*.tfrecord"
+    config = cpd.PretrainingDataConfig(max_seq_length=64, chunk_documents=2)
+    old, _ = _run_and_read(pattern, config, 1, corpus, vocab_file, num_shards=2)
+    old["t-summary.json"] = (tmp_path / "data" / "t-summary.json").read_bytes()
+    real_submit, submitted = futures.ProcessPoolExecutor.submit, []
+
+    def submit(self, *args, **kwargs):  # A worker is killed once the third chunk is handed out.
+        future = real_submit(self, *args, **kwargs)
+        submitted.append(future)
+        if len(submitted) == 3:
+            os.kill(next(iter(self._processes)), signal.SIGKILL)
+        return future
+
+    monkeypatch.setattr(futures.ProcessPoolExecutor, "submit", submit)
+    with pytest.raises(UserError) as e:
+        cpd.create_pretraining_data(corpus, vocab_file, str(pattern), config, num_shards=2,
+                                    num_workers=2, overwrite=True, progress=None)
+    message = str(e.value)
+    assert "\n" not in message
+    assert message.startswith("a worker process of --num_workers=2 died"), message
+    assert "nothing was written" in message
+    # The old set and its summary, byte for byte, and nothing else (no staging directory).
+    assert {p.name: p.read_bytes() for p in (tmp_path / "data").iterdir()} == old
+
+
+def test_num_workers_below_one_is_refused_before_anything_is_written(corpus, vocab_file,
+                                                                     tmp_path):
+    with pytest.raises(UserError, match=r"^--num_workers=0 must be >= 1 \(default: the \d+ "):
+        cpd.create_pretraining_data(corpus, vocab_file, str(tmp_path / "d" / "t-*.tfrecord"),
+                                    num_workers=0, progress=None)
+    assert not (tmp_path / "d").exists()

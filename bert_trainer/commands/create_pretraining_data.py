@@ -60,6 +60,8 @@ flags.DEFINE_integer("max_predictions_per_seq", 20, "Masked positions per exampl
 shared_flags.define_float(__name__, "masked_lm_prob", 0.15,
                           "Fraction of tokens masked (static).")
 flags.DEFINE_boolean("whole_word_masking", False, "Mask whole words (static).")
+flags.DEFINE_integer("num_workers", None, "Processes making examples (default: this machine's "
+                     "cores); the output is the same for any number.")
 
 FLAGS = flags.FLAGS
 # Flags of the sentence-pair examples only, and of the causal blocks only.
@@ -88,10 +90,25 @@ def main(argv):
         FLAGS.input, FLAGS.vocab, FLAGS.output, config, lower_case=FLAGS.lower_case,
         input_format=FLAGS.input_format, encoding_errors=FLAGS.encoding_errors,
         num_shards=FLAGS.num_shards, examples_per_shard=FLAGS.examples_per_shard,
-        overwrite=FLAGS.overwrite)
+        overwrite=FLAGS.overwrite, num_workers=_num_workers())
     print(f"wrote {summary['examples']:,} examples from {summary['documents']:,} documents "
-          f"to {len(summary['shards'])} shard(s) in {summary['seconds']:.1f}s")
+          f"to {len(summary['shards'])} shard(s) in {summary['seconds']:.1f}s; {_rate(summary)}")
     return 0
+
+
+def _num_workers() -> int:
+    from bert_trainer.data import chunk_workers  # noqa: PLC0415
+
+    return chunk_workers.default_num_workers() if FLAGS.num_workers is None else FLAGS.num_workers
+
+
+def _rate(summary: dict) -> str:
+    """Throughput, overall and per worker process."""
+    t = summary["throughput"]
+    return (f"{t['text_mb']:,.1f} MB of text at {t['text_mb_per_second']:.2f} MB/s and "
+            f"{t['examples_per_second']:,.0f} examples/s on {t['num_workers']} worker(s) "
+            f"({t['text_mb_per_second_per_worker']:.2f} MB/s, "
+            f"{t['examples_per_second_per_worker']:,.0f} examples/s per worker)")
 
 
 def _check_objective_flags() -> None:
@@ -111,9 +128,9 @@ def _causal_lm() -> int:
         FLAGS.input, FLAGS.vocab, FLAGS.output, config, lower_case=FLAGS.lower_case,
         input_format=FLAGS.input_format, encoding_errors=FLAGS.encoding_errors,
         num_shards=FLAGS.num_shards, examples_per_shard=FLAGS.examples_per_shard,
-        overwrite=FLAGS.overwrite)
+        overwrite=FLAGS.overwrite, num_workers=_num_workers())
     print(f"wrote {summary['examples']:,} blocks of {summary['block_size']} tokens from "
           f"{summary['documents']:,} documents to {len(summary['shards'])} shard(s) in "
           f"{summary['seconds']:.1f}s ({summary['tokens_dropped']} tokens of the final "
-          "partial block dropped)")
+          f"partial block dropped); {_rate(summary)}")
     return 0

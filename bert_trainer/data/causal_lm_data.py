@@ -10,30 +10,28 @@ is padding; the final partial block (fewer than `block_size` tokens) is dropped,
 summary JSON says how many tokens that was (`tokens_dropped`). Every other token of the
 stream is in exactly one block.
 
-Streaming: documents are read and tokenized `chunk_documents` at a time; the chunk's stream is
-appended to the leftover of the previous chunk and cut into blocks, whose order within the
-chunk is shuffled with `seed` before they are dealt to the shards (so one shard does not hold
-a long run of one document's consecutive blocks). Memory is bounded by one chunk, and the
-output is deterministic for a seed, the inputs and `chunk_documents`.
+Streaming: documents are read and tokenized `chunk_documents` at a time (on `num_workers`
+processes, see `chunk_workers`); in chunk order, each chunk's stream is appended to the
+leftover of the previous one and cut into blocks, whose order within the chunk is shuffled with
+a generator seeded by `seed` and the chunk's index before they are dealt to the shards (so one
+shard does not hold a long run of one document's consecutive blocks). Memory is bounded by a
+few chunks, and the output is deterministic for a seed, the inputs and `chunk_documents`,
+whatever the number of workers.
 
 Each record holds one feature, `input_word_ids` (int64 [block_size]).
 """
 
 import collections
 import dataclasses
-import itertools
 import os
-import random
 import sys
-import time
 
 import numpy as np
 import tensorflow as tf
 
-from bert_trainer import features, outputs
+from bert_trainer import features
+from bert_trainer.data import chunk_workers, text_corpus
 from bert_trainer.data import create_pretraining_data as cpd
-from bert_trainer.data import pretraining_data_report as report
-from bert_trainer.data import shard_set, text_corpus
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import UserError
 
@@ -114,7 +112,7 @@ def create_causal_lm_data(inputs, vocab_file: str, output: str,
                           lower_case: bool = True, input_format: str = "auto",
                           encoding_errors: str = "strict", num_shards: int | None = None,
                           examples_per_shard: int | None = None, overwrite: bool = False,
-                          progress=sys.stderr) -> dict:
+                          num_workers: int = 1, progress=sys.stderr) -> dict:
     """Writes causal-LM block TFRecords and a JSON summary next to them.
 
     Args:
@@ -126,6 +124,7 @@ def create_causal_lm_data(inputs, vocab_file: str, output: str,
       num_shards / examples_per_shard: at most one; default 100,000 blocks per shard.
       overwrite: replace the shards and summary an earlier run wrote at `output`, once the
         new set is complete (see `create_pretraining_data`).
+      num_workers: processes tokenizing the text; the output is the same for any number.
       progress: stream for progress lines, or None.
 
     Returns:
@@ -133,65 +132,53 @@ def create_causal_lm_data(inputs, vocab_file: str, output: str,
       ("examples"), `tokens_dropped` (the final partial block), the shards.
     """
     config.validate()
-    examples_per_shard = cpd.check_sharding(num_shards, examples_per_shard)
-    files = text_corpus.expand_inputs(inputs)
-    tokenizer = Tokenizer(vocab_file, lower_case=lower_case)
-    summary_path, old = shard_set.check_output(output, overwrite)
-    output = os.path.abspath(os.path.expanduser(output))
-    stats, tick = collections.Counter(), report.Progress(progress)
-    documents = text_corpus.read_documents(files, input_format, encoding_errors=encoding_errors,
-                                           stats=stats)
-    with outputs.staging_directory(output.replace("*", "shards"),
-                                   writing="pretraining data") as staging:
-        writer = shard_set.ShardWriter(output, num_shards, examples_per_shard, staging)
-        try:
-            dropped = _write_blocks(documents, config, tokenizer, writer, stats, tick)
-            shards = writer.close()
-        except BaseException:
-            writer.abort()
-            raise
-        if not stats["examples"]:
+    run = cpd.start_run(inputs, vocab_file, output, num_shards, examples_per_shard, overwrite,
+                        num_workers, lower_case, progress)
+    documents = text_corpus.read_documents(run.files, input_format,
+                                           encoding_errors=encoding_errors, stats=run.stats)
+    packer = BlockPacker(config.block_size)
+
+    def write(writer):
+        with chunk_workers.map_chunks(chunk_stream, stream_state, (vocab_file, lower_case),
+                                      cpd.read_chunks(documents, config.chunk_documents),
+                                      num_workers) as results:
+            for index, (stream, counts) in enumerate(results):
+                blocks = packer.add(stream)
+                order = list(range(len(blocks)))
+                cpd.chunk_rng(config.seed, index).shuffle(order)
+                for i in order:
+                    writer.write(block_to_example(blocks[i]))
+                run.stats.update(counts)
+                run.stats["examples"] += len(blocks)
+                run.tick(run.stats)
+
+    def summarize(shards):
+        dropped = len(packer.pending)
+        if not run.stats["examples"]:
             raise UserError(
-                f"--input={inputs} produced no blocks: {stats['documents']} documents make "
+                f"--input={inputs} produced no blocks: {run.stats['documents']} documents make "
                 f"{dropped} tokens with separators, fewer than --block_size={config.block_size}; "
                 "give more text or a smaller --block_size")
-        tick(stats, force=True)
-        staged_summary = os.path.join(staging, os.path.basename(summary_path))
-        summary = _summary(stats, dropped, [f for _, f in shards], files, config, vocab_file,
-                           lower_case, time.time() - tick.start)
-        report.write_json(staged_summary, summary)
-        # The summary goes last: it marks the set complete. The old set goes only now.
-        outputs.replace_files([*shards, (staged_summary, summary_path)], old)
-    return summary
+        return _summary(run.stats, dropped, shards, run.files, config, vocab_file, lower_case,
+                        run.throughput())
+
+    return cpd.write_shard_set(run, write, summarize)
 
 
-def _write_blocks(documents, config, tokenizer, writer, stats, tick) -> int:
-    """Streams the documents chunk by chunk into blocks and deals them to `writer`.
+def stream_state(vocab_file: str, lower_case: bool) -> Tokenizer:
+    return Tokenizer(vocab_file, lower_case=lower_case)
 
-    Returns:
-      The number of tokens of the final partial block (dropped).
-    """
-    rng = random.Random(config.seed)
-    packer = BlockPacker(config.block_size)
-    chunks = iter(lambda: list(itertools.islice(documents, config.chunk_documents)), [])
-    for chunk in chunks:
-        docs = cpd.tokenize_documents(chunk, tokenizer)
-        stats["documents"] += len(docs)
-        stats["sentences"] += sum(len(d) for d in docs)
-        stats["corpus_tokens"] += sum(len(s) for d in docs for s in d)
-        blocks = packer.add(document_stream(docs, tokenizer.sep_id))
-        order = list(range(len(blocks)))
-        rng.shuffle(order)
-        for index in order:
-            writer.write(block_to_example(blocks[index]))
-        stats["examples"] += len(blocks)
-        tick(stats)
-    return len(packer.pending)
+
+def chunk_stream(tokenizer: Tokenizer, chunk: tuple) -> tuple[np.ndarray, collections.Counter]:
+    """One chunk of documents (index, sentence strings) as its token stream, and its counts."""
+    _, documents = chunk
+    docs = cpd.tokenize_documents(documents, tokenizer)
+    return document_stream(docs, tokenizer.sep_id), cpd.chunk_stats(docs)
 
 
 def _summary(stats, dropped: int, shards: list[str], files: list[str],
              config: CausalDataConfig, vocab_file: str, lower_case: bool,
-             seconds: float) -> dict:
+             throughput: dict) -> dict:
     tokens = stats["examples"] * config.block_size
     return {
         "objective": OBJECTIVE, "documents": stats["documents"],
@@ -200,8 +187,7 @@ def _summary(stats, dropped: int, shards: list[str], files: list[str],
         "block_size": config.block_size, "tokens": tokens, "tokens_dropped": dropped,
         "final_block": "dropped",
         "shards": [os.path.basename(s) for s in shards],
-        "bad_utf8_lines": stats["bad_utf8_lines"], "seconds": round(seconds, 3),
-        "examples_per_second": round(stats["examples"] / max(seconds, 1e-9), 1),
+        "bad_utf8_lines": stats["bad_utf8_lines"], **throughput,
         "input_files": len(files), "vocab_file": os.path.abspath(vocab_file),
         "lower_case": lower_case, "feature_names": "bert_trainer",
         "config": dataclasses.asdict(config),

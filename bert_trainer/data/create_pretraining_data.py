@@ -7,12 +7,14 @@ document (`next_sentence_labels` = 1, google-research/bert's `is_random_next`; 0
 next sentences). The pair is truncated from a random end of the longer side. This is done
 `dupe_factor` times with different random splits.
 
-Streaming: documents are read, tokenized and turned into examples `chunk_documents` at a time,
-and the examples of a chunk are shuffled and dealt round-robin to the shards, so memory is
-bounded by one chunk whatever the corpus size. The "random next" document is drawn from a
-bounded pool: the current chunk plus a reservoir sample of up to `reservoir_documents`
-documents from earlier chunks (google-research/bert draws from the whole corpus in memory).
-The output is deterministic for a seed, the inputs and `chunk_documents`.
+Streaming: the corpus is cut into chunks of `chunk_documents` consecutive documents; each chunk
+is tokenized and turned into examples on its own, with a random generator seeded by `seed` and
+the chunk's index, and its examples are shuffled and dealt round-robin to the shards in chunk
+order. Memory is bounded by a few chunks whatever the corpus size, and the chunks can be made
+on several processes (`num_workers`, see `chunk_workers`) or by a Beam pipeline
+(`bert_trainer.data.beam`) with the same result. The "random next" document is drawn from the
+same chunk (google-research/bert draws from the whole corpus, held in memory). The output is
+deterministic for a seed, the inputs and `chunk_documents`, whatever the number of workers.
 
 Default output is unmasked (our feature names, for dynamic masking in the input pipeline);
 `static_masking=True` writes google-research/bert's feature names with fixed masks.
@@ -20,6 +22,7 @@ Default output is unmasked (our feature names, for dynamic masking in the input 
 
 import collections
 import dataclasses
+import hashlib
 import itertools
 import os
 import random
@@ -30,7 +33,7 @@ import numpy as np
 import tensorflow as tf
 
 from bert_trainer import features, outputs
-from bert_trainer.data import masking, shard_set, text_corpus
+from bert_trainer.data import chunk_workers, masking, shard_set, text_corpus
 from bert_trainer.data import pretraining_data_report as report
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import UserError
@@ -52,7 +55,6 @@ class PretrainingDataConfig:
     masked_lm_prob: float = 0.15
     whole_word_masking: bool = False
     chunk_documents: int = 1000
-    reservoir_documents: int = 1000
 
     def validate(self):
         if self.max_seq_length < 5:
@@ -215,38 +217,67 @@ def tokenize_documents(documents: list[list[str]], tokenizer: Tokenizer) -> list
     return out
 
 
-def _reservoir_add(reservoir: list, docs: list, seen: int, capacity: int,
-                   rng: random.Random) -> int:
-    """Reservoir sampling (Algorithm R) of documents from earlier chunks; returns `seen`.
-
-    Kept documents are copied: their sentences are views into a whole tokenizer batch,
-    which would otherwise stay alive with them.
-    """
-    for doc in docs:
-        seen += 1
-        j = len(reservoir) if len(reservoir) < capacity else rng.randint(0, seen - 1)
-        if j < capacity:
-            kept = [sentence.copy() for sentence in doc]
-            if j == len(reservoir):
-                reservoir.append(kept)
-            else:
-                reservoir[j] = kept
-    return seen
+def chunk_rng(seed: int, chunk_index: int) -> random.Random:
+    """The random generator of one chunk: a function of the seed and the chunk's index only."""
+    digest = hashlib.sha256(f"{seed}:{chunk_index}".encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "big"))
 
 
-def _process_chunk(docs, reservoir, config, rng, tokenizer, vocab, writer, stats):
-    pool = docs + reservoir  # Random-next candidates: this chunk and the reservoir.
+def chunk_stats(docs: list) -> collections.Counter:
+    """Counts of tokenized documents, their sentences and tokens."""
+    return collections.Counter(documents=len(docs), sentences=sum(len(d) for d in docs),
+                               corpus_tokens=sum(len(s) for d in docs for s in d))
+
+
+def _process_chunk(docs, config, rng, tokenizer, vocab, stats) -> list[bytes]:
+    """The serialized examples of one chunk of tokenized documents, shuffled."""
     instances = []
     for _ in range(config.dupe_factor):
         for index in range(len(docs)):
-            instances.extend(create_instances_from_document(pool, index, config, rng))
+            # Random-next candidates: the other documents of this chunk.
+            instances.extend(create_instances_from_document(docs, index, config, rng))
     rng.shuffle(instances)
+    records = []
     for instance in instances:
-        writer.write(instance_to_example(instance, tokenizer, config, rng, vocab))
+        # Deterministic: the feature map's order is otherwise the process's (hash seed).
+        records.append(instance_to_example(instance, tokenizer, config, rng,
+                                           vocab).SerializeToString(deterministic=True))
         stats["tokens"] += len(instance.tokens_a) + len(instance.tokens_b) + 3
         stats["truncated"] += int(instance.truncated)
         stats["random_next"] += int(instance.is_random_next)
     stats["examples"] += len(instances)
+    return records
+
+
+def worker_state(vocab_file: str, lower_case: bool, config: PretrainingDataConfig) -> tuple:
+    """What a worker needs to make examples: (config, tokenizer, masking vocabulary)."""
+    tokenizer = Tokenizer(vocab_file, lower_case=lower_case)
+    return config, tokenizer, masking.MaskingVocab.from_tokenizer(tokenizer)
+
+
+def make_chunk(state: tuple, chunk: tuple) -> tuple[list[bytes], collections.Counter]:
+    """The serialized examples of one chunk and its counts.
+
+    Args:
+      state: from `worker_state`.
+      chunk: (chunk index, documents as lists of sentence strings).
+
+    Returns:
+      (serialized `tf.train.Example`s in output order, Counter of documents, sentences,
+      corpus_tokens, examples, tokens, truncated, random_next).
+    """
+    config, tokenizer, vocab = state
+    index, documents = chunk
+    docs = tokenize_documents(documents, tokenizer)
+    stats = chunk_stats(docs)
+    records = _process_chunk(docs, config, chunk_rng(config.seed, index), tokenizer, vocab,
+                             stats)
+    return records, stats
+
+
+def read_chunks(documents, chunk_documents: int):
+    """(index, list of `chunk_documents` documents) for consecutive pieces of `documents`."""
+    return enumerate(iter(lambda: list(itertools.islice(documents, chunk_documents)), []))
 
 
 def check_sharding(num_shards: int | None, examples_per_shard: int | None) -> int | None:
@@ -266,7 +297,7 @@ def create_pretraining_data(inputs, vocab_file: str, output: str,
                             lower_case: bool = True, input_format: str = "auto",
                             encoding_errors: str = "strict", num_shards: int | None = None,
                             examples_per_shard: int | None = None, overwrite: bool = False,
-                            progress=sys.stderr) -> dict:
+                            num_workers: int = 1, progress=sys.stderr) -> dict:
     """Writes pretraining TFRecords and a JSON summary next to them.
 
     Args:
@@ -281,52 +312,102 @@ def create_pretraining_data(inputs, vocab_file: str, output: str,
       overwrite: replace the shards and summary an earlier run wrote at `output` (once the
         new set is complete; a failure or Ctrl-C leaves the old set). Files matching `output`
         that are not such shards are refused, with or without it.
+      num_workers: processes making examples (see `chunk_workers`); the output is the same
+        for any number.
       progress: stream for progress lines, or None.
 
     Returns:
       The summary dict (also written as JSON).
     """
     config.validate()
+    run = start_run(inputs, vocab_file, output, num_shards, examples_per_shard, overwrite,
+                    num_workers, lower_case, progress)
+    documents = text_corpus.read_documents(run.files, input_format,
+                                           encoding_errors=encoding_errors, stats=run.stats)
+    state_args = (vocab_file, lower_case, config)
+
+    def write(writer):
+        with chunk_workers.map_chunks(make_chunk, worker_state, state_args,
+                                      read_chunks(documents, config.chunk_documents),
+                                      num_workers) as results:
+            for records, counts in results:
+                for record in records:
+                    writer.write(record)
+                run.stats.update(counts)
+                run.tick(run.stats)
+
+    def summarize(shards):
+        if not run.stats["examples"]:
+            raise UserError(f"--input={inputs} produced no examples ({run.stats['documents']} "
+                            "documents); it needs text with at least two sentences")
+        return report.summary(run.stats, shards, run.files, config, vocab_file, lower_case,
+                              run.throughput())
+
+    return write_shard_set(run, write, summarize)
+
+
+@dataclasses.dataclass
+class Run:
+    """What both objectives check and set up before reading any text."""
+
+    output: str
+    summary_path: str
+    old: list
+    files: list
+    num_shards: int | None
+    examples_per_shard: int | None
+    num_workers: int
+    stats: collections.Counter
+    tick: report.Progress
+
+    def throughput(self) -> dict:
+        text_bytes = sum(os.path.getsize(f) for f in self.files)
+        return report.throughput(self.stats, text_bytes, time.time() - self.tick.start,
+                                 self.num_workers)
+
+
+def start_run(inputs, vocab_file, output, num_shards, examples_per_shard, overwrite,
+              num_workers, lower_case, progress) -> Run:
+    """Checks the arguments, the inputs, the vocabulary and the output before anything runs."""
     examples_per_shard = check_sharding(num_shards, examples_per_shard)
+    chunk_workers.check_num_workers(num_workers)
     files = text_corpus.expand_inputs(inputs)
-    tokenizer = Tokenizer(vocab_file, lower_case=lower_case)
+    unreadable = [f for f in files if not os.access(f, os.R_OK)]
+    if unreadable:
+        raise UserError(f"--input: {unreadable[0]} is not readable (permission denied); fix "
+                        "its permissions or leave it out")
+    Tokenizer(vocab_file, lower_case=lower_case)  # A bad vocabulary fails here, in one line.
     summary_path, old = shard_set.check_output(output, overwrite)
-    output = os.path.abspath(os.path.expanduser(output))
-    vocab = masking.MaskingVocab.from_tokenizer(tokenizer)
-    rng = random.Random(config.seed)
-    stats, tick = collections.Counter(), report.Progress(progress)
-    documents = text_corpus.read_documents(files, input_format, encoding_errors=encoding_errors,
-                                           stats=stats)
-    with outputs.staging_directory(output.replace("*", "shards"),
+    return Run(os.path.abspath(os.path.expanduser(output)), summary_path, old, files,
+               num_shards, examples_per_shard, num_workers, collections.Counter(),
+               report.Progress(progress))
+
+
+def write_shard_set(run: Run, write, summarize) -> dict:
+    """Writes a shard set aside and moves it into place with its summary, or leaves nothing.
+
+    Args:
+      run: from `start_run`.
+      write: fn(ShardWriter) that writes every record.
+      summarize: fn(shard paths) -> the summary dict; it may refuse an empty set (UserError).
+
+    Returns:
+      The summary (also written as JSON, last: it marks the set complete).
+    """
+    with outputs.staging_directory(run.output.replace("*", "shards"),
                                    writing="pretraining data") as staging:
-        writer = shard_set.ShardWriter(output, num_shards, examples_per_shard, staging)
+        writer = shard_set.ShardWriter(run.output, run.num_shards, run.examples_per_shard,
+                                       staging)
         try:
-            _write_examples(documents, config, tokenizer, vocab, rng, writer, stats, tick)
+            write(writer)
             shards = writer.close()
         except BaseException:
             writer.abort()
             raise
-        if not stats["examples"]:
-            raise UserError(f"--input={inputs} produced no examples ({stats['documents']} "
-                            "documents); it needs text with at least two sentences")
-        tick(stats, force=True)
-        staged_summary = os.path.join(staging, os.path.basename(summary_path))
-        summary = report.write_summary(staged_summary, stats, [f for _, f in shards], files,
-                                       config, vocab_file, lower_case, time.time() - tick.start)
+        summary = summarize([f for _, f in shards])
+        run.tick(run.stats, force=True)
+        staged_summary = os.path.join(staging, os.path.basename(run.summary_path))
+        report.write_json(staged_summary, summary)
         # The summary goes last: it marks the set complete. The old set goes only now.
-        outputs.replace_files([*shards, (staged_summary, summary_path)], old)
+        outputs.replace_files([*shards, (staged_summary, run.summary_path)], run.old)
     return summary
-
-
-def _write_examples(documents, config, tokenizer, vocab, rng, writer, stats, tick) -> None:
-    """Streams the documents chunk by chunk into examples and deals them to `writer`."""
-    reservoir, seen = [], 0
-    chunks = iter(lambda: list(itertools.islice(documents, config.chunk_documents)), [])
-    for chunk in chunks:
-        docs = tokenize_documents(chunk, tokenizer)
-        stats["documents"] += len(docs)
-        stats["sentences"] += sum(len(d) for d in docs)
-        stats["corpus_tokens"] += sum(len(s) for d in docs for s in d)
-        _process_chunk(docs, reservoir, config, rng, tokenizer, vocab, writer, stats)
-        seen = _reservoir_add(reservoir, docs, seen, config.reservoir_documents, rng)
-        tick(stats)

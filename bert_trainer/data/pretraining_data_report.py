@@ -36,38 +36,58 @@ class Progress:
               f"{stats['examples']:,} examples ({rate:,.0f}/s)", file=self.stream, flush=True)
 
 
-def write_summary(path: str, stats, shards: list[str], files: list[str], config,
-                  vocab_file: str, lower_case: bool, seconds: float) -> dict:
-    """Writes the run's summary JSON next to its shards.
+def summary(stats, shards: list[str], files: list[str], config, vocab_file: str,
+            lower_case: bool, throughput: dict) -> dict:
+    """The summary of a masked-LM run, written as JSON next to its shards.
 
     Args:
-      path: the JSON file, e.g. DIR/train-summary.json.
       stats: the run's Counter (documents, sentences, corpus_tokens, examples, tokens,
         truncated, random_next, bad_utf8_lines); `examples` must be > 0.
       shards: the shard paths written.
       files: the input files read.
       config: the `PretrainingDataConfig` used.
       vocab_file, lower_case: the tokenizer's settings.
-      seconds: how long the run took.
+      throughput: from `throughput`.
 
     Returns:
-      The summary dict that was written.
+      The summary dict.
     """
-    summary = {
+    return {
         "documents": stats["documents"], "sentences": stats["sentences"],
         "corpus_tokens": stats["corpus_tokens"], "examples": stats["examples"],
         "tokens": stats["tokens"], "shards": [os.path.basename(s) for s in shards],
         "fraction_truncated": stats["truncated"] / stats["examples"],
         "fraction_random_next": stats["random_next"] / stats["examples"],
-        "bad_utf8_lines": stats["bad_utf8_lines"], "seconds": round(seconds, 3),
-        "examples_per_second": round(stats["examples"] / max(seconds, 1e-9), 1),
+        "bad_utf8_lines": stats["bad_utf8_lines"], **throughput,
         "input_files": len(files), "vocab_file": os.path.abspath(vocab_file),
         "lower_case": lower_case,
         "feature_names": "google-research/bert" if config.static_masking else "bert_trainer",
         "config": dataclasses.asdict(config),
     }
-    write_json(path, summary)
-    return summary
+
+
+# Keys of a summary that measure the run rather than describe its output: they differ between
+# two runs that wrote the same bytes.
+RUN_KEYS = ("seconds", "examples_per_second", "throughput")
+
+
+def throughput(stats, text_bytes: int, seconds: float, num_workers: int) -> dict:
+    """How fast a run went: overall and per worker process (one core each).
+
+    Returns:
+      {"seconds", "examples_per_second", "throughput": {num_workers, text_mb,
+      text_mb_per_second, examples_per_second, and both per worker}}.
+    """
+    seconds = max(seconds, 1e-9)
+    mb_per_second = text_bytes / 1e6 / seconds
+    examples_per_second = stats["examples"] / seconds
+    return {"seconds": round(seconds, 3), "examples_per_second": round(examples_per_second, 1),
+            "throughput": {
+                "num_workers": num_workers, "text_mb": round(text_bytes / 1e6, 3),
+                "text_mb_per_second": round(mb_per_second, 3),
+                "examples_per_second": round(examples_per_second, 1),
+                "text_mb_per_second_per_worker": round(mb_per_second / num_workers, 3),
+                "examples_per_second_per_worker": round(examples_per_second / num_workers, 1)}}
 
 
 def write_json(path: str, summary: dict) -> None:

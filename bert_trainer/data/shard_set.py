@@ -43,7 +43,8 @@ class ShardWriter:
         self._paths.append(path)
         self._writers.append(tf.io.TFRecordWriter(path))
 
-    def write(self, example: tf.train.Example):
+    def write(self, example: tf.train.Example | bytes):
+        """Writes one example, or one already serialized."""
         if self.num_shards:
             writer = self._writers[self._count % self.num_shards]
         else:
@@ -52,7 +53,9 @@ class ShardWriter:
                     self._writers[-1].close()
                 self._open()
             writer = self._writers[-1]
-        writer.write(example.SerializeToString())
+        if not isinstance(example, bytes):
+            example = example.SerializeToString(deterministic=True)  # Sorted feature names.
+        writer.write(example)
         self._count += 1
 
     def close(self) -> list[tuple[str, str]]:
@@ -110,7 +113,7 @@ def check_output(output: str, overwrite: bool) -> tuple[str, list[str]]:
 
 
 def is_summary(path: str) -> bool:
-    """Whether `path` is a summary that `report.write_summary` wrote (a JSON with shards)."""
+    """Whether `path` is a summary that create_pretraining_data wrote (a JSON with shards)."""
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)

@@ -1,0 +1,113 @@
+"""Chunks of documents turned into records on worker processes, results in chunk order.
+
+`create_pretraining_data` cuts the corpus into chunks of consecutive documents and hands each
+chunk, with its index, to `work(state, chunk)`; a chunk's result depends only on the chunk, its
+index and the seed, never on which process made it, so the output is the same for any number of
+workers. The parent reads the text and writes the shards; the workers tokenize and make examples.
+
+Workers are processes started with `spawn` (TensorFlow and `fork` do not mix), each holding its
+own `state` (a tokenizer) built once by `make_state(*state_args)`. At most `window` chunks per
+worker are in flight, so memory stays bounded whatever the corpus size. A worker that raises
+stops the run with its exception; a worker that dies (killed, out of memory) stops it with a
+one-line `UserError`. With one worker everything runs in this process.
+"""
+
+import collections
+import contextlib
+import multiprocessing
+import os
+import pickle
+import signal
+from concurrent import futures
+from concurrent.futures.process import BrokenProcessPool
+
+from bert_trainer.errors import UserError
+
+_WORKER = {}  # The state of this worker process (set by `_start_worker`).
+
+
+def default_num_workers() -> int:
+    """The CPU cores this process may run on."""
+    return len(os.sched_getaffinity(0))
+
+
+def check_num_workers(num_workers: int) -> None:
+    if num_workers < 1:
+        raise UserError(f"--num_workers={num_workers} must be >= 1 (default: the "
+                        f"{default_num_workers()} cores of this machine)")
+
+
+def _start_worker(pickled_state: bytes) -> None:
+    """A worker's start: Ctrl-C is the parent's to handle; TensorFlow loads quietly.
+
+    `pickled_state` is (make_state, state_args), unpickled only here, once stderr is
+    redirected: unpickling imports their modules, and with them TensorFlow.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    saved = os.dup(2)
+    with open(os.devnull, "wb") as devnull:  # TensorFlow's C++ start-up lines.
+        os.dup2(devnull.fileno(), 2)
+        try:
+            import tensorflow as tf  # noqa: PLC0415
+
+            make_state, state_args = pickle.loads(pickled_state)
+            # One worker per core: more threads per worker would only contend.
+            tf.config.threading.set_intra_op_parallelism_threads(1)
+            tf.config.threading.set_inter_op_parallelism_threads(1)
+            tf.config.list_physical_devices()  # Logs "failed call to cuInit" without a GPU.
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+    _WORKER["state"] = make_state(*state_args)
+
+
+def _run(work, chunk):
+    return work(_WORKER["state"], chunk)
+
+
+@contextlib.contextmanager
+def map_chunks(work, make_state, state_args: tuple, chunks, num_workers: int,
+               window: int = 2):
+    """Yields an iterator over `work(state, chunk)` for every chunk, in the chunks' order.
+
+    Args:
+      work: a module-level function (state, chunk) -> result; chunks and results are pickled.
+      make_state: a module-level function building a worker's state from `state_args`.
+      state_args: picklable arguments of `make_state`.
+      chunks: an iterable of chunks, consumed lazily.
+      num_workers: processes; 1 runs `work` in this process.
+      window: chunks in flight per worker (bounds memory).
+
+    Raises:
+      UserError: a worker process died.
+    """
+    check_num_workers(num_workers)
+    if num_workers == 1:
+        state = make_state(*state_args)
+        yield (work(state, chunk) for chunk in chunks)
+        return
+    executor = futures.ProcessPoolExecutor(
+        num_workers, mp_context=multiprocessing.get_context("spawn"),
+        initializer=_start_worker, initargs=(pickle.dumps((make_state, state_args)),))
+    pending = collections.deque()
+
+    def results():
+        try:
+            for chunk in chunks:
+                pending.append(executor.submit(_run, work, chunk))
+                if len(pending) >= window * num_workers:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        except BrokenProcessPool:
+            raise UserError(
+                f"a worker process of --num_workers={num_workers} died (killed, or out of "
+                "memory?); nothing was written: run again, with a smaller --num_workers if "
+                "memory is short") from None
+
+    try:
+        yield results()
+    finally:
+        for future in pending:
+            future.cancel()
+        executor.shutdown(wait=True, cancel_futures=True)

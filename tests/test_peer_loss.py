@@ -15,6 +15,7 @@ from robust_testing import checkpoint_steps, wait_for
 from test_multi_worker import TIMEOUT, finish, log, start_workers
 
 from bert_trainer import commands
+from bert_trainer.commands import faults
 from bert_trainer.errors import EXIT_PEER_LOST
 
 GRPC = ("recvmsg:Connection reset by peer\nAdditional GRPC error information from remote "
@@ -36,7 +37,7 @@ def cluster(monkeypatch):
     monkeypatch.setenv("TF_CONFIG", json.dumps({
         "cluster": {"worker": ["10.0.0.1:2222", "10.0.0.2:2222"]},
         "task": {"type": "worker", "index": 1}}))
-    monkeypatch.setattr(commands, "_peers_lost", [])
+    monkeypatch.setattr(faults, "_peers_lost", [])
 
 
 def test_the_lost_worker_is_named_from_the_grpc_text(cluster, capsys):

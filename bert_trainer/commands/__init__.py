@@ -3,12 +3,13 @@
 A command module defines absl flags at import time and `main(argv) -> int | None`; flags that
 several commands take are defined once in `shared_flags` and given their meaning for the command
 by its `SHARED_FLAGS`. `UserError`s (and flag errors) print as one line
-`bert-train NAME: error: ...` and exit non-zero; `--verbose` adds the traceback.
+`bert-train NAME: error: ...` and exit non-zero; `--verbose` adds the traceback. Errors that
+are not `UserError`s but still the user's to act on (a lost peer worker, a full disk) are
+told apart by `faults`.
 """
 
 import contextlib
 import os
-import re
 import signal
 import sys
 import textwrap
@@ -17,16 +18,8 @@ import traceback
 
 from absl import flags
 
-from bert_trainer.commands import shared_flags
-from bert_trainer.errors import (
-    EXIT_PEER_LOST,
-    EXIT_PREEMPTED,
-    EXIT_USER_ERROR,
-    Preempted,
-    UserError,
-    first_line,
-    storage_fault,
-)
+from bert_trainer.commands import faults, shared_flags
+from bert_trainer.errors import EXIT_PREEMPTED, EXIT_USER_ERROR, Preempted, UserError
 
 flags.DEFINE_boolean("verbose", False, "Show full tracebacks and TensorFlow logs.")
 
@@ -133,7 +126,7 @@ def run_command(module, argv) -> int:
         return EXIT_USER_ERROR
     # Shared flags left off the command line take this command's defaults (see shared_flags).
     shared_flags.apply_defaults(getattr(module, "SHARED_FLAGS", {}))
-    threading.excepthook = _quiet_peer_loss  # kept to the end: the threads may outlive main
+    threading.excepthook = faults.quiet_peer_loss  # kept: the threads may outlive main
     try:
         with _sigterm_interrupts():
             rc = module.main(rest)
@@ -150,18 +143,14 @@ def run_command(module, argv) -> int:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 128 + signal.SIGTERM if isinstance(e, Terminated) else 130
     except Exception as e:  # noqa: BLE001 (a lost peer and a storage fault are translated)
-        fault = None if _is_peer_lost(e) else _storage_fault(e)
-        if fault is None and not _is_peer_lost(e):
+        described = faults.describe(e)
+        if described is None:
             raise
         if flags.FLAGS.verbose:
             traceback.print_exc()
-        if fault is not None:
-            print(f"{prog}: error: {fault}", file=sys.stderr)
-            return EXIT_USER_ERROR
-        print(f"{prog}: error: lost contact with {_lost_peer(e)} ({type(e).__name__}: "
-              f"{_first_line(e)}). The last checkpoint is intact: restart every worker with the "
-              "same command to resume from it.", file=sys.stderr)
-        return EXIT_PEER_LOST
+        message, code = described
+        print(f"{prog}: error: {message}", file=sys.stderr)
+        return code
 
 
 class Terminated(KeyboardInterrupt):
@@ -189,82 +178,3 @@ def _sigterm_interrupts():
         yield
     finally:
         signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
-
-
-def _storage_fault(error: Exception) -> UserError | None:
-    """A last resort for a full disk or a refused write that no write site caught itself.
-
-    The path is the one the error names (TensorFlow's file errors start with it), else
-    --model_dir.
-    """
-    text = getattr(error, "message", None) or str(error)
-    named = getattr(error, "filename", None) or next(iter(re.findall(r"(/[^\s;:'\"]+)", text)),
-                                                     None)
-    path = named or getattr(flags.FLAGS, "model_dir", None) or "the output"
-    return storage_fault(error, writing="files", path=path)
-
-
-# Which peer a TensorFlow thread reported lost (see _quiet_peer_loss): "worker 0".
-_peers_lost: list[str] = []
-_REMOTE_TASK = re.compile(r"remote target /job:(\w+)/replica:\d+/task:(\d+)")
-
-
-def _lost_peer(error: Exception) -> str:
-    """The lost worker as "worker 1 (host:port)", from the error text or TF_CONFIG.
-
-    gRPC errors name the remote task ("remote target /job:worker/replica:0/task:1"); a
-    collective's abort names only the local one, so a peer named by a TensorFlow thread's
-    error is used next, and then, in a cluster of two, the other task.
-    """
-    text = getattr(error, "message", None) or str(error)
-    found = _REMOTE_TASK.search(text)
-    from bert_trainer.training.strategies import tf_config  # noqa: PLC0415 (imports TF)
-
-    cluster, me = tf_config()
-    tasks = [(kind, i) for kind, addresses in cluster.items() for i in range(len(addresses))]
-    if found:
-        peer = (found.group(1), int(found.group(2)))
-    elif _peers_lost:
-        kind, _, index = _peers_lost[0].partition(" ")
-        peer = (kind, int(index))
-    else:
-        others = [t for t in tasks if t != (me.get("type"), me.get("index"))]
-        if len(others) != 1:
-            return "another worker"
-        peer = others[0]
-    address = (cluster.get(peer[0]) or [])[peer[1]:peer[1] + 1]
-    return f"{peer[0]} {peer[1]}" + (f" ({address[0]})" if address else "")
-
-
-def _quiet_peer_loss(args) -> None:
-    """A `threading.excepthook` that records a lost peer instead of printing a traceback.
-
-    tf.distribute's preemption watcher threads poll the coordination service; when the
-    worker holding it dies they die with UnavailableError and a traceback, printed before the
-    main thread's one-line message. Other thread errors go to the default hook.
-    """
-    if _is_peer_lost(args.exc_value):
-        found = _REMOTE_TASK.search(getattr(args.exc_value, "message", None)
-                                    or str(args.exc_value))
-        if found:
-            _peers_lost.append(f"{found.group(1)} {found.group(2)}")
-        return
-    threading.__excepthook__(args)
-
-
-def _is_peer_lost(error: Exception) -> bool:
-    """Whether `error` is TensorFlow reporting that a collective's peer task went away.
-
-    When one MultiWorkerMirrored worker dies, the survivors' all-reduce fails with
-    UnavailableError (or AbortedError once the collective executor is aborted). TensorFlow is
-    already imported whenever such an error can exist, so `sys.modules` is checked, not imported.
-    """
-    tf = sys.modules.get("tensorflow")
-    return tf is not None and isinstance(error, (tf.errors.UnavailableError,
-                                                  tf.errors.AbortedError))
-
-
-# Lines of a TensorFlow error that say where, not what (a graph error embeds a Python stack).
-def _first_line(error: Exception) -> str:
-    """`errors.first_line`, at most 200 characters."""
-    return first_line(error)[:200]

@@ -1,5 +1,7 @@
 """TFDS paths: the offline one-line error, and every TFDS task through `tfds.testing.mock_data`."""
 
+import pathlib
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -146,3 +148,106 @@ def test_conll2003_mock_iob2(mock_tfds, tokenizer):
     batch = next(iter(ds))
     assert batch[features.LABEL_IDS].shape == (5, 16)
     assert set(batch[features.LABEL_IDS].numpy().ravel()) <= {-1, 0, 1, 2, 5}
+
+
+# ---------------------------------------------------- pretraining text from a TFDS dataset
+
+class MovieReviewText(tfds.core.GeneratorBasedBuilder):
+    """A small local TFDS text dataset: real IMDB reviews (../shared/data), prepared by a test."""
+
+    VERSION = tfds.core.Version("1.0.0")
+    REVIEWS = ()  # Set by the fixture before preparing.
+
+    def _info(self):
+        return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict(
+            {"text": tfds.features.Text(), "label": tfds.features.ClassLabel(num_classes=2)}))
+
+    def _split_generators(self, dl_manager):
+        del dl_manager
+        return {"train": self._generate_examples()}
+
+    def _generate_examples(self):
+        for i, (text, label) in enumerate(self.REVIEWS):
+            yield i, {"text": text, "label": label}
+
+
+@pytest.fixture(scope="module")
+def review_dataset(tmp_path_factory):
+    """(data_dir, reviews): 40 real reviews, paragraphs on their own lines, as a TFDS dataset."""
+    shared = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "imdb"
+    if not shared.is_dir():
+        pytest.skip(f"{shared} is absent (it holds the real test data; CI provides it)")
+    rows = [row for row in (shared / "train_sample.tsv").read_text(encoding="utf-8")
+            .split("\n")[1:] if "\t" in row][:40]
+    reviews = tuple((text.replace("<br /><br />", "\n"), int(label))
+                    for text, label in (row.rsplit("\t", 1) for row in rows))
+    data_dir = tmp_path_factory.mktemp("tfds")
+    MovieReviewText.REVIEWS = reviews
+    MovieReviewText(data_dir=str(data_dir)).download_and_prepare()
+    return str(data_dir), reviews
+
+
+def test_tfds_text_makes_the_same_data_as_the_same_text_in_a_file(review_dataset, minilm_dir,
+                                                                  tmp_path):
+    from bert_trainer.data import create_pretraining_data as cpd
+    from bert_trainer.data import text_corpus
+    from bert_trainer.data.tfds_sources import TfdsText
+
+    data_dir, reviews = review_dataset
+    source = TfdsText("movie_review_text", "train", "text", data_dir)
+    documents = list(source.documents())
+    # One document per review, in the order TFDS stored them (shuffled by key when prepared,
+    # the same on every read).
+    split = text_corpus.split_sentences
+    assert sorted(documents) == sorted([s for line in text.splitlines() for s in split(line)]
+                                       for text, _ in reviews)
+    assert documents == list(source.documents())
+    assert len(documents) == 40 and sum(map(len, documents)) > 200
+    lines = tmp_path / "reviews.txt"
+    lines.write_text("\n\n".join("\n".join(d) for d in documents) + "\n", encoding="utf-8")
+    vocab = str(minilm_dir / "vocab.txt")
+    config = cpd.PretrainingDataConfig(max_seq_length=64, seed=3, chunk_documents=16)
+    from_tfds = cpd.create_pretraining_data(source, vocab, str(tmp_path / "a" / "t-*.rec"),
+                                            config, num_shards=2, progress=None)
+    from_file = cpd.create_pretraining_data(str(lines), vocab, str(tmp_path / "b" / "t-*.rec"),
+                                            config, input_format="lines", num_shards=2,
+                                            progress=None)
+    for name in from_tfds["shards"]:
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    assert from_tfds["examples"] == from_file["examples"] > 100
+    text_mb = sum(len(text.encode("utf-8")) for text, _ in reviews) / 1e6
+    assert from_tfds["throughput"]["text_mb"] == pytest.approx(text_mb, abs=1e-3)
+
+
+def test_tfds_text_command_line_and_its_errors(review_dataset, minilm_dir, tmp_path, capsys):
+    from absl import flags
+
+    from bert_trainer import cli
+
+    data_dir, _ = review_dataset
+    base = ["bert-train", "create_pretraining_data", f"--vocab={minilm_dir / 'vocab.txt'}",
+            f"--data_dir={data_dir}", "--num_workers=1"]
+    out = f"--output={tmp_path}/c-*.tfrecord"
+
+    def run(*args):
+        flags.FLAGS.unparse_flags()
+        rc = cli.main([*base, *args])
+        flags.FLAGS.unparse_flags()
+        return rc, capsys.readouterr()
+
+    rc, captured = run("--tfds=movie_review_text", "--objective=causal_lm", "--block_size=64",
+                       out)
+    assert rc == 0, captured.err
+    assert "blocks of 64 tokens from 40 documents" in captured.out
+    for args, message in (
+            (["--tfds=movie_review_text", "--tfds_text_key=label"],
+             "TFDS dataset 'movie_review_text' has no text feature 'label' (its text features: "
+             "text); pass --tfds_text_key=one of them"),
+            (["--tfds=movie_review_text", f"--input={tmp_path}/x.txt"],
+             "pass --input (text files) or --tfds (a TFDS dataset), not both"),
+            (["--tfds=movie_review_text", "--tfds_split=test"],
+             "TFDS dataset 'movie_review_text' has no split 'test' (splits: train)")):
+        rc, captured = run(*args, f"--output={tmp_path}/bad-*.tfrecord")
+        assert rc == 2 and message in captured.err, captured.err
+        assert len(captured.err.strip().splitlines()) == 1, captured.err
+    assert not list(tmp_path.glob("bad-*"))

@@ -4,7 +4,8 @@
 packs the documents into blocks of --block_size tokens for next-token pretraining (one [SEP]
 before each document, documents spanning blocks, the final partial block dropped).
 
-Input is google-research/bert's format (one sentence per line, blank line between documents)
+Input is text files (--input) or a TFDS text dataset (--tfds, one example a document). Files
+are in google-research/bert's format (one sentence per line, blank line between documents)
 or raw prose (paragraphs split into sentences; Gutenberg headers skipped), detected per file
 unless --input_format says. Writes DIR/train-SSSSS-of-NNNNN.tfrecord and
 DIR/train-summary.json. Example:
@@ -13,6 +14,8 @@ DIR/train-summary.json. Example:
       --output=data/train-*.tfrecord --max_seq_length=128 --dupe_factor=5 --seed=1
   bert-train create_pretraining_data --objective=causal_lm --block_size=256 \\
       --input='corpus/*.txt' --vocab=vocab.txt --output=data/causal-*.tfrecord
+  bert-train create_pretraining_data --tfds=wikipedia/20230601.en --data_dir=~/tfds \\
+      --vocab=vocab.txt --output=data/wiki-*.tfrecord --num_workers=32
 """
 
 from absl import flags
@@ -32,8 +35,14 @@ SHARED_FLAGS = shared_flags.declare(
     overwrite=Usage(False, "Replace the shards and summary an earlier run wrote at --output, "
                     "once the new set is complete (other files are refused)."),
     seed=Usage(12345, "Random seed; the same seed and input give the same files (causal_lm: "
-               "it shuffles the blocks)."))
+               "it shuffles the blocks)."),
+    data_dir=Usage(None, "TFDS data directory holding the --tfds dataset, prepared (default: "
+                   "TFDS's ~/tensorflow_datasets)."))
 flags.DEFINE_string("vocab", None, "The WordPiece vocab.txt.")
+flags.DEFINE_string("tfds", None, "A TFDS text dataset instead of --input, e.g. "
+                    "wikipedia/20230601.en: each example is a document.")
+flags.DEFINE_string("tfds_split", "train", "The --tfds split (slices such as train[:10%] too).")
+flags.DEFINE_string("tfds_text_key", "text", "The --tfds feature holding the text.")
 # The objectives (configurables.PRETRAINING_OBJECTIVES, not imported: it loads TensorFlow);
 # compared by name, since "causal_lm" is also a task family's.
 MASKED_LM, CAUSAL_LM = "masked_lm", "causal_lm"
@@ -74,7 +83,9 @@ def main(argv):
     del argv
     from bert_trainer.data import create_pretraining_data as cpd  # noqa: PLC0415 (TensorFlow)
 
-    for name in ("input", "vocab", "output"):
+    if FLAGS.input and FLAGS.tfds:
+        raise UserError("pass --input (text files) or --tfds (a TFDS dataset), not both")
+    for name in ("input" if not FLAGS.tfds else "tfds", "vocab", "output"):
         if not FLAGS[name].value:
             raise UserError(f"--{name} is required (see "
                             "'bert-train create_pretraining_data --help')")
@@ -87,13 +98,23 @@ def main(argv):
         max_predictions_per_seq=FLAGS.max_predictions_per_seq,
         masked_lm_prob=FLAGS.masked_lm_prob, whole_word_masking=FLAGS.whole_word_masking)
     summary = cpd.create_pretraining_data(
-        FLAGS.input, FLAGS.vocab, FLAGS.output, config, lower_case=FLAGS.lower_case,
+        _inputs(), FLAGS.vocab, FLAGS.output, config, lower_case=FLAGS.lower_case,
         input_format=FLAGS.input_format, encoding_errors=FLAGS.encoding_errors,
         num_shards=FLAGS.num_shards, examples_per_shard=FLAGS.examples_per_shard,
         overwrite=FLAGS.overwrite, num_workers=_num_workers())
     print(f"wrote {summary['examples']:,} examples from {summary['documents']:,} documents "
           f"to {len(summary['shards'])} shard(s) in {summary['seconds']:.1f}s; {_rate(summary)}")
     return 0
+
+
+def _inputs():
+    """--input's files, or the --tfds dataset."""
+    if not FLAGS.tfds:
+        return FLAGS.input
+    from bert_trainer.data import tfds_sources  # noqa: PLC0415
+
+    return tfds_sources.TfdsText(FLAGS.tfds, FLAGS.tfds_split, FLAGS.tfds_text_key,
+                                 FLAGS.data_dir)
 
 
 def _num_workers() -> int:
@@ -125,7 +146,7 @@ def _causal_lm() -> int:
 
     config = causal_lm_data.CausalDataConfig(block_size=FLAGS.block_size, seed=FLAGS.seed)
     summary = causal_lm_data.create_causal_lm_data(
-        FLAGS.input, FLAGS.vocab, FLAGS.output, config, lower_case=FLAGS.lower_case,
+        _inputs(), FLAGS.vocab, FLAGS.output, config, lower_case=FLAGS.lower_case,
         input_format=FLAGS.input_format, encoding_errors=FLAGS.encoding_errors,
         num_shards=FLAGS.num_shards, examples_per_shard=FLAGS.examples_per_shard,
         overwrite=FLAGS.overwrite, num_workers=_num_workers())

@@ -30,7 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from bert_trainer import features
-from bert_trainer.data import chunk_workers, text_corpus
+from bert_trainer.data import chunk_workers
 from bert_trainer.data import create_pretraining_data as cpd
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import UserError
@@ -116,7 +116,8 @@ def create_causal_lm_data(inputs, vocab_file: str, output: str,
     """Writes causal-LM block TFRecords and a JSON summary next to them.
 
     Args:
-      inputs: text files: comma list / globs (see `text_corpus.expand_inputs`).
+      inputs: text files: comma list / globs (see `text_corpus.expand_inputs`), or a
+        `tfds_sources.TfdsText` dataset.
       vocab_file: the WordPiece `vocab.txt` (it must hold `[SEP]`).
       output: shard pattern with one `*` (see `create_pretraining_data`).
       config: see `CausalDataConfig`.
@@ -134,8 +135,7 @@ def create_causal_lm_data(inputs, vocab_file: str, output: str,
     config.validate()
     run = cpd.start_run(inputs, vocab_file, output, num_shards, examples_per_shard, overwrite,
                         num_workers, lower_case, progress)
-    documents = text_corpus.read_documents(run.files, input_format,
-                                           encoding_errors=encoding_errors, stats=run.stats)
+    documents = run.documents(input_format, encoding_errors)
     packer = BlockPacker(config.block_size)
 
     def write(writer):

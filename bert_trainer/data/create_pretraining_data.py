@@ -33,7 +33,7 @@ import numpy as np
 import tensorflow as tf
 
 from bert_trainer import features, outputs
-from bert_trainer.data import chunk_workers, masking, shard_set, text_corpus
+from bert_trainer.data import chunk_workers, masking, shard_set, text_corpus, tfds_sources
 from bert_trainer.data import pretraining_data_report as report
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import UserError
@@ -301,7 +301,8 @@ def create_pretraining_data(inputs, vocab_file: str, output: str,
     """Writes pretraining TFRecords and a JSON summary next to them.
 
     Args:
-      inputs: text files: comma list / globs (see `text_corpus.expand_inputs`).
+      inputs: text files: comma list / globs (see `text_corpus.expand_inputs`), or a
+        `tfds_sources.TfdsText` dataset.
       vocab_file: the WordPiece `vocab.txt`.
       output: shard pattern with one `*`, e.g. `DIR/train-*.tfrecord`; `*` becomes
         `SSSSS-of-NNNNN` and the summary goes to `DIR/train-summary.json`.
@@ -322,8 +323,7 @@ def create_pretraining_data(inputs, vocab_file: str, output: str,
     config.validate()
     run = start_run(inputs, vocab_file, output, num_shards, examples_per_shard, overwrite,
                     num_workers, lower_case, progress)
-    documents = text_corpus.read_documents(run.files, input_format,
-                                           encoding_errors=encoding_errors, stats=run.stats)
+    documents = run.documents(input_format, encoding_errors)
     state_args = (vocab_file, lower_case, config)
 
     def write(writer):
@@ -350,6 +350,7 @@ def create_pretraining_data(inputs, vocab_file: str, output: str,
 class Run:
     """What both objectives check and set up before reading any text."""
 
+    tfds: tfds_sources.TfdsText | None  # The text's source when not `files`.
     output: str
     summary_path: str
     old: list
@@ -360,8 +361,15 @@ class Run:
     stats: collections.Counter
     tick: report.Progress
 
+    def documents(self, input_format: str, encoding_errors: str):
+        """The documents of the text files or of the TFDS dataset, streamed."""
+        if self.tfds is not None:
+            return self.tfds.documents(self.stats)
+        return text_corpus.read_documents(self.files, input_format,
+                                          encoding_errors=encoding_errors, stats=self.stats)
+
     def throughput(self) -> dict:
-        text_bytes = sum(os.path.getsize(f) for f in self.files)
+        text_bytes = self.stats["text_bytes"] or sum(os.path.getsize(f) for f in self.files)
         return report.throughput(self.stats, text_bytes, time.time() - self.tick.start,
                                  self.num_workers)
 
@@ -371,14 +379,18 @@ def start_run(inputs, vocab_file, output, num_shards, examples_per_shard, overwr
     """Checks the arguments, the inputs, the vocabulary and the output before anything runs."""
     examples_per_shard = check_sharding(num_shards, examples_per_shard)
     chunk_workers.check_num_workers(num_workers)
-    files = text_corpus.expand_inputs(inputs)
-    unreadable = [f for f in files if not os.access(f, os.R_OK)]
-    if unreadable:
-        raise UserError(f"--input: {unreadable[0]} is not readable (permission denied); fix "
-                        "its permissions or leave it out")
+    files, tfds = [], inputs if isinstance(inputs, tfds_sources.TfdsText) else None
+    if tfds is not None:
+        tfds.texts()  # An unknown or unprepared dataset, or a wrong text key, fails here.
+    else:
+        files = text_corpus.expand_inputs(inputs)
+        unreadable = [f for f in files if not os.access(f, os.R_OK)]
+        if unreadable:
+            raise UserError(f"--input: {unreadable[0]} is not readable (permission denied); "
+                            "fix its permissions or leave it out")
     Tokenizer(vocab_file, lower_case=lower_case)  # A bad vocabulary fails here, in one line.
     summary_path, old = shard_set.check_output(output, overwrite)
-    return Run(os.path.abspath(os.path.expanduser(output)), summary_path, old, files,
+    return Run(tfds, os.path.abspath(os.path.expanduser(output)), summary_path, old, files,
                num_shards, examples_per_shard, num_workers, collections.Counter(),
                report.Progress(progress))
 

@@ -1,19 +1,11 @@
 """The pretraining-quality benchmark's outputs: the JSON record, the PNG and the Markdown table."""
 
-import json
 import os
+
+from bench.finetune_accuracy import write_json  # noqa: F401 - the harness's JSON writer too
 
 TABLE_START = "<!-- quality-table: scripts/bench/quality.py writes this block -->"
 TABLE_END = "<!-- /quality-table -->"
-
-
-def write_json(path: str, record: dict) -> None:
-    """Writes `record` aside, then renames it into place (no half-written results file)."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(json.dumps(record, indent=2) + "\n")
-    os.replace(tmp, path)
 
 
 def _sst2(run: dict) -> str:

@@ -221,11 +221,11 @@ def test_a_head_named_otherwise_is_refused_not_silently_skipped():
 
 
 def test_evaluate_names_an_object_graph_checkpoint_instead_of_suggesting_a_resume(tmp_path):
-    from bert_trainer.commands import evaluate as evaluate_command
+    from bert_trainer.training.checkpoint_eval import evaluate_checkpoint
 
     prefix = _old_layout_toy_run(tmp_path)
     with pytest.raises(UserError) as caught:
-        evaluate_command.evaluate(ToyTask(), str(tmp_path), prefix)
+        evaluate_checkpoint(ToyTask(), str(tmp_path), prefix)
     assert str(caught.value) == (
         f"{prefix} was written by an older bert-train (object-graph variable names), which "
         "evaluate cannot read; export and predict --model_dir still can, or evaluate with the "

@@ -15,11 +15,9 @@ run's directory (`finetune --seeds`) holds one model per seed: evaluate
 already holds every seed's final metrics and their spread.
 """
 
-import contextlib
 import json
 import os
 import sys
-import tempfile
 
 from absl import flags
 
@@ -50,6 +48,7 @@ def main(argv):
     from bert_trainer.checkpoints import model_dir as model_dir_lib  # noqa: PLC0415 (imports TensorFlow)
     from bert_trainer.checkpoints import select  # noqa: PLC0415
     from bert_trainer.errors import UserError  # noqa: PLC0415
+    from bert_trainer.training import checkpoint_eval  # noqa: PLC0415
 
     common.setup_logging()
     if not FLAGS.model_dir:
@@ -68,7 +67,8 @@ def main(argv):
     with common.one_line_errors():
         task = _build_task(model_dir, info)
         prefix = select.select_checkpoint(model_dir, FLAGS.checkpoint)
-        results, step = evaluate(task, model_dir, prefix, write_summaries=writable)
+        results, step = checkpoint_eval.evaluate_checkpoint(
+            task, model_dir, prefix, strategy=common.get_strategy(), write_summaries=writable)
     _report(task, model_dir, results, step, prefix, writable)
     return 0
 
@@ -106,51 +106,6 @@ def _build_task(model_dir: str, info):
                                  max_eval_examples=FLAGS.max_eval_examples,
                                  skip_bad_rows=FLAGS.skip_bad_rows)
     return registry.task_from_info(stored, spec, config=config, data=data, where=where)
-
-
-def evaluate(task, model_dir: str, prefix: str, strategy=None, *,
-             write_summaries: bool = True) -> tuple[dict, int]:
-    """Evaluates the weights of checkpoint `prefix` on the task's eval split.
-
-    The Trainer runs the evaluation, so it is distributed like training and its results also
-    go to model_dir/eval for TensorBoard (unless `write_summaries` is False).
-
-    Args:
-      task: the task (its model is built here).
-      model_dir: the fine-tuning run's directory.
-      prefix: a checkpoint of that run.
-      strategy: default: the one of --strategy.
-      write_summaries: False for a model_dir that cannot be written: nothing is written there
-        (the Trainer, which refuses a directory it cannot write, gets a scratch one).
-
-    Returns:
-      ({metric: value}, the checkpoint's step).
-    """
-    from bert_trainer.checkpoints import layout as checkpoint_layout  # noqa: PLC0415
-    from bert_trainer.checkpoints import resume, select  # noqa: PLC0415
-    from bert_trainer.errors import UserError  # noqa: PLC0415
-    from bert_trainer.training.trainer import Trainer, TrainerConfig  # noqa: PLC0415
-
-    latest = next(select.usable_checkpoints(model_dir), None)  # what the Trainer restores
-    for path in dict.fromkeys(p for p in (latest, prefix) if p):
-        graph, _ = checkpoint_layout.read_object_graph(path)
-        if checkpoint_layout.layout(graph) == checkpoint_layout.OBJECT_GRAPH:
-            # The Trainer restores whole runs (optimizer included), which needs stable names.
-            raise UserError(f"{path} was written by an older bert-train (object-graph variable "
-                            "names), which evaluate cannot read; export and predict --model_dir "
-                            "still can, or evaluate with the bert-train version that wrote it")
-    with contextlib.ExitStack() as stack:
-        run_dir = model_dir
-        if not write_summaries:
-            run_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="bert-train-eval-"))
-        # The trainer restores the latest checkpoint of its directory when it is built; any
-        # other one is read over it.
-        trainer = Trainer(task, run_dir, config=TrainerConfig(train_steps=1),
-                          strategy=strategy or common.get_strategy())
-        if run_dir != model_dir or prefix != latest:
-            resume.restore(trainer.checkpoint, prefix, model_dir)
-        results, step = trainer.evaluate(), int(trainer.global_step.numpy())
-    return results, step
 
 
 def _report(task, model_dir: str, results: dict, step: int, prefix: str,

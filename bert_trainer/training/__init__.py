@@ -9,6 +9,7 @@
     throughput.py    matmul peak, examples/tokens/s, MFU, padding (the task counts FLOPs)
     rollback.py      NaN/Inf rollback bookkeeping: skipped steps and where to skip data
     strategies.py    get_strategy(name), the chief-only-writes rule
+    checkpoint_eval.py  evaluate_checkpoint: one checkpoint of a run on its eval split
     determinism.py   seeds and deterministic ops
     run_lock.py      one run per model_dir: the lock file naming its holder, stale ones taken over
 

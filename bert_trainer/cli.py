@@ -7,6 +7,7 @@ also be imported into one process (tests, notebooks); each accepts only its own 
 """
 
 import contextlib
+import gc
 import importlib
 import os
 import sys
@@ -59,6 +60,9 @@ def main(argv=None) -> int:
         tf.config.list_physical_devices()
 
         module = importlib.import_module(f"bert_trainer.commands.{name}")
+    # TensorFlow's and Keras' objects (about a million) live as long as the process: frozen
+    # out of the garbage collector, whose collections then walk only what the command makes.
+    gc.freeze()
     from bert_trainer import ops  # noqa: PLC0415
 
     try:

@@ -1,6 +1,7 @@
 """Shared fixtures: global state reset, paths to ../shared, and small helpers."""
 
 import functools
+import gc
 import os
 import pathlib
 
@@ -9,6 +10,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import gin  # noqa: E402
 import keras  # noqa: E402
 import pytest  # noqa: E402
+
+# TensorFlow's and Keras' million objects live as long as the process: kept out of every
+# garbage collection from here on (collecting the test modules would otherwise walk them).
+gc.freeze()
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -39,9 +44,16 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def _reset_global_state():
-    """Gin bindings and Keras' global session never leak between tests."""
+    """Gin bindings and Keras' global session never leak between tests.
+
+    `clear_session` collects garbage; what survives it (TensorFlow, session fixtures) is then
+    frozen (`gc.freeze`), so later collections, Keras' and Python's own, walk only what the
+    test itself makes. Without it, each collection walked every object the worker ever made
+    and kept, which cost more than many tests themselves.
+    """
     gin.clear_config()
     keras.backend.clear_session()
+    gc.freeze()
     keras.utils.set_random_seed(1234)
     yield
     gin.clear_config()

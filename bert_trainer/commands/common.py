@@ -21,7 +21,7 @@ from absl import flags, logging
 
 from bert_trainer import config_files
 from bert_trainer.commands import shared_flags
-from bert_trainer.errors import EXIT_NONFINITE, EXIT_PREEMPTED, UserError, first_line
+from bert_trainer.errors import EXIT_NONFINITE, UserError, first_line
 
 # Kept in sync with `training.strategies.STRATEGY_NAMES` (a test checks); not imported from
 # there because that module imports TensorFlow.
@@ -276,33 +276,38 @@ def get_strategy():
     return strategies.get_strategy(FLAGS.strategy, tpu_address=FLAGS.tpu)
 
 
-def train_and_report(trainer, command: str) -> int:
+def train_and_report(trainer, command: str, *, label: str = "", write_results=None) -> int:
     """Runs `trainer.train_and_evaluate()`, prints a one-line summary, returns the exit code.
+
+    A stop signal ends the run with `Preempted` after a checkpoint; it is left to the runner,
+    which prints it and exits with `errors.EXIT_PREEMPTED` (running it again resumes).
 
     Args:
         trainer: a built `training.trainer.Trainer`.
         command: the command's name for the summary line, e.g. "pretrain".
+        label: put before the step, e.g. "seed 2: ".
+        write_results: called as `write_results(trainer, result)` on the chief when the run
+            evaluated; the summary names the path it returns instead of the model_dir.
 
     Returns:
         0; `errors.EXIT_NONFINITE` when the loss or gradient norm became NaN/Inf (the
-        message names the step and the last good checkpoint); `errors.EXIT_PREEMPTED` when a
-        stop signal ended the run after a checkpoint (running it again resumes).
+        message names the step and the last good checkpoint).
     """
-    from bert_trainer.training.trainer import NonFiniteError, Preempted  # noqa: PLC0415
+    from bert_trainer.training.trainer import NonFiniteError  # noqa: PLC0415
 
     try:
         result = trainer.train_and_evaluate()
     except NonFiniteError as e:
-        print(f"bert-train {command}: error: {e}", file=sys.stderr)
+        print(f"bert-train {command}: error: {label}{e}", file=sys.stderr, flush=True)
         return EXIT_NONFINITE
-    except Preempted as e:
-        print(f"bert-train {command}: {e}", file=sys.stderr)
-        return EXIT_PREEMPTED
-    parts = [f"bert-train {command}: step {result.step}"]
+    parts = [f"bert-train {command}: {label}step {result.step}"]
     if "loss" in result.train:  # absent when a finished run is started again
         parts.append(f"train loss {result.train['loss']:.4f}")
+    written = None
     if result.eval:
+        if write_results is not None and trainer.is_chief:
+            written = write_results(trainer, result)
         parts.append("eval " + ", ".join(f"{k} {v:.4f}" for k, v in sorted(result.eval.items())))
-    parts.append(f"model_dir {trainer.model_dir}")
+    parts.append(f"results {written}" if written else f"model_dir {trainer.model_dir}")
     print(" | ".join(parts), flush=True)
     return 0

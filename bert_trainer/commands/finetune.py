@@ -41,12 +41,12 @@ most context). --long_texts=truncate keeps the first pieces instead.
 import functools
 import os
 import re
-import sys
 
 from absl import flags, logging
 
 from bert_trainer import outputs
 from bert_trainer.commands import common, finetune_seeds, shared_flags
+from bert_trainer.commands.finetune_settings import FinetuneSettings
 from bert_trainer.commands.shared_flags import Usage
 
 flags.adopt_module_key_flags(common)
@@ -105,41 +105,6 @@ flags.DEFINE_integer("doc_stride", None, "Word pieces between the starts of a lo
 flags.DEFINE_enum("window_pooling", None, ["mean", "max"], "How a text's window logits combine "
                   "(classification, regression; FinetuneConfig.window_pooling, default mean).")
 
-FLAGS = flags.FLAGS
-COLUMN_FLAGS = ("text_column", "text_b_column", "label_column", "source_column", "target_column")
-
-
-def _flag_bindings() -> list[str]:
-    """The hyperparameter flags as gin bindings, so that operative_config.gin records them."""
-    from bert_trainer.tasks import registry  # noqa: PLC0415
-    pairs = [("FinetuneConfig.seq_length", FLAGS.seq_length),
-             ("FinetuneConfig.train_batch_size", FLAGS.batch_size),
-             ("FinetuneConfig.num_epochs", FLAGS.num_epochs),
-             ("OptimizerConfig.learning_rate", FLAGS.learning_rate),
-             ("TrainerConfig.train_steps", FLAGS.train_steps),
-             ("TrainerConfig.fit_batch", FLAGS.fit_batch),
-             ("TrainerConfig.micro_batch_size", FLAGS.micro_batch_size)]
-    bindings = [common.gin_binding(name, value) for name, value in pairs if value is not None]
-    return bindings + _window_bindings(registry.family_of(FLAGS.task))
-
-
-def _window_bindings(family) -> list[str]:
-    """--long_texts, --doc_stride and --window_pooling as gin bindings of the task's family."""
-    from bert_trainer.errors import UserError  # noqa: PLC0415
-    from bert_trainer.tasks import registry  # noqa: PLC0415
-
-    if not family.truncates and FLAGS.long_texts == "truncate":
-        raise UserError(f"--long_texts=truncate does not apply to {family.name} tasks: their "
-                        "texts are always windowed (set the stride with --doc_stride)")
-    if FLAGS.window_pooling is not None and not family.window_pooling:
-        pooling = [f.name for f in registry.families() if f.window_pooling]
-        raise UserError(f"--window_pooling applies to {' and '.join(pooling)}, not to "
-                        f"{family.name} tasks; drop it")
-    pairs = [("FinetuneConfig.long_texts", FLAGS.long_texts),
-             (family.doc_stride_binding, FLAGS.doc_stride),
-             ("FinetuneConfig.window_pooling", FLAGS.window_pooling)]
-    return [common.gin_binding(name, value) for name, value in pairs if value is not None]
-
 
 def main(argv):
     del argv
@@ -147,28 +112,31 @@ def main(argv):
     from bert_trainer.tasks import multi_seed, registry  # noqa: PLC0415 (imports TensorFlow)
 
     common.setup_logging()
-    seeds = multi_seed.parse_seeds(FLAGS.seeds, FLAGS.num_seeds)
-    registry.import_family_modules(FLAGS.family_module)
-    if not FLAGS.task:
+    settings = FinetuneSettings.from_flags()
+    seeds = multi_seed.parse_seeds(settings.seeds, settings.num_seeds)
+    registry.import_family_modules(settings.family_module)
+    if not settings.task:
         raise UserError(f"--task is required; choose one of: {', '.join(registry.task_names())}")
-    family = registry.family_of(FLAGS.task)
-    model_dir = common.check_model_dir(FLAGS.model_dir)
-    shared_flags.check_input_files(train_file=FLAGS.train_file, eval_file=FLAGS.eval_file,
-                                   vocab_file=FLAGS.vocab_file)
-    if not FLAGS.init_checkpoint and not FLAGS.vocab_file:
+    family = registry.family_of(settings.task)
+    model_dir = common.check_model_dir(settings.model_dir)
+    shared_flags.check_input_files(train_file=settings.train_file,
+                                   eval_file=settings.eval_file, vocab_file=settings.vocab_file)
+    if not settings.init_checkpoint and not settings.vocab_file:
         raise UserError("--init_checkpoint is required: a pretrained bert-train, Hugging Face "
                         "or Google BERT directory (or, to train from scratch, --vocab_file and "
                         "a --gin_file binding build_encoder.*)")
-    gin_files = [*([family.recipe] if family.recipe else []), *FLAGS.gin_file]
+    gin_files = [*([family.recipe] if family.recipe else []), *settings.gin_files]
     _register_family_configs(family)
-    common.parse_gin(gin_files, FLAGS.gin_param, _flag_bindings())
+    flag_bindings = functools.partial(settings.gin_bindings, family)
+    common.parse_gin(gin_files, settings.gin_params, flag_bindings())
     if seeds is not None:
-        single = finetune_seeds.SingleRun(flag_bindings=_flag_bindings, plan=_plan,
-                                          run_one=_run_one)
-        return finetune_seeds.run_seeds(model_dir, seeds, gin_files, single)
+        single = finetune_seeds.SingleRun(
+            flag_bindings=flag_bindings, plan=functools.partial(_plan, settings),
+            run_one=functools.partial(_run_one, settings))
+        return finetune_seeds.run_seeds(model_dir, seeds, gin_files, single, settings)
     multi_seed.check_single_run_dir(model_dir)
     with common.one_line_errors(), common.model_dir_lock(model_dir, "finetune"):
-        return _run_one(model_dir)
+        return _run_one(settings, model_dir)
 
 
 def _register_family_configs(family) -> None:
@@ -179,100 +147,81 @@ def _register_family_configs(family) -> None:
         configurables.configurable(config_class)
 
 
-def _run_one(model_dir: str, label: str = "") -> int:
+def _run_one(settings: FinetuneSettings, model_dir: str, label: str = "") -> int:
     """One fine-tune into `model_dir` (locked by the caller) from the parsed gin config.
 
     Args:
+      settings: the command's flags.
       model_dir: the run's directory.
       label: put before the summary line, e.g. "seed 2: ".
 
     Returns:
       The exit code.
     """
-    task = _build_task()
-    _check_inputs(task)
-    settings = _derive_settings(task)
-    trainer = _build_trainer(task, model_dir, settings)
-    _print_warm_start(task, label)
-    return _train_and_report(trainer, label)
+    task, run_settings = _plan(settings)
+    trainer = _build_trainer(task, model_dir, run_settings)
+    _print_warm_start(settings, task, label)
+    return common.train_and_report(trainer, "finetune", label=label,
+                                   write_results=_write_eval_results)
 
 
-def _plan():
-    """The task, built with its inputs read, and the run's final step: what a run checks before
-    it writes anything."""
-    task = _build_task()
-    _check_inputs(task)
-    return task, _derive_settings(task).train_steps
+def _plan(settings: FinetuneSettings):
+    """The task, built with its inputs read, and the run's derived settings: what a run checks
+    before it writes anything."""
+    task = _build_task(settings)
+    _check_inputs(settings, task)
+    return task, _derive_settings(settings, task)
 
 
-def _encoder_spec():
+def _encoder_spec(settings: FinetuneSettings):
     """The encoder of --init_checkpoint, or the gin-configured one when training from scratch."""
     from bert_trainer import configurables  # noqa: PLC0415
     from bert_trainer.data import tokenizer  # noqa: PLC0415
     from bert_trainer.tasks import finetuning  # noqa: PLC0415
 
-    if FLAGS.init_checkpoint:
-        return finetuning.spec_from_checkpoint(FLAGS.init_checkpoint, vocab_file=FLAGS.vocab_file,
-                                               lower_case=FLAGS.lower_case)
+    if settings.init_checkpoint:
+        return finetuning.spec_from_checkpoint(settings.init_checkpoint,
+                                               vocab_file=settings.vocab_file,
+                                               lower_case=settings.lower_case)
     logging.warning("No --init_checkpoint: the encoder is built from gin and trained from "
                     "scratch")
-    vocab = tokenizer.load_vocab(FLAGS.vocab_file)
+    vocab = tokenizer.load_vocab(settings.vocab_file)
     derived = {}
     # The vocabulary sizes the embeddings: an encoder size file's BERT vocab_size (30522)
     # describes BERT's vocabulary, not this one; only a --gin_param binding overrides it.
-    if not any(re.match(r"\s*build_encoder\.vocab_size\s*=", p) for p in FLAGS.gin_param):
+    if not any(re.match(r"\s*build_encoder\.vocab_size\s*=", p) for p in settings.gin_params):
         derived["vocab_size"] = len(vocab)
-    lower_case = FLAGS.lower_case
+    lower_case = settings.lower_case
     if lower_case is None:  # a vocabulary with capitals was learned from cased text
         lower_case = not tokenizer.vocab_is_cased(vocab)
     logging.info("From scratch: %slower_case=%s, from --vocab_file=%s",
-                 "".join(f"{k}={v}, " for k, v in derived.items()), lower_case, FLAGS.vocab_file)
+                 "".join(f"{k}={v}, " for k, v in derived.items()), lower_case,
+                 settings.vocab_file)
     encoder = common.build_configured(
         functools.partial(configurables.build_encoder, **derived), "build_encoder")
-    return finetuning.spec_from_encoder(encoder, vocab_file=FLAGS.vocab_file,
+    return finetuning.spec_from_encoder(encoder, vocab_file=settings.vocab_file,
                                         lower_case=lower_case)
 
 
-def _build_task():
+def _build_task(settings: FinetuneSettings):
     """The task of --task with the data flags, the gin configs and the encoder spec."""
     from bert_trainer import configurables  # noqa: PLC0415
-    from bert_trainer.tasks import finetuning, registry  # noqa: PLC0415
+    from bert_trainer.tasks import registry  # noqa: PLC0415
 
-    data = finetuning.DataConfig(
-        train_file=FLAGS.train_file, eval_file=FLAGS.eval_file, data_dir=FLAGS.data_dir,
-        max_train_examples=FLAGS.max_train_examples, max_eval_examples=FLAGS.max_eval_examples,
-        skip_bad_rows=FLAGS.skip_bad_rows)
     task_data = registry.resolve_task_data(
-        FLAGS.task, **_column_arguments(registry.family_of(FLAGS.task)),
-        has_header=FLAGS.header, label_names=FLAGS.label_names,
-        train_file=FLAGS.train_file, skip_bad_rows=FLAGS.skip_bad_rows)
+        settings.task, **settings.column_arguments(registry.family_of(settings.task)),
+        has_header=settings.header,
+        label_names=list(settings.label_names) if settings.label_names else None,
+        train_file=settings.train_file, skip_bad_rows=settings.skip_bad_rows)
     config = common.build_configured(configurables.FinetuneConfig, "FinetuneConfig")
     options = {key: common.build_configured(configurables.configurable(config_class),
                                             config_class.__name__)
                for key, config_class in task_data.reader.gin_configs.items()}
-    return registry.build_task(task_data, _encoder_spec(), config=config, data=data, **options)
+    return registry.build_task(task_data, _encoder_spec(settings), config=config,
+                               data=settings.data_config(), **options)
 
 
-def _column_arguments(family) -> dict:
-    """The column flags given, as the `resolve_task_data` arguments the family maps them to
-    (`Family.column_flags`); a column flag of another family is refused, naming the family's."""
-    from bert_trainer.errors import UserError  # noqa: PLC0415
-
-    given = {name: getattr(FLAGS, name) for name in COLUMN_FLAGS
-             if getattr(FLAGS, name) is not None}
-    if not given:
-        return {}
-    if not family.reads_columns:  # resolve_task_data names the families that read columns
-        return {"text_column": next(iter(given.values()))}
-    foreign = [name for name in given if name not in family.column_flags]
-    if foreign:
-        own = ", ".join(f"--{name}" for name in family.column_flags)
-        raise UserError(f"--{foreign[0]} does not apply to {family.name} tasks; their columns "
-                        f"are {own}")
-    return {family.column_flags[name]: value for name, value in given.items()}
-
-
-def _check_inputs(task) -> None:
+def _check_inputs(settings: FinetuneSettings, task) -> None:
     """Reads the examples now, before the model is built: the trainer reads the evaluation
     examples only after training, so a missing or malformed source would fail once the run had
     trained and written its model_dir."""
@@ -285,81 +234,66 @@ def _check_inputs(task) -> None:
     if (common.gin_is_bound("TrainerConfig.eval_steps")
             and gin.query_parameter("TrainerConfig.eval_steps") == 0):
         return  # The run does not evaluate.
-    if FLAGS.eval_file is None and task.task_data.tfds_name is None:
+    if settings.eval_file is None and task.task_data.tfds_name is None:
         raise UserError(f"--task={task.name} has no TFDS dataset to evaluate on; pass "
                         "--eval_file")
     task.raw_examples(task.eval_split)
 
 
-def _derive_settings(task):
+def _derive_settings(settings: FinetuneSettings, task):
     """The run length, warmup, best metric and warm start the flags and gin left to the task."""
     import gin  # noqa: PLC0415
 
     from bert_trainer.tasks import run_settings  # noqa: PLC0415
 
     bound = common.gin_is_bound("TrainerConfig.train_steps")
-    settings = run_settings.derive_settings(
+    derived = run_settings.derive_settings(
         task, train_steps=gin.query_parameter("TrainerConfig.train_steps") if bound else None,
         best_metric_bound=common.gin_is_bound("TrainerConfig.best_metric"),
-        init_checkpoint=FLAGS.init_checkpoint)
-    task.run_settings = settings
-    return settings
+        init_checkpoint=settings.init_checkpoint)
+    task.run_settings = derived
+    return derived
 
 
-def _build_trainer(task, model_dir: str, settings):
+def _build_trainer(task, model_dir: str, run_settings):
     """The Trainer, with the derived settings passed to its configs (gin is left as parsed).
 
     Every format of --init_checkpoint warm-starts the same way: on a fresh run the trainer
     calls `task.initialize`, which loads the checkpoint the task's encoder spec resolved.
     """
-    import functools  # noqa: PLC0415
-
     from bert_trainer import configurables  # noqa: PLC0415
     from bert_trainer.training.trainer import Trainer  # noqa: PLC0415
 
     def configured(configurable, what: str):
         return common.build_configured(
-            functools.partial(configurable, **settings.arguments(what)), what)
+            functools.partial(configurable, **run_settings.arguments(what)), what)
 
     return Trainer(task, model_dir,
                    config=configured(configurables.TrainerConfig, "TrainerConfig"),
                    optimizer=configured(configurables.OptimizerConfig, "OptimizerConfig"),
-                   strategy=common.get_strategy(), derived_bindings=settings.gin_bindings())
+                   strategy=common.get_strategy(), derived_bindings=run_settings.gin_bindings())
 
 
-def _print_warm_start(task, label: str = "") -> None:
+def _print_warm_start(settings: FinetuneSettings, task, label: str = "") -> None:
     report = task.warm_start_report
     if report is None:
         return
-    print(f"bert-train finetune: {label}warm start from {FLAGS.init_checkpoint}: loaded "
+    print(f"bert-train finetune: {label}warm start from {settings.init_checkpoint}: loaded "
           f"{len(report['loaded'])} encoder variables; left initialized: "
           f"{', '.join(report['initialized']) or 'none'}", flush=True)
 
 
-def _train_and_report(trainer, label: str = "") -> int:
-    """Trains, writes eval_results.json and prints a one-line summary; returns the exit code."""
+def _write_eval_results(trainer, result) -> str:
+    """Writes model_dir/eval_results.json of the final evaluation; returns its path."""
     import tensorflow as tf  # noqa: PLC0415
 
     from bert_trainer.checkpoints import storage  # noqa: PLC0415
-    from bert_trainer.errors import EXIT_NONFINITE  # noqa: PLC0415
     from bert_trainer.tasks import finetuning  # noqa: PLC0415
-    from bert_trainer.training.trainer import NonFiniteError  # noqa: PLC0415
 
-    try:
-        result = trainer.train_and_evaluate()
-    except NonFiniteError as e:
-        print(f"bert-train finetune: error: {label}{e}", file=sys.stderr, flush=True)
-        return EXIT_NONFINITE
-    summary = [f"bert-train finetune: {label}step {result.step}",
-               f"train loss {result.train.get('loss', float('nan')):.4f}"]
-    if result.eval and trainer.is_chief:
-        latest = tf.train.latest_checkpoint(trainer.model_dir)
-        path = os.path.join(trainer.model_dir, finetuning.EVAL_RESULTS_FILE)
-        with storage.guard("the eval results", path, hint=storage.resume_hint(latest),
-                           partial=(outputs.temporary_sibling(path),)):
-            finetuning.write_eval_results(trainer.model_dir, trainer.task, result.eval,
-                                          step=result.step, checkpoint=latest)
-        summary.append("eval " + ", ".join(f"{k} {v:.4f}" for k, v in sorted(result.eval.items())))
-        summary.append(f"results {path}")
-    print(" | ".join(summary), flush=True)
-    return 0
+    latest = tf.train.latest_checkpoint(trainer.model_dir)
+    path = os.path.join(trainer.model_dir, finetuning.EVAL_RESULTS_FILE)
+    with storage.guard("the eval results", path, hint=storage.resume_hint(latest),
+                       partial=(outputs.temporary_sibling(path),)):
+        finetuning.write_eval_results(trainer.model_dir, trainer.task, result.eval,
+                                      step=result.step, checkpoint=latest)
+    return path

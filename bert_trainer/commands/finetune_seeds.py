@@ -11,40 +11,40 @@ import os
 from collections.abc import Callable
 from typing import NamedTuple
 
-from absl import flags
-
 from bert_trainer.commands import common
-
-FLAGS = flags.FLAGS
 
 
 class SingleRun(NamedTuple):
     """What `finetune` does for one run, as the seeds loop needs it."""
 
     flag_bindings: Callable[[], list[str]]  # the gin bindings the flags make
-    plan: Callable[[], tuple]  # (the task, built and its inputs read; the run's final step)
+    plan: Callable[[], tuple]  # (the task, built and its inputs read; its derived settings)
     run_one: Callable[..., int]  # run_one(model_dir, label=...) -> the exit code
 
 
-def run_seeds(model_dir: str, seeds: list[int], gin_files: list[str], single: SingleRun) -> int:
+def run_seeds(model_dir: str, seeds: list[int], gin_files: list[str], single: SingleRun,
+              settings) -> int:
     """Fine-tunes once per seed into model_dir/seed-N/, then reports the metrics' spread.
 
     Each seed's run starts from the gin config parsed anew plus its seed bindings, in a fresh
-    Keras session: nothing one seed binds or builds reaches the next.
+    Keras session: nothing one seed binds or builds reaches the next. `settings` are the
+    command's flags (`finetune_settings.FinetuneSettings`).
     """
 
     from bert_trainer.tasks import multi_seed  # noqa: PLC0415
 
     _check_seed_flags()
-    config = _run_config(gin_files, single.flag_bindings())
+    config = _run_config(gin_files, single.flag_bindings(), settings)
     with common.one_line_errors(), common.model_dir_lock(model_dir, "finetune --seeds"):
         previous = multi_seed.check_multi_seed_dir(model_dir, config)
         # What each seed's run checks before writing, checked once before anything is written.
-        task, final_step = single.plan()
+        task, run_settings = single.plan()
+        final_step = run_settings.train_steps
         multi_seed.write_manifest(model_dir, config, seeds, previous)
         records = {}
         for seed in seeds:
-            code, records[seed] = _run_seed(model_dir, seed, final_step, gin_files, single)
+            code, records[seed] = _run_seed(model_dir, seed, final_step, gin_files, single,
+                                            settings)
             if code:
                 return code
         if any(r is None for r in records.values()):
@@ -61,7 +61,7 @@ def run_seeds(model_dir: str, seeds: list[int], gin_files: list[str], single: Si
 
 
 def _run_seed(model_dir: str, seed: int, final_step: int, gin_files: list[str],
-              single: SingleRun) -> tuple[int, dict | None]:
+              single: SingleRun, settings) -> tuple[int, dict | None]:
     """Runs seed `seed` into model_dir/seed-N/ unless it is finished.
 
     Returns:
@@ -69,18 +69,18 @@ def _run_seed(model_dir: str, seed: int, final_step: int, gin_files: list[str],
     """
     from bert_trainer.tasks import multi_seed  # noqa: PLC0415
 
-    record = multi_seed.finished_results(model_dir, seed, final_step, FLAGS.eval_file)
+    record = multi_seed.finished_results(model_dir, seed, final_step, settings.eval_file)
     if record is not None:
         print(f"bert-train finetune: seed {seed}: finished at step {final_step}, skipped",
               flush=True)
         return 0, record
     _reset_run_state()
-    common.parse_gin(gin_files, FLAGS.gin_param,
+    common.parse_gin(gin_files, settings.gin_params,
                      [*single.flag_bindings(), *multi_seed.gin_bindings(seed)])
     directory = multi_seed.seed_dir(model_dir, seed)
     with common.model_dir_lock(directory, "finetune"):
         code = single.run_one(directory, label=f"seed {seed}: ")
-    return code, multi_seed.finished_results(model_dir, seed, final_step, FLAGS.eval_file)
+    return code, multi_seed.finished_results(model_dir, seed, final_step, settings.eval_file)
 
 
 def _check_seed_flags() -> None:
@@ -99,26 +99,28 @@ def _check_seed_flags() -> None:
                         "TrainerConfig.eval_steps = 0 turns evaluation off; drop that binding")
 
 
-def _run_config(gin_files: list[str], flag_bindings: list[str]) -> dict:
+def _run_config(gin_files: list[str], flag_bindings: list[str], settings) -> dict:
     """The flags that make a run what it is; every seed of a multi-seed run shares them."""
     def path(value):
         return value if value is None or "://" in value else os.path.abspath(value)
 
-    return {"task": FLAGS.task, "train_file": path(FLAGS.train_file),
-            "eval_file": path(FLAGS.eval_file), "data_dir": FLAGS.data_dir,
-            "init_checkpoint": path(FLAGS.init_checkpoint), "vocab_file": path(FLAGS.vocab_file),
-            "lower_case": FLAGS.lower_case,
+    s, columns = settings, settings.columns
+    return {"task": s.task, "train_file": path(s.train_file),
+            "eval_file": path(s.eval_file), "data_dir": s.data_dir,
+            "init_checkpoint": path(s.init_checkpoint), "vocab_file": path(s.vocab_file),
+            "lower_case": s.lower_case,
             "gin_files": [common.resolve_gin_file(f) for f in gin_files],
-            "gin_params": list(FLAGS.gin_param), "flag_bindings": flag_bindings,
-            "max_train_examples": FLAGS.max_train_examples,
-            "max_eval_examples": FLAGS.max_eval_examples, "text_column": FLAGS.text_column,
-            "text_b_column": FLAGS.text_b_column, "label_column": FLAGS.label_column,
+            "gin_params": list(s.gin_params), "flag_bindings": flag_bindings,
+            "max_train_examples": s.max_train_examples,
+            "max_eval_examples": s.max_eval_examples,
+            **{name: columns.get(name) for name in ("text_column", "text_b_column",
+                                                     "label_column")},
             # Only when given: a manifest written before these flags existed still matches.
-            **{name: getattr(FLAGS, name) for name in ("source_column", "target_column")
-               if getattr(FLAGS, name) is not None},
-            "header": FLAGS.header,
-            "label_names": list(FLAGS.label_names) if FLAGS.label_names else None,
-            "skip_bad_rows": FLAGS.skip_bad_rows}
+            **{name: columns[name] for name in ("source_column", "target_column")
+               if name in columns},
+            "header": s.header,
+            "label_names": list(s.label_names) if s.label_names else None,
+            "skip_bad_rows": s.skip_bad_rows}
 
 
 def _reset_run_state() -> None:

@@ -1,0 +1,59 @@
+"""`FinetuneSettings`: finetune's flags read once, and what they bind in gin and in the data."""
+
+import dataclasses
+import types
+
+import pytest
+
+from bert_trainer.commands.finetune_settings import COLUMN_FLAGS, FinetuneSettings
+from bert_trainer.errors import UserError
+from bert_trainer.tasks import registry
+
+
+def parsed(**given) -> types.SimpleNamespace:
+    """A parsed command line: every flag the settings read, None unless given."""
+    names = [f.name for f in dataclasses.fields(FinetuneSettings) if f.name != "columns"]
+    values = {name: None for name in [*names, *COLUMN_FLAGS, "gin_file", "gin_param"]}
+    values.update(gin_file=[], gin_param=[], skip_bad_rows=None)
+    return types.SimpleNamespace(**{**values, **given})
+
+
+def test_the_flags_are_read_into_typed_fields():
+    settings = FinetuneSettings.from_flags(parsed(
+        task="sst2", seq_length=64, text_column="review", label_column="stars",
+        seeds=["1", "2"], label_names=["neg", "pos"], gin_file=["a.gin"],
+        gin_param=["x.y = 1"]))
+    assert (settings.task, settings.seq_length) == ("sst2", 64)
+    assert settings.columns == {"text_column": "review", "label_column": "stars"}
+    assert (settings.seeds, settings.label_names) == (("1", "2"), ("neg", "pos"))
+    assert (settings.gin_files, settings.gin_params) == (("a.gin",), ("x.y = 1",))
+    assert settings.skip_bad_rows is False  # not given: off
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.task = "cola"
+
+
+def test_only_the_flags_given_become_gin_bindings_of_the_family():
+    classification = registry.family_of("sst2")
+    settings = FinetuneSettings(seq_length=64, learning_rate=3e-4, doc_stride=16,
+                                window_pooling="max")
+    assert settings.gin_bindings(classification) == [
+        "FinetuneConfig.seq_length = 64", "OptimizerConfig.learning_rate = 0.0003",
+        "FinetuneConfig.doc_stride = 16", "FinetuneConfig.window_pooling = 'max'"]
+    squad = registry.family_of("squad")
+    assert FinetuneSettings(doc_stride=32).gin_bindings(squad) == ["SquadConfig.doc_stride = 32"]
+    with pytest.raises(UserError, match=r"^--long_texts=truncate does not apply to squad tasks"):
+        FinetuneSettings(long_texts="truncate").gin_bindings(squad)
+    with pytest.raises(UserError, match=r"^--window_pooling applies to .*, not to squad tasks"):
+        FinetuneSettings(window_pooling="mean").gin_bindings(squad)
+
+
+def test_column_flags_map_to_the_family_s_arguments():
+    translate = registry.family_of("translate")
+    settings = FinetuneSettings(columns={"source_column": "en", "target_column": "es"})
+    assert settings.column_arguments(translate) == {
+        translate.column_flags["source_column"]: "en",
+        translate.column_flags["target_column"]: "es"}
+    assert FinetuneSettings().column_arguments(translate) == {}
+    with pytest.raises(UserError, match=r"^--text_column does not apply to translate tasks; "
+                                        r"their columns are --source_column"):
+        FinetuneSettings(columns={"text_column": "x"}).column_arguments(translate)

@@ -48,6 +48,7 @@ def main(argv):
     from bert_trainer.checkpoints import model_dir as model_dir_lib  # noqa: PLC0415 (imports TensorFlow)
     from bert_trainer.checkpoints import select  # noqa: PLC0415
     from bert_trainer.errors import UserError  # noqa: PLC0415
+    from bert_trainer.tasks import finetuning, registry  # noqa: PLC0415
     from bert_trainer.training import checkpoint_eval  # noqa: PLC0415
 
     common.setup_logging()
@@ -64,8 +65,12 @@ def main(argv):
     # Remote file systems are taken as writable: their first write says otherwise.
     writable = "://" in model_dir or os.access(model_dir, os.W_OK | os.X_OK)
     info = model_dir_lib.read_model_info(model_dir)
+    registry.import_family_modules(FLAGS.family_module)
+    data = finetuning.DataConfig(eval_file=FLAGS.eval_file, data_dir=FLAGS.data_dir,
+                                 max_eval_examples=FLAGS.max_eval_examples,
+                                 skip_bad_rows=FLAGS.skip_bad_rows)
     with common.one_line_errors():
-        task = _build_task(model_dir, info)
+        task = _build_task(model_dir, info, FLAGS.task, data, batch_size=FLAGS.batch_size)
         prefix = select.select_checkpoint(model_dir, FLAGS.checkpoint)
         results, step = checkpoint_eval.evaluate_checkpoint(
             task, model_dir, prefix, strategy=common.get_strategy(), write_summaries=writable)
@@ -80,31 +85,27 @@ def _isdir(path: str) -> bool:
     return tf.io.gfile.isdir(path)
 
 
-def _build_task(model_dir: str, info):
-    """The task stored in the model directory, reading --eval_file / --data_dir."""
+def _build_task(model_dir: str, info, name: str | None, data, *, batch_size: int):
+    """The task stored in the model directory (or --task `name`), reading `data`."""
     from bert_trainer.data import windows  # noqa: PLC0415
     from bert_trainer.errors import UserError  # noqa: PLC0415
     from bert_trainer.tasks import finetuning, registry  # noqa: PLC0415
 
-    registry.import_family_modules(FLAGS.family_module)
     where = os.path.join(model_dir, "bert_train.json")
     stored = info.task
     if stored is None:
-        if not FLAGS.task:
+        if not name:
             raise UserError(f"{where} names no task (it was not written by finetune); pass "
                             "--task")
-        stored = {"name": FLAGS.task, "family": registry.family_of(FLAGS.task).name,
-                  "label_names": registry.resolve_task_data(FLAGS.task).label_names}
-    elif FLAGS.task and FLAGS.task != stored.get("name"):
+        stored = {"name": name, "family": registry.family_of(name).name,
+                  "label_names": registry.resolve_task_data(name).label_names}
+    elif name and name != stored.get("name"):
         raise UserError(f"{model_dir} was fine-tuned on task '{stored.get('name')}', not "
-                        f"'{FLAGS.task}'; drop --task or pass another --model_dir")
+                        f"'{name}'; drop --task or pass another --model_dir")
     spec = finetuning.spec_from_checkpoint(model_dir, flag="--model_dir")
     config = finetuning.FinetuneConfig(seq_length=int(stored.get("seq_length", 128)),
-                                       eval_batch_size=FLAGS.batch_size,
+                                       eval_batch_size=batch_size,
                                        **windows.stored_options(stored))
-    data = finetuning.DataConfig(eval_file=FLAGS.eval_file, data_dir=FLAGS.data_dir,
-                                 max_eval_examples=FLAGS.max_eval_examples,
-                                 skip_bad_rows=FLAGS.skip_bad_rows)
     return registry.task_from_info(stored, spec, config=config, data=data, where=where)
 
 

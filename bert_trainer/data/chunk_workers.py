@@ -5,8 +5,10 @@ chunk, with its index, to `work(state, chunk)`; a chunk's result depends only on
 index and the seed, never on which process made it, so the output is the same for any number of
 workers. The parent reads the text and writes the shards; the workers tokenize and make examples.
 
-Workers are processes started with `spawn` (TensorFlow and `fork` do not mix), each holding its
-own `state` (a tokenizer) built once by `make_state(*state_args)`. At most `window` chunks per
+Workers are processes forked from a `forkserver` that has imported TensorFlow but run nothing
+(TensorFlow's runtime and `fork` do not mix; starting each worker with `spawn` would import
+TensorFlow once per worker instead); each holds its own `state` (a tokenizer) built once by
+`make_state(*state_args)`. At most `window` chunks per
 worker are in flight, so memory stays bounded whatever the corpus size. A worker that raises
 stops the run with its exception; a worker that dies (killed, out of memory) stops it with a
 one-line `UserError`. With one worker everything runs in this process.
@@ -24,6 +26,7 @@ from concurrent.futures.process import BrokenProcessPool
 from bert_trainer.errors import UserError
 
 _WORKER = {}  # The state of this worker process (set by `_start_worker`).
+PRELOAD = "bert_trainer.data.worker_preload"  # What the forkserver imports before any fork.
 
 
 def default_num_workers() -> int:
@@ -86,8 +89,10 @@ def map_chunks(work, make_state, state_args: tuple, chunks, num_workers: int,
         state = make_state(*state_args)
         yield (work(state, chunk) for chunk in chunks)
         return
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([PRELOAD])
     executor = futures.ProcessPoolExecutor(
-        num_workers, mp_context=multiprocessing.get_context("spawn"),
+        num_workers, mp_context=context,
         initializer=_start_worker, initargs=(pickle.dumps((make_state, state_args)),))
     pending = collections.deque()
 

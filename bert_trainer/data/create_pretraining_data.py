@@ -33,9 +33,9 @@ import numpy as np
 import tensorflow as tf
 
 from bert_trainer import features, outputs
-from bert_trainer.data import chunk_workers, masking, shard_set, text_corpus, tfds_sources
+from bert_trainer.data import chunk_workers, masking, shard_set, text_corpus
 from bert_trainer.data import pretraining_data_report as report
-from bert_trainer.data.tokenizer import Tokenizer
+from bert_trainer.data.tokenizer import Tokenizer, load_vocab
 from bert_trainer.errors import UserError
 
 Instance = collections.namedtuple("Instance", "tokens_a tokens_b is_random_next truncated")
@@ -350,7 +350,7 @@ def create_pretraining_data(inputs, vocab_file: str, output: str,
 class Run:
     """What both objectives check and set up before reading any text."""
 
-    tfds: tfds_sources.TfdsText | None  # The text's source when not `files`.
+    tfds: object  # A `tfds_sources.TfdsText` when the text is not in `files`, else None.
     output: str
     summary_path: str
     old: list
@@ -379,7 +379,8 @@ def start_run(inputs, vocab_file, output, num_shards, examples_per_shard, overwr
     """Checks the arguments, the inputs, the vocabulary and the output before anything runs."""
     examples_per_shard = check_sharding(num_shards, examples_per_shard)
     chunk_workers.check_num_workers(num_workers)
-    files, tfds = [], inputs if isinstance(inputs, tfds_sources.TfdsText) else None
+    # Not isinstance(TfdsText): importing tfds_sources loads tensorflow_datasets (seconds).
+    files, tfds = [], None if isinstance(inputs, str | list | tuple) else inputs
     if tfds is not None:
         tfds.texts()  # An unknown or unprepared dataset, or a wrong text key, fails here.
     else:
@@ -388,7 +389,7 @@ def start_run(inputs, vocab_file, output, num_shards, examples_per_shard, overwr
         if unreadable:
             raise UserError(f"--input: {unreadable[0]} is not readable (permission denied); "
                             "fix its permissions or leave it out")
-    Tokenizer(vocab_file, lower_case=lower_case)  # A bad vocabulary fails here, in one line.
+    load_vocab(vocab_file)  # A bad vocabulary fails here, in one line (the workers load it).
     summary_path, old = shard_set.check_output(output, overwrite)
     return Run(tfds, os.path.abspath(os.path.expanduser(output)), summary_path, old, files,
                num_shards, examples_per_shard, num_workers, collections.Counter(),

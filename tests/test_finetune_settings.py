@@ -12,8 +12,10 @@ from bert_trainer.tasks import registry
 
 def parsed(**given) -> types.SimpleNamespace:
     """A parsed command line: every flag the settings read, None unless given."""
-    names = [f.name for f in dataclasses.fields(FinetuneSettings) if f.name != "columns"]
-    values = {name: None for name in [*names, *COLUMN_FLAGS, "gin_file", "gin_param"]}
+    names = [f.name for f in dataclasses.fields(FinetuneSettings)
+             if f.name not in ("columns", "data")]
+    data = ["train_file", "eval_file", "data_dir", "max_train_examples", "max_eval_examples"]
+    values = {name: None for name in [*names, *data, *COLUMN_FLAGS, "gin_file", "gin_param"]}
     values.update(gin_file=[], gin_param=[], skip_bad_rows=None)
     return types.SimpleNamespace(**{**values, **given})
 
@@ -22,12 +24,15 @@ def test_the_flags_are_read_into_typed_fields():
     settings = FinetuneSettings.from_flags(parsed(
         task="sst2", seq_length=64, text_column="review", label_column="stars",
         seeds=["1", "2"], label_names=["neg", "pos"], gin_file=["a.gin"],
-        gin_param=["x.y = 1"]))
+        gin_param=["x.y = 1"], train_file="t.tsv", max_eval_examples=9))
     assert (settings.task, settings.seq_length) == ("sst2", 64)
     assert settings.columns == {"text_column": "review", "label_column": "stars"}
     assert (settings.seeds, settings.label_names) == (("1", "2"), ("neg", "pos"))
     assert (settings.gin_files, settings.gin_params) == (("a.gin",), ("x.y = 1",))
-    assert settings.skip_bad_rows is False  # not given: off
+    assert (settings.data.train_file, settings.data.max_eval_examples) == ("t.tsv", 9)
+    assert settings.data.skip_bad_rows is False  # not given: off
+    with pytest.raises(UserError, match=r"^--max_train_examples=0 must be >= 1$"):
+        FinetuneSettings.from_flags(parsed(max_train_examples=0))
     with pytest.raises(dataclasses.FrozenInstanceError):
         settings.task = "cola"
 

@@ -119,8 +119,9 @@ def main(argv):
         raise UserError(f"--task is required; choose one of: {', '.join(registry.task_names())}")
     family = registry.family_of(settings.task)
     model_dir = common.check_model_dir(settings.model_dir)
-    shared_flags.check_input_files(train_file=settings.train_file,
-                                   eval_file=settings.eval_file, vocab_file=settings.vocab_file)
+    shared_flags.check_input_files(train_file=settings.data.train_file,
+                                   eval_file=settings.data.eval_file,
+                                   vocab_file=settings.vocab_file)
     if not settings.init_checkpoint and not settings.vocab_file:
         raise UserError("--init_checkpoint is required: a pretrained bert-train, Hugging Face "
                         "or Google BERT directory (or, to train from scratch, --vocab_file and "
@@ -212,13 +213,13 @@ def _build_task(settings: FinetuneSettings):
         settings.task, **settings.column_arguments(registry.family_of(settings.task)),
         has_header=settings.header,
         label_names=list(settings.label_names) if settings.label_names else None,
-        train_file=settings.train_file, skip_bad_rows=settings.skip_bad_rows)
+        train_file=settings.data.train_file, skip_bad_rows=settings.data.skip_bad_rows)
     config = common.build_configured(configurables.FinetuneConfig, "FinetuneConfig")
     options = {key: common.build_configured(configurables.configurable(config_class),
                                             config_class.__name__)
                for key, config_class in task_data.reader.gin_configs.items()}
     return registry.build_task(task_data, _encoder_spec(settings), config=config,
-                               data=settings.data_config(), **options)
+                               data=settings.data, **options)
 
 
 def _check_inputs(settings: FinetuneSettings, task) -> None:
@@ -234,7 +235,7 @@ def _check_inputs(settings: FinetuneSettings, task) -> None:
     if (common.gin_is_bound("TrainerConfig.eval_steps")
             and gin.query_parameter("TrainerConfig.eval_steps") == 0):
         return  # The run does not evaluate.
-    if settings.eval_file is None and task.task_data.tfds_name is None:
+    if settings.data.eval_file is None and task.task_data.tfds_name is None:
         raise UserError(f"--task={task.name} has no TFDS dataset to evaluate on; pass "
                         "--eval_file")
     task.raw_examples(task.eval_split)

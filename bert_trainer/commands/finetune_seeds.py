@@ -69,7 +69,7 @@ def _run_seed(model_dir: str, seed: int, final_step: int, gin_files: list[str],
     """
     from bert_trainer.tasks import multi_seed  # noqa: PLC0415
 
-    record = multi_seed.finished_results(model_dir, seed, final_step, settings.eval_file)
+    record = multi_seed.finished_results(model_dir, seed, final_step, settings.data.eval_file)
     if record is not None:
         print(f"bert-train finetune: seed {seed}: finished at step {final_step}, skipped",
               flush=True)
@@ -80,7 +80,8 @@ def _run_seed(model_dir: str, seed: int, final_step: int, gin_files: list[str],
     directory = multi_seed.seed_dir(model_dir, seed)
     with common.model_dir_lock(directory, "finetune"):
         code = single.run_one(directory, label=f"seed {seed}: ")
-    return code, multi_seed.finished_results(model_dir, seed, final_step, settings.eval_file)
+    return code, multi_seed.finished_results(model_dir, seed, final_step,
+                                             settings.data.eval_file)
 
 
 def _check_seed_flags() -> None:
@@ -104,15 +105,15 @@ def _run_config(gin_files: list[str], flag_bindings: list[str], settings) -> dic
     def path(value):
         return value if value is None or "://" in value else os.path.abspath(value)
 
-    s, columns = settings, settings.columns
-    return {"task": s.task, "train_file": path(s.train_file),
-            "eval_file": path(s.eval_file), "data_dir": s.data_dir,
+    s, data, columns = settings, settings.data, settings.columns
+    return {"task": s.task, "train_file": path(data.train_file),
+            "eval_file": path(data.eval_file), "data_dir": data.data_dir,
             "init_checkpoint": path(s.init_checkpoint), "vocab_file": path(s.vocab_file),
             "lower_case": s.lower_case,
             "gin_files": [common.resolve_gin_file(f) for f in gin_files],
             "gin_params": list(s.gin_params), "flag_bindings": flag_bindings,
-            "max_train_examples": s.max_train_examples,
-            "max_eval_examples": s.max_eval_examples,
+            "max_train_examples": data.max_train_examples,
+            "max_eval_examples": data.max_eval_examples,
             **{name: columns.get(name) for name in ("text_column", "text_b_column",
                                                      "label_column")},
             # Only when given: a manifest written before these flags existed still matches.
@@ -120,7 +121,7 @@ def _run_config(gin_files: list[str], flag_bindings: list[str], settings) -> dic
                if name in columns},
             "header": s.header,
             "label_names": list(s.label_names) if s.label_names else None,
-            "skip_bad_rows": s.skip_bad_rows}
+            "skip_bad_rows": data.skip_bad_rows}
 
 
 def _reset_run_state() -> None:

@@ -2,8 +2,8 @@
 
 `finetune.main` reads the flags with `FinetuneSettings.from_flags()` and passes the object
 down; nothing below `main` reads `FLAGS`. The object also says what the flags mean for gin
-(`gin_bindings`, recorded in operative_config.gin) and for the task's data
-(`column_arguments`, `data_config`).
+(`gin_bindings`, recorded in operative_config.gin) and for the task's files
+(`column_arguments`); the data flags are read into the task's own `finetuning.DataConfig`.
 """
 
 import dataclasses
@@ -14,12 +14,13 @@ from bert_trainer.commands import common
 from bert_trainer.errors import UserError
 
 COLUMN_FLAGS = ("text_column", "text_b_column", "label_column", "source_column", "target_column")
-# Flags whose value is taken as it is (a list flag is kept as a tuple).
+# Flags whose value is taken as it is.
 _PLAIN = ("task", "model_dir", "family_module", "num_seeds", "init_checkpoint", "vocab_file",
-          "lower_case", "train_file", "eval_file", "data_dir", "max_train_examples",
-          "max_eval_examples", "header", "seq_length", "batch_size", "num_epochs",
-          "learning_rate", "train_steps", "fit_batch", "micro_batch_size", "long_texts",
-          "doc_stride", "window_pooling")
+          "lower_case", "header", "seq_length", "batch_size", "num_epochs", "learning_rate",
+          "train_steps", "fit_batch", "micro_batch_size", "long_texts", "doc_stride",
+          "window_pooling")
+# The data flags, read into `finetuning.DataConfig`.
+_DATA = ("train_file", "eval_file", "data_dir", "max_train_examples", "max_eval_examples")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,9 +28,10 @@ class FinetuneSettings:
     """The finetune command's flags (see `bert-train finetune --help` for each).
 
     Attributes:
+      data: --train_file, --eval_file, --data_dir, --max_train_examples,
+        --max_eval_examples and --skip_bad_rows, as the task reads them.
       columns: the column flags given ({"text_column": "review", ...}), none of the others.
       gin_files, gin_params: --gin_file and --gin_param, in order.
-      skip_bad_rows: --skip_bad_rows (False when not given).
     """
 
     task: str | None = None
@@ -40,12 +42,7 @@ class FinetuneSettings:
     init_checkpoint: str | None = None
     vocab_file: str | None = None
     lower_case: bool | None = None
-    train_file: str | None = None
-    eval_file: str | None = None
-    data_dir: str | None = None
-    max_train_examples: int | None = None
-    max_eval_examples: int | None = None
-    skip_bad_rows: bool = False
+    data: object = None  # a finetuning.DataConfig (that module imports TensorFlow)
     columns: dict = dataclasses.field(default_factory=dict)
     header: bool | None = None
     label_names: tuple[str, ...] | None = None
@@ -64,14 +61,21 @@ class FinetuneSettings:
 
     @classmethod
     def from_flags(cls, values: flags.FlagValues = flags.FLAGS) -> "FinetuneSettings":
-        """The settings of the parsed command line `values`."""
+        """The settings of the parsed command line `values`.
+
+        Raises:
+          UserError: a data flag out of range (`finetuning.DataConfig` checks them).
+        """
+        from bert_trainer.tasks import finetuning  # noqa: PLC0415 (imports TensorFlow)
+
         def listed(name):
             value = getattr(values, name)
             return None if value is None else tuple(value)
 
+        data = finetuning.DataConfig(**{name: getattr(values, name) for name in _DATA},
+                                     skip_bad_rows=bool(values.skip_bad_rows))
         return cls(**{name: getattr(values, name) for name in _PLAIN},
-                   seeds=listed("seeds"), label_names=listed("label_names"),
-                   skip_bad_rows=bool(values.skip_bad_rows),
+                   seeds=listed("seeds"), label_names=listed("label_names"), data=data,
                    columns={name: getattr(values, name) for name in COLUMN_FLAGS
                             if getattr(values, name) is not None},
                    gin_files=tuple(values.gin_file), gin_params=tuple(values.gin_param))
@@ -124,12 +128,3 @@ class FinetuneSettings:
             raise UserError(f"--{foreign[0]} does not apply to {family.name} tasks; their "
                             f"columns are {own}")
         return {family.column_flags[name]: value for name, value in self.columns.items()}
-
-    def data_config(self):
-        """The `finetuning.DataConfig` of the data flags."""
-        from bert_trainer.tasks import finetuning  # noqa: PLC0415 (imports TensorFlow)
-
-        return finetuning.DataConfig(
-            train_file=self.train_file, eval_file=self.eval_file, data_dir=self.data_dir,
-            max_train_examples=self.max_train_examples,
-            max_eval_examples=self.max_eval_examples, skip_bad_rows=self.skip_bad_rows)

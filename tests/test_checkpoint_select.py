@@ -83,6 +83,10 @@ def test_a_step_that_does_not_exist_lists_the_steps_there(run):
         f"--checkpoint=25: {run} has no checkpoint of step 25 (it holds steps 10, 20, 30); pass "
         "one of those, latest or best")
     assert select_checkpoint(run, "20") == f"{run}/ckpt-20"  # model_dir's before best/'s
+    empty = os.path.join(run, "empty")
+    os.mkdir(empty)
+    assert refusal(lambda: select_checkpoint(empty, "25")) == (
+        f"--checkpoint=25: {empty} holds no checkpoint (no 'ckpt-N.index'); train there first")
 
 
 def test_a_step_kept_only_as_best_is_found_there(tmp_path):

@@ -215,9 +215,11 @@ def _step(model_dir: str, step: int, flag: str) -> str:
                                 "step, latest or best")
             return prefix
     kept = sorted(_steps(model_dir) | _steps(best_dir))
-    held = f"steps {', '.join(map(str, kept))}" if kept else "no checkpoint"
+    if not kept:
+        raise UserError(f"{flag}={step}: {model_dir} holds no checkpoint (no "
+                        f"'{CHECKPOINT_NAME}-N.index'); train there first")
     raise UserError(f"{flag}={step}: {model_dir} has no checkpoint of step {step} (it holds "
-                    f"{held}); pass one of those, latest or best")
+                    f"steps {', '.join(map(str, kept))}); pass one of those, latest or best")
 
 
 def _path(model_dir: str, which: str, flag: str, hint: str) -> str:

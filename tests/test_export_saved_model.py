@@ -219,7 +219,9 @@ def test_checkpoint_choice_best_latest_and_prefix(tmp_path):
     assert select_checkpoint(str(path), None) == best  # default: best/ when it holds one
     assert select_checkpoint(str(path), "latest") == latest
     assert select_checkpoint(str(path), latest) == latest
-    for choice, value in ((None, first + 1.0), ("latest", first)):
+    step = latest.rsplit("-", 1)[1]  # a step: the export reads that checkpoint's weights
+    for choice, value in ((None, first + 1.0), ("latest", first), ("3", first + 1.0),
+                          (step, first)):
         module = build_serving_module(str(path), checkpoint=choice)
         np.testing.assert_array_equal(module.model.classifier.weights[0].numpy(), value)
     with pytest.raises(UserError, match=r"--checkpoint=best: .* holds no checkpoint"):

@@ -99,8 +99,9 @@ def bert_train_pretrain(recipe: str, data, setup: Setup, out_dir: str, log) -> d
                                    cwd=REPO, stdout=log_file, stderr=subprocess.STDOUT)
         return process, launched, log_file
 
-    if setup.planned_steps:
-        rate, steps, interval = None, setup.planned_steps, 10
+    if setup.planned_steps:  # about 20 checkpoints, every 10 steps at most
+        rate, steps = None, setup.planned_steps
+        interval = max(10, steps // 200 * 10)
     else:
         calibration = os.path.join(out_dir, "calibrate")
         process, launched, log_file = run(calibration, setup.calibrate_steps, 10_000)

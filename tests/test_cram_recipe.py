@@ -108,6 +108,14 @@ def test_hugging_face_and_google_formats_refuse_a_pre_norm_encoder():
     assert pretrained.bert_config(BertEncoder(VOCAB, **SIZES)).num_layers == 2
 
 
+def test_seq2seq_refuses_a_pre_norm_encoder():
+    from bert_trainer.models import Seq2SeqTransformer  # noqa: PLC0415
+
+    with pytest.raises(ValueError, match=r"pre-norm \(norm_first=True\)"):
+        Seq2SeqTransformer(BertEncoder(VOCAB, norm_first=True, **SIZES))
+    assert Seq2SeqTransformer(BertEncoder(VOCAB, **SIZES)).decoder_layers
+
+
 # ---------------------------------------------------------------- schedule
 
 

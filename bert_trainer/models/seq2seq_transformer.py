@@ -123,6 +123,10 @@ class Seq2SeqTransformer(EncoderModel):
         if getattr(encoder, "output_range", None) is not None:
             raise ValueError("Seq2SeqTransformer: the encoder's output_range must be None (the "
                              "decoder attends to every source position)")
+        if getattr(encoder, "norm_first", False):
+            raise ValueError("Seq2SeqTransformer: the encoder is pre-norm (norm_first=True) but "
+                             "the decoder blocks are post-norm and warm start from its layers; "
+                             "use an encoder with norm_first=False")
         if position_encoding not in POSITION_ENCODINGS:
             raise ValueError(f"Seq2SeqTransformer: position_encoding={position_encoding!r} is "
                              f"unknown; use one of {POSITION_ENCODINGS}")

@@ -62,7 +62,10 @@ def main(argv=None) -> int:
         module = importlib.import_module(f"bert_trainer.commands.{name}")
     # TensorFlow's and Keras' objects (about a million) live as long as the process: frozen
     # out of the garbage collector, whose collections then walk only what the command makes.
-    gc.freeze()
+    # Once per process: a later command in the same process (a notebook, the demo's batch)
+    # must not freeze what the one before left for collection.
+    if not gc.get_freeze_count():
+        gc.freeze()
     from bert_trainer import ops  # noqa: PLC0415
 
     try:

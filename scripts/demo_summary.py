@@ -109,10 +109,10 @@ def plot(p: dict, summary: dict) -> str | None:
             curve("train loss, pretrained", ft_train, "loss"),
             curve("dev loss, pretrained", ft_eval, "loss", "o--"),
             curve("train loss, from random weights", sc_train, "loss", ":"),
-            curve("dev loss, from random weights", sc_eval, "loss", "x:"))),
+            curve("dev loss, from random weights", sc_eval, "loss", "o:"))),
         plotting.Panel("Fine-tuning: dev accuracy (held-out modules)", (
             curve("pretrained encoder", ft_eval, "accuracy", "o-"),
-            curve("same encoder, random weights", sc_eval, "accuracy", "x:")),
+            curve("same encoder, random weights", sc_eval, "accuracy", "o:")),
             ylabel="accuracy", ylim=(0.0, 1.0), references=(
                 (f"majority baseline ({summary['dev']['majority_baseline']:.1%})",
                  summary["dev"]["majority_baseline"]),)),

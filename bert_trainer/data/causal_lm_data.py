@@ -30,7 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from bert_trainer import features
-from bert_trainer.data import chunk_workers
+from bert_trainer.data import chunk_workers, pretraining_run
 from bert_trainer.data import create_pretraining_data as cpd
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import UserError
@@ -133,8 +133,9 @@ def create_causal_lm_data(inputs, vocab_file: str, output: str,
       ("examples"), `tokens_dropped` (the final partial block), the shards.
     """
     config.validate()
-    run = cpd.start_run(inputs, vocab_file, output, num_shards, examples_per_shard, overwrite,
-                        num_workers, lower_case, progress)
+    run = pretraining_run.start_run(inputs, vocab_file, output, num_shards,
+                                    examples_per_shard, overwrite, num_workers, lower_case,
+                                    progress)
     documents = run.documents(input_format, encoding_errors)
     packer = BlockPacker(config.block_size)
 
@@ -162,7 +163,7 @@ def create_causal_lm_data(inputs, vocab_file: str, output: str,
         return _summary(run.stats, dropped, shards, run.files, config, vocab_file, lower_case,
                         run.throughput())
 
-    return cpd.write_shard_set(run, write, summarize)
+    return pretraining_run.write_shard_set(run, write, summarize)
 
 
 def stream_state(vocab_file: str, lower_case: bool) -> Tokenizer:

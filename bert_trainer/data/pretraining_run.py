@@ -1,0 +1,110 @@
+"""What both objectives of create_pretraining_data do around making examples.
+
+Before any text is read: the arguments, the inputs, the vocabulary and the output are checked
+(`start_run`), so bad input fails in one line with nothing written. After: the shards are
+written aside and moved into place with their summary last, or nothing is left
+(`write_shard_set`).
+"""
+
+import collections
+import dataclasses
+import os
+import time
+
+from bert_trainer import outputs
+from bert_trainer.data import chunk_workers, shard_set, text_corpus
+from bert_trainer.data import pretraining_data_report as report
+from bert_trainer.data.tokenizer import load_vocab
+from bert_trainer.errors import UserError
+
+
+def check_sharding(num_shards: int | None, examples_per_shard: int | None) -> int | None:
+    """Validates the sharding arguments; returns `examples_per_shard` (100,000 if neither)."""
+    if num_shards is not None and examples_per_shard is not None:
+        raise UserError("pass --num_shards or --examples_per_shard, not both")
+    if (num_shards is not None and num_shards < 1) or (
+            examples_per_shard is not None and examples_per_shard < 1):
+        raise UserError("--num_shards and --examples_per_shard must be >= 1")
+    if num_shards is None and examples_per_shard is None:
+        return 100_000
+    return examples_per_shard
+
+
+@dataclasses.dataclass
+class Run:
+    """What both objectives check and set up before reading any text."""
+
+    tfds: object  # A `tfds_sources.TfdsText` when the text is not in `files`, else None.
+    output: str
+    summary_path: str
+    old: list
+    files: list
+    num_shards: int | None
+    examples_per_shard: int | None
+    num_workers: int
+    stats: collections.Counter
+    tick: report.Progress
+
+    def documents(self, input_format: str, encoding_errors: str):
+        """The documents of the text files or of the TFDS dataset, streamed."""
+        if self.tfds is not None:
+            return self.tfds.documents(self.stats)
+        return text_corpus.read_documents(self.files, input_format,
+                                          encoding_errors=encoding_errors, stats=self.stats)
+
+    def throughput(self) -> dict:
+        text_bytes = self.stats["text_bytes"] or sum(os.path.getsize(f) for f in self.files)
+        return report.throughput(self.stats, text_bytes, time.time() - self.tick.start,
+                                 self.num_workers)
+
+
+def start_run(inputs, vocab_file, output, num_shards, examples_per_shard, overwrite,
+              num_workers, lower_case, progress) -> Run:
+    """Checks the arguments, the inputs, the vocabulary and the output before anything runs."""
+    examples_per_shard = check_sharding(num_shards, examples_per_shard)
+    chunk_workers.check_num_workers(num_workers)
+    # Not isinstance(TfdsText): importing tfds_sources loads tensorflow_datasets (seconds).
+    files, tfds = [], None if isinstance(inputs, str | list | tuple) else inputs
+    if tfds is not None:
+        tfds.texts()  # An unknown or unprepared dataset, or a wrong text key, fails here.
+    else:
+        files = text_corpus.expand_inputs(inputs)
+        unreadable = [f for f in files if not os.access(f, os.R_OK)]
+        if unreadable:
+            raise UserError(f"--input: {unreadable[0]} is not readable (permission denied); "
+                            "fix its permissions or leave it out")
+    load_vocab(vocab_file)  # A bad vocabulary fails here, in one line (the workers load it).
+    summary_path, old = shard_set.check_output(output, overwrite)
+    return Run(tfds, os.path.abspath(os.path.expanduser(output)), summary_path, old, files,
+               num_shards, examples_per_shard, num_workers, collections.Counter(),
+               report.Progress(progress))
+
+
+def write_shard_set(run: Run, write, summarize) -> dict:
+    """Writes a shard set aside and moves it into place with its summary, or leaves nothing.
+
+    Args:
+      run: from `start_run`.
+      write: fn(ShardWriter) that writes every record.
+      summarize: fn(shard paths) -> the summary dict; it may refuse an empty set (UserError).
+
+    Returns:
+      The summary (also written as JSON, last: it marks the set complete).
+    """
+    with outputs.staging_directory(run.output.replace("*", "shards"),
+                                   writing="pretraining data") as staging:
+        writer = shard_set.ShardWriter(run.output, run.num_shards, run.examples_per_shard,
+                                       staging)
+        try:
+            write(writer)
+            shards = writer.close()
+        except BaseException:
+            writer.abort()
+            raise
+        summary = summarize([f for _, f in shards])
+        run.tick(run.stats, force=True)
+        staged_summary = os.path.join(staging, os.path.basename(run.summary_path))
+        report.write_json(staged_summary, summary)
+        # The summary goes last: it marks the set complete. The old set goes only now.
+        outputs.replace_files([*shards, (staged_summary, run.summary_path)], run.old)
+    return summary

@@ -226,7 +226,7 @@ def test_tfds_text_command_line_and_its_errors(review_dataset, minilm_dir, tmp_p
 
     data_dir, _ = review_dataset
     base = ["bert-train", "create_pretraining_data", f"--vocab={minilm_dir / 'vocab.txt'}",
-            f"--data_dir={data_dir}", "--num_workers=1"]
+            "--num_workers=1"]
     out = f"--output={tmp_path}/c-*.tfrecord"
 
     def run(*args):
@@ -236,7 +236,7 @@ def test_tfds_text_command_line_and_its_errors(review_dataset, minilm_dir, tmp_p
         return rc, capsys.readouterr()
 
     rc, captured = run("--tfds=movie_review_text", "--objective=causal_lm", "--block_size=64",
-                       out)
+                       f"--data_dir={data_dir}", out)
     assert rc == 0, captured.err
     assert "blocks of 64 tokens from 40 documents" in captured.out
     for args, message in (
@@ -246,8 +246,13 @@ def test_tfds_text_command_line_and_its_errors(review_dataset, minilm_dir, tmp_p
             (["--tfds=movie_review_text", f"--input={tmp_path}/x.txt"],
              "pass --input (text files) or --tfds (a TFDS dataset), not both"),
             (["--tfds=movie_review_text", "--tfds_split=test"],
-             "TFDS dataset 'movie_review_text' has no split 'test' (splits: train)")):
-        rc, captured = run(*args, f"--output={tmp_path}/bad-*.tfrecord")
+             "TFDS dataset 'movie_review_text' has no split 'test' (splits: train)"),
+            (["--tfds=movie_review_text", f"--data_dir={tmp_path}"],
+             f"TFDS dataset 'movie_review_text' is not prepared in {tmp_path} and bert-train "
+             "does not download datasets: pass --data_dir=DIR")):
+        given_dir = [f"--data_dir={data_dir}"] * (not any("data_dir" in a for a in args))
+        rc, captured = run(*args, *given_dir, f"--output={tmp_path}/bad-*.tfrecord")
         assert rc == 2 and message in captured.err, captured.err
         assert len(captured.err.strip().splitlines()) == 1, captured.err
+        assert "--train_file" not in captured.err
     assert not list(tmp_path.glob("bad-*"))

@@ -21,15 +21,16 @@ from bert_trainer.errors import UserError
 _NOT_PREPARED = "could not find data"  # TFDS's AssertionError text for an unprepared dataset.
 
 
-def _builder(name: str, data_dir: str | None):
+def _builder(name: str, data_dir: str | None, local_files: str):
     try:
         return tfds.builder(name, data_dir=data_dir)
     except tfds.core.registered.DatasetNotFoundError:
         raise UserError(f"TFDS has no dataset '{name}'; check the task's TFDS name or use local "
-                        "files with --train_file/--eval_file") from None
+                        f"files with {local_files}") from None
 
 
-def _not_prepared(name: str, builder, download_error: str | None = None) -> UserError:
+def _not_prepared(name: str, builder, local_files: str,
+                  download_error: str | None = None) -> UserError:
     where = getattr(builder, "data_dir_root", None) or "the TFDS data_dir"
     if download_error is None:
         problem = f"is not prepared in {where} and bert-train does not download datasets"
@@ -38,11 +39,12 @@ def _not_prepared(name: str, builder, download_error: str | None = None) -> User
     return UserError(
         f"TFDS dataset '{name}' {problem}: pass --data_dir=DIR holding a prepared copy (made "
         f"by 'tfds build {name} --data_dir=DIR' on a machine with network), or use local files "
-        "with --train_file/--eval_file")
+        f"with {local_files}")
 
 
 def load_tfds(name: str, split: str, data_dir: str | None = None, *, download: bool = False,
-              shuffle_files: bool = False) -> tf.data.Dataset:
+              shuffle_files: bool = False,
+              local_files: str = "--train_file/--eval_file") -> tf.data.Dataset:
     """One split of a TFDS dataset as a `tf.data.Dataset` of example dicts.
 
     Args:
@@ -51,6 +53,7 @@ def load_tfds(name: str, split: str, data_dir: str | None = None, *, download: b
       data_dir: directory holding prepared TFDS datasets; None means TFDS's default.
       download: download and prepare the dataset if it is missing (needs network).
       shuffle_files: shuffle the order of the split's files (training; not deterministic).
+      local_files: the flags a user could give local files with instead (for the errors).
 
     Returns:
       Unbatched examples, TFDS's feature dicts (strings as tf.string, labels as int64).
@@ -60,19 +63,19 @@ def load_tfds(name: str, split: str, data_dir: str | None = None, *, download: b
     """
     if data_dir is not None:
         data_dir = os.path.expanduser(data_dir)
-    builder = _builder(name, data_dir)
+    builder = _builder(name, data_dir, local_files)
     if download:
         try:
             builder.download_and_prepare()
         except Exception as e:  # noqa: BLE001 (network errors come in many types)
             first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-            raise _not_prepared(name, builder, first) from None
+            raise _not_prepared(name, builder, local_files, first) from None
     try:
         return builder.as_dataset(split=split, shuffle_files=shuffle_files)
     except AssertionError as e:
         if _NOT_PREPARED not in str(e):
             raise
-        raise _not_prepared(name, builder) from None
+        raise _not_prepared(name, builder, local_files) from None
     except ValueError as e:
         if "split" not in str(e).lower():
             raise
@@ -105,7 +108,7 @@ class TfdsText:
 
     def texts(self) -> tf.data.Dataset:
         """The dataset's texts (tf.string scalars); raises UserError before reading any."""
-        dataset = load_tfds(self.name, self.split, self.data_dir)
+        dataset = load_tfds(self.name, self.split, self.data_dir, local_files="--input")
         spec = dataset.element_spec
         texts = sorted(k for k, v in spec.items() if getattr(v, "dtype", None) == tf.string
                        and v.shape.rank == 0) if isinstance(spec, dict) else []

@@ -1,7 +1,9 @@
 """The README's command-line examples run, in order, and write what they promise.
 
 The block after README.md's `<!-- readme-commands -->` marker runs as one bash script in a
-temporary repository root that holds small stand-ins for what the examples read:
+temporary repository root, its `bert-train` commands served by one long-lived process
+(tests/cli_host.py: the CLI's own entry point, TensorFlow loaded once), in a root that holds
+small stand-ins for what the examples read:
 `runs/demo/pretrain_text/{train,eval}.txt` (inaugural addresses, as `make demo` leaves its
 pretraining text) and `../shared/data` (the first rows of SST-2, CoNLL-2003 and one SQuAD
 article, and six inaugural addresses as the causal LM's corpus). The real MiniLM weights are
@@ -15,10 +17,9 @@ long. Nothing else in the commands is changed.
 import json
 import os
 import re
-import subprocess
-import sys
 
 import pytest
+from cli_host import CliHost
 from conftest import REPO, SHARED
 
 # The README's commands end to end, in a bash subprocess.
@@ -143,23 +144,32 @@ def readme_run(tmp_path_factory):
     for readme, _ in SHRINK:
         assert readme in text, f"the README no longer holds {readme!r}; update SHRINK"
     root = _make_root(tmp_path_factory.mktemp("readme"))
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
-               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    run = subprocess.run(["bash", "-c", _script(commands)], cwd=root, env=env, text=True,
-                         capture_output=True, timeout=1800)
+    host = CliHost(str(tmp_path_factory.mktemp("host")))
+    try:
+        run = host.run(["bash", "-c", _script(commands)], cwd=root)
+        # A failing command must fail the script as the console script would.
+        refused = host.run(["bash", "-c", "bert-train evaluate --no_such_flag=1"], cwd=root)
+    finally:
+        host.close()
     outputs = dict(re.findall(r"^@@ (\d+)\n(.*?)(?=^@@ \d+\n|\Z)", run.stdout, flags=re.S | re.M))
-    return commands, root, run, {int(k): v for k, v in outputs.items()}
+    return commands, root, run, {int(k): v for k, v in outputs.items()}, refused
+
+
+def test_the_host_passes_on_exit_codes_and_messages(readme_run):
+    refused = readme_run[-1]
+    assert refused.returncode == 2, (refused.returncode, refused.stderr[-2000:])
+    assert refused.stderr.strip().count("\n") == 0 and "no_such_flag" in refused.stderr
 
 
 def test_every_readme_command_exits_0(readme_run):
-    commands, _, run, outputs = readme_run
+    commands, _, run, outputs, _ = readme_run
     last = commands[max(outputs, default=0)]
     assert run.returncode == 0, f"failed: {last}\n{run.stdout[-2000:]}\n{run.stderr[-3000:]}"
     assert len(outputs) == len(commands)
 
 
 def test_each_command_writes_its_files(readme_run):
-    commands, root, run, _ = readme_run
+    commands, root, run, _, _ = readme_run
     assert run.returncode == 0, run.stderr[-3000:]
     for prefix, files in PRODUCES.items():
         assert any(c.startswith(prefix) for c in commands), f"no README command {prefix!r}"
@@ -173,12 +183,12 @@ def test_each_command_writes_its_files(readme_run):
 
 def _output(readme_run, prefix: str) -> str:
     """What the first README command starting with `prefix` printed."""
-    commands, _, _, outputs = readme_run
+    commands, _, _, outputs, _ = readme_run
     return outputs[next(i for i, c in enumerate(commands) if c.startswith(prefix))]
 
 
 def test_predictions_and_metrics_are_real(readme_run):
-    _, root, run, _ = readme_run
+    _, root, run, _, _ = readme_run
     assert run.returncode == 0, run.stderr[-3000:]
     answer = json.loads(_output(readme_run, "echo \"a gorgeous").strip().splitlines()[-1])
     assert answer["label"] in ("negative", "positive")
@@ -202,7 +212,7 @@ def test_predictions_and_metrics_are_real(readme_run):
 
 
 def test_the_causal_lm_generates_text_from_the_run_and_its_export(readme_run):
-    _, root, run, _ = readme_run
+    _, root, run, _, _ = readme_run
     assert run.returncode == 0, run.stderr[-3000:]
     greedy = [json.loads(line) for line in _output(
         readme_run, "bert-train generate --model_dir=runs/examples/gpt --prompt=\"the people"

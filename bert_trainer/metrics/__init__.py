@@ -1,6 +1,6 @@
-"""Host-side evaluation metrics (numpy and plain Python; no TensorFlow).
+"""Host-side evaluation metrics (numpy, plain Python and sacreBLEU; no TensorFlow).
 
-- `bleu`: corpus BLEU as sacreBLEU defines it (`corpus_bleu`).
+- `bleu`: corpus BLEU computed by sacreBLEU with its WMT defaults (`corpus_bleu`).
 - `classification`: accuracy, F1, Matthews correlation, Pearson, Spearman, and `compute`.
 - `squad`: the official SQuAD v1.1/v2.0 exact match and F1 (`squad_evaluate`).
 - `tagging`: conlleval/seqeval entity-level F1 (`entity_f1`) and entity extraction.

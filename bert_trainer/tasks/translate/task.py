@@ -9,7 +9,7 @@ right, over the target tokens).
 
 Evaluation also decodes every source in graph (`generation.seq2seq.translate`: beam search
 with `eval_beam_size`, greedy with 1) and scores the translations, detokenized, against the
-reference target texts with corpus BLEU (sacreBLEU's definition); the best checkpoint is
+reference target texts with corpus BLEU (sacreBLEU, `metrics.bleu`); the best checkpoint is
 kept by "bleu". With a lower-casing vocabulary the references are lower-cased and their
 accents stripped as the tokenizer does, so BLEU scores what the vocabulary can write.
 

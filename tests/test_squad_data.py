@@ -7,20 +7,9 @@ import pytest
 import tensorflow as tf
 
 from bert_trainer import features
-from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import UserError
 from bert_trainer.tasks import registry
 from bert_trainer.tasks.squad import data as squad_data
-
-_TOKENIZERS = {}
-
-
-@pytest.fixture
-def tokenizer(minilm_dir):
-    path = str(minilm_dir / "vocab.txt")
-    if path not in _TOKENIZERS:  # Built once per session: it is immutable.
-        _TOKENIZERS[path] = Tokenizer(path)
-    return _TOKENIZERS[path]
 
 
 @pytest.fixture

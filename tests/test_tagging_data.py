@@ -6,21 +6,11 @@ import tensorflow as tf
 
 from bert_trainer import features
 from bert_trainer.data import sources
-from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.tasks import registry
 from bert_trainer.tasks.tagging import data as tagging_data
 from bert_trainer.tasks.tagging.family import CONLL2003_LABELS
 
-_TOKENIZERS = {}
 CONLL = CONLL2003_LABELS
-
-
-@pytest.fixture
-def tokenizer(minilm_dir):
-    path = str(minilm_dir / "vocab.txt")
-    if path not in _TOKENIZERS:  # Built once per session: it is immutable.
-        _TOKENIZERS[path] = Tokenizer(path)
-    return _TOKENIZERS[path]
 
 
 def test_to_iob2():

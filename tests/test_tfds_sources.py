@@ -9,23 +9,13 @@ import tensorflow_datasets as tfds
 
 from bert_trainer import features
 from bert_trainer.data.tfds_sources import load_tfds
-from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import UserError
 from bert_trainer.tasks import registry
 from bert_trainer.tasks.classification.data import classification_dataset
 from bert_trainer.tasks.squad import data as squad_data
 from bert_trainer.tasks.tagging import data as tagging_data
 
-_TOKENIZERS = {}
 CONTEXT = "The Broncos beat the Panthers in Santa Clara, California, in February 2016."
-
-
-@pytest.fixture
-def tokenizer(minilm_dir):
-    path = str(minilm_dir / "vocab.txt")
-    if path not in _TOKENIZERS:  # Built once per session: it is immutable.
-        _TOKENIZERS[path] = Tokenizer(path)
-    return _TOKENIZERS[path]
 
 
 def _examples(name: str, n: int) -> list[dict]:

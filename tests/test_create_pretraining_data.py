@@ -236,6 +236,23 @@ def _without_run_keys(summary):
     return {k: v for k, v in summary.items() if k not in report.RUN_KEYS}
 
 
+def test_a_corpus_of_one_chunk_runs_in_this_process_whatever_num_workers(
+        corpus, vocab_file, tmp_path, monkeypatch):
+    from bert_trainer.data import chunk_workers
+
+    def no_pool(*args, **kwargs):
+        raise AssertionError("a worker pool was started for a single chunk")
+
+    config = cpd.PretrainingDataConfig(max_seq_length=64, seed=7, static_masking=True)
+    one, summary_one = _run_and_read(tmp_path / "one" / "t-*.tfrecord", config, 1, corpus,
+                                     vocab_file)
+    monkeypatch.setattr(chunk_workers.futures, "ProcessPoolExecutor", no_pool)
+    two, summary_two = _run_and_read(tmp_path / "two" / "t-*.tfrecord", config, 2, corpus,
+                                     vocab_file)
+    assert summary_one["documents"] < config.chunk_documents and summary_one["examples"] > 0
+    assert one == two and summary_two["throughput"]["num_workers"] == 1
+
+
 @pytest.mark.slow  # starts two TensorFlow worker processes
 def test_two_workers_write_the_same_bytes_as_one(corpus, vocab_file, tmp_path):
     # Chunks of 2 documents: the 8 addresses are cut into several chunks, dealt to both workers.

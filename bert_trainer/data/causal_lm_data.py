@@ -143,6 +143,7 @@ def create_causal_lm_data(inputs, vocab_file: str, output: str,
         with chunk_workers.map_chunks(chunk_stream, stream_state, (vocab_file, lower_case),
                                       cpd.read_chunks(documents, config.chunk_documents),
                                       num_workers) as results:
+            run.num_workers = results.num_workers  # what the summary reports
             for index, (stream, counts) in enumerate(results):
                 blocks = packer.add(stream)
                 order = list(range(len(blocks)))

@@ -16,6 +16,7 @@ one-line `UserError`. With one worker everything runs in this process.
 
 import collections
 import contextlib
+import itertools
 import multiprocessing
 import os
 import pickle
@@ -64,6 +65,18 @@ def _start_worker(pickled_state: bytes) -> None:
     _WORKER["state"] = make_state(*state_args)
 
 
+class Results:
+    """The results in chunk order, and how many processes made them (`num_workers`: 1 when
+    the corpus was one chunk, whatever was asked)."""
+
+    def __init__(self, results, num_workers: int):
+        self._results = results
+        self.num_workers = num_workers
+
+    def __iter__(self):
+        return self._results
+
+
 def _run(work, chunk):
     return work(_WORKER["state"], chunk)
 
@@ -78,16 +91,19 @@ def map_chunks(work, make_state, state_args: tuple, chunks, num_workers: int,
       make_state: a module-level function building a worker's state from `state_args`.
       state_args: picklable arguments of `make_state`.
       chunks: an iterable of chunks, consumed lazily.
-      num_workers: processes; 1 runs `work` in this process.
+      num_workers: processes; 1 (or a single chunk) runs `work` in this process.
       window: chunks in flight per worker (bounds memory).
 
     Raises:
       UserError: a worker process died.
     """
     check_num_workers(num_workers)
-    if num_workers == 1:
+    chunks = iter(chunks)
+    head = list(itertools.islice(chunks, 2))
+    chunks = itertools.chain(head, chunks)
+    if num_workers == 1 or len(head) < 2:  # One chunk: a pool would only add its start-up.
         state = make_state(*state_args)
-        yield (work(state, chunk) for chunk in chunks)
+        yield Results((work(state, chunk) for chunk in chunks), 1)
         return
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload([PRELOAD])
@@ -111,7 +127,7 @@ def map_chunks(work, make_state, state_args: tuple, chunks, num_workers: int,
                 "memory is short") from None
 
     try:
-        yield results()
+        yield Results(results(), num_workers)
     finally:
         for future in pending:
             future.cancel()

@@ -317,6 +317,7 @@ def create_pretraining_data(inputs, vocab_file: str, output: str,
         with chunk_workers.map_chunks(make_chunk, worker_state, state_args,
                                       read_chunks(documents, config.chunk_documents),
                                       num_workers) as results:
+            run.num_workers = results.num_workers  # what the summary reports
             for records, counts in results:
                 for record in records:
                     writer.write(record)

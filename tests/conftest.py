@@ -4,6 +4,7 @@ import functools
 import gc
 import os
 import pathlib
+import signal
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -55,9 +56,23 @@ def _reset_global_state():
     keras.backend.clear_session()
     gc.freeze()
     keras.utils.set_random_seed(1234)
+    signals = _signal_state()
     yield
     gin.clear_config()
     keras.config.set_dtype_policy("float32")
+    left = _signal_state()
+    if left != signals:  # Put back, so that the tests after this one are not misled.
+        for signum, handler in signals[0].items():
+            signal.signal(signum, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, signals[1])
+        pytest.fail(f"the test left the stop signals changed: handlers and blocked set "
+                    f"{left}, found {signals}; a command or library call must restore them")
+
+
+def _signal_state() -> tuple[dict, set]:
+    """SIGINT's and SIGTERM's handlers, and the signals this thread blocks."""
+    return ({s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)},
+            set(signal.pthread_sigmask(signal.SIG_BLOCK, [])))
 
 
 # The fused kernels' mode this run was started with, read before any test sets it.

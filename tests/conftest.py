@@ -57,14 +57,17 @@ def _reset_global_state():
     gc.freeze()
     keras.utils.set_random_seed(1234)
     signals = _signal_state()
+    if signals != SIGNALS_AT_START:  # A fixture's setup (or a module) changed them.
+        _put_back(SIGNALS_AT_START)
+        pytest.fail(f"before this test ran, the stop signals were changed to {signals} (a "
+                    f"fixture of this test or an earlier one); a fresh process has "
+                    f"{SIGNALS_AT_START}")
     yield
     gin.clear_config()
     keras.config.set_dtype_policy("float32")
     left = _signal_state()
     if left != signals:  # Put back, so that the tests after this one are not misled.
-        for signum, handler in signals[0].items():
-            signal.signal(signum, handler)
-        signal.pthread_sigmask(signal.SIG_SETMASK, signals[1])
+        _put_back(signals)
         pytest.fail(f"the test left the stop signals changed: handlers and blocked set "
                     f"{left}, found {signals}; a command or library call must restore them")
 
@@ -73,6 +76,15 @@ def _signal_state() -> tuple[dict, set]:
     """SIGINT's and SIGTERM's handlers, and the signals this thread blocks."""
     return ({s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)},
             set(signal.pthread_sigmask(signal.SIG_BLOCK, [])))
+
+
+def _put_back(state) -> None:
+    for signum, handler in state[0].items():
+        signal.signal(signum, handler)
+    signal.pthread_sigmask(signal.SIG_SETMASK, state[1])
+
+
+SIGNALS_AT_START = _signal_state()
 
 
 # The fused kernels' mode this run was started with, read before any test sets it.

@@ -1,10 +1,13 @@
-"""The README's Python examples run as written, and its two commands exist in the Makefile."""
+"""The layer library's Python examples (docs/library.md) run as written, and the README's two
+commands exist in the Makefile."""
 
 import re
 
 import numpy as np
 import pytest
 from conftest import REPO
+
+LIBRARY = REPO / "docs" / "library.md"  # the layer library's examples, run below
 
 
 def _python_blocks(text: str) -> list[str]:
@@ -13,10 +16,10 @@ def _python_blocks(text: str) -> list[str]:
 
 @pytest.mark.slow  # trains end to end in this process: left out of make test-fast
 def test_readme_classifier_example_builds_and_trains():
-    blocks = _python_blocks((REPO / "README.md").read_text())
-    assert blocks, "README.md has no ```python example"
+    blocks = _python_blocks(LIBRARY.read_text())
+    assert blocks, "docs/library.md has no ```python example"
     namespace: dict = {}
-    exec(blocks[0], namespace)  # noqa: S102 - the README is ours
+    exec(blocks[0], namespace)  # noqa: S102 - the docs are ours
     classifier = namespace["classifier"]
     batch = {name: np.ones((3, 12), "int32") for name in
              ("input_word_ids", "input_mask", "input_type_ids")}
@@ -27,10 +30,10 @@ def test_readme_classifier_example_builds_and_trains():
 
 @pytest.mark.slow  # builds two models and decodes in this process
 def test_readme_decoder_examples_translate_and_generate():
-    blocks = _python_blocks((REPO / "README.md").read_text())
-    assert len(blocks) >= 3, "README.md lost its decoder examples"
+    blocks = _python_blocks(LIBRARY.read_text())
+    assert len(blocks) >= 3, "docs/library.md lost its decoder examples"
     namespace: dict = {}
-    exec(blocks[1], namespace)  # noqa: S102 - the README is ours
+    exec(blocks[1], namespace)  # noqa: S102 - the docs are ours
     assert namespace["logits"].shape == (1, 3, 1000)
     out = namespace["out"]
     assert out["decoded_ids"].shape == (1, 8) and out["decoded_scores"].shape == (1,)

@@ -1,6 +1,6 @@
-"""The README's command-line examples run, in order, and write what they promise.
+"""The command tour's examples (docs/cli.md) run, in order, and write what they promise.
 
-The block after README.md's `<!-- readme-commands -->` marker runs as one bash script in a
+The block after docs/cli.md's `<!-- readme-commands -->` marker runs as one bash script in a
 temporary repository root, its `bert-train` commands served by one long-lived process
 (tests/cli_host.py: the CLI's own entry point, TensorFlow loaded once), in a root that holds
 small stand-ins for what the examples read:
@@ -10,7 +10,7 @@ article, and six inaugural addresses as the causal LM's corpus). The real MiniLM
 converted as written.
 
 To keep the file near two minutes on 2 cores, `SHRINK` rewrites a few step counts; each
-rewrite must match the README, so a changed example fails here instead of silently running
+rewrite must match docs/cli.md, so a changed example fails here instead of silently running
 long. Nothing else in the commands is changed.
 """
 
@@ -22,11 +22,12 @@ import pytest
 from cli_host import CliHost
 from conftest import REPO, SHARED
 
-# The README's commands end to end, in a bash subprocess.
+# The command tour end to end, in a bash subprocess.
 pytestmark = pytest.mark.slow
 
+COMMANDS_PAGE = REPO / "docs" / "cli.md"  # where the runnable block lives (moved from README.md)
 MARKER = "<!-- readme-commands"
-# (README text, what the test runs instead): the only changes made to the commands.
+# (docs/cli.md text, what the test runs instead): the only changes made to the commands.
 SHRINK = (
     ("TrainerConfig.train_steps = 300", "TrainerConfig.train_steps = 6"),
     ("--train_steps=300", "--train_steps=4"),
@@ -72,7 +73,7 @@ CORPUS_FILES = 6
 def readme_commands(text: str) -> list[str]:
     """The commands of the marked block, one string each (continuation lines joined)."""
     block = re.search(re.escape(MARKER) + r".*?\n```sh\n(.*?)```", text, flags=re.S)
-    assert block, f"README.md has no ```sh block after {MARKER}"
+    assert block, f"docs/cli.md has no ```sh block after {MARKER}"
     joined = re.sub(r"\\\n\s*", "", block.group(1))
     return [line.split("  #")[0].strip() for line in joined.splitlines()
             if line.strip() and not line.lstrip().startswith("#")]
@@ -104,7 +105,7 @@ def _make_root(tmp_path):
     (text / "eval.txt").write_text("\n\n".join(p.read_text() for p in addresses[12:14]))
     for address in addresses[:CORPUS_FILES]:  # the causal LM's corpus: one document each
         (corpus / address.name).write_text(address.read_text())
-    # and a Latin-1 etext, as nine of the real corpus's files are (README step 7)
+    # and a Latin-1 etext, as nine of the real corpus's files are (docs/cli.md step 7)
     latin1 = (data / "corpus" / "gutenberg" / "shakespeare-caesar.txt").read_bytes()[:24000]
     assert b"C\xe6sar" in latin1
     (shared / "corpus" / "gutenberg").mkdir()
@@ -139,10 +140,10 @@ def _script(commands: list[str]) -> str:
 
 @pytest.fixture(scope="module")
 def readme_run(tmp_path_factory):
-    commands = readme_commands((REPO / "README.md").read_text())
+    commands = readme_commands(COMMANDS_PAGE.read_text())
     text = "\n".join(commands)
     for readme, _ in SHRINK:
-        assert readme in text, f"the README no longer holds {readme!r}; update SHRINK"
+        assert readme in text, f"docs/cli.md no longer holds {readme!r}; update SHRINK"
     root = _make_root(tmp_path_factory.mktemp("readme"))
     host = CliHost(str(tmp_path_factory.mktemp("host")))
     try:
@@ -172,7 +173,7 @@ def test_each_command_writes_its_files(readme_run):
     commands, root, run, _, _ = readme_run
     assert run.returncode == 0, run.stderr[-3000:]
     for prefix, files in PRODUCES.items():
-        assert any(c.startswith(prefix) for c in commands), f"no README command {prefix!r}"
+        assert any(c.startswith(prefix) for c in commands), f"no docs/cli.md command {prefix!r}"
         for name in files:
             assert (root / name).is_file(), f"{prefix}: {name} is missing"
     vocab = (root / "runs/examples/vocab.txt").read_text().splitlines()
@@ -182,7 +183,7 @@ def test_each_command_writes_its_files(readme_run):
 
 
 def _output(readme_run, prefix: str) -> str:
-    """What the first README command starting with `prefix` printed."""
+    """What the first docs/cli.md command starting with `prefix` printed."""
     commands, _, _, outputs, _ = readme_run
     return outputs[next(i for i, c in enumerate(commands) if c.startswith(prefix))]
 

@@ -1,5 +1,5 @@
-"""The layer library's Python examples (docs/library.md) run as written, and the README's two
-commands exist in the Makefile."""
+"""The docs' Python examples run as written; the README is a short front door whose two
+commands exist in the Makefile and whose links reach every page of docs/."""
 
 import re
 
@@ -8,6 +8,7 @@ import pytest
 from conftest import REPO
 
 LIBRARY = REPO / "docs" / "library.md"  # the layer library's examples, run below
+README_MAX_LINES = 150
 
 
 def _python_blocks(text: str) -> list[str]:
@@ -56,3 +57,38 @@ def test_readme_commands_are_make_targets():
     for target in ("demo", "test"):
         assert f"make {target}" in readme
         assert re.search(rf"^{target}:", makefile, flags=re.M), target
+
+
+def _links(path) -> list[str]:
+    """The relative targets of `path`'s Markdown links (web addresses left out)."""
+    targets = re.findall(r"\]\(([^)\s]+)\)", path.read_text())
+    return [t for t in targets if not re.match(r"[a-z]+:", t)]
+
+
+def _anchors(path) -> set[str]:
+    """GitHub's anchors for `path`'s headings: lower case, punctuation dropped, '-' for ' '."""
+    headings = re.findall(r"^#+ (.+)$", path.read_text(), flags=re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def test_readme_is_a_front_door_linking_every_docs_page():
+    readme = REPO / "README.md"
+    lines = readme.read_text().count("\n")
+    assert lines <= README_MAX_LINES, (
+        f"README.md has {lines} lines (at most {README_MAX_LINES}): move reference to docs/")
+    linked = {t.partition("#")[0] for t in _links(readme)}
+    pages = {p.relative_to(REPO).as_posix() for p in (REPO / "docs").glob("*.md")}
+    assert pages, "docs/ has no pages"
+    assert pages <= linked, f"docs pages the README does not link: {sorted(pages - linked)}"
+    assert "benchmarks/README.md" in linked
+
+
+def test_every_relative_link_in_the_readme_and_docs_exists():
+    for page in (REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))):
+        for target in _links(page):
+            name, _, anchor = target.partition("#")
+            path = (page.parent / name).resolve() if name else page
+            where = f"{page.relative_to(REPO)} links {target}"
+            assert path.exists(), f"{where}: no such file"
+            if anchor and path.suffix == ".md":
+                assert anchor in _anchors(path), f"{where}: no such heading"

@@ -16,13 +16,17 @@ DIR/train-summary.json. Example:
       --input='corpus/*.txt' --vocab=vocab.txt --output=data/causal-*.tfrecord
   bert-train create_pretraining_data --tfds=wikipedia/20230601.en --data_dir=~/tfds \\
       --vocab=vocab.txt --output=data/wiki-*.tfrecord --num_workers=32
+
+--runner=DirectRunner (or SparkRunner, FlinkRunner, ...) makes the same files
+with an Apache Beam pipeline (pip install 'bert-trainer[beam]'); --beam_options passes the
+runner's own options, e.g. --beam_options='--direct_num_workers=4'. See docs/data.md.
 """
 
 from absl import flags
 
 from bert_trainer.commands import shared_flags
 from bert_trainer.commands.shared_flags import Usage
-from bert_trainer.data import text_corpus
+from bert_trainer.data import beam, text_corpus
 from bert_trainer.errors import UserError
 
 SHARED_FLAGS = shared_flags.declare(
@@ -71,6 +75,13 @@ shared_flags.define_float(__name__, "masked_lm_prob", 0.15,
 flags.DEFINE_boolean("whole_word_masking", False, "Mask whole words (static).")
 flags.DEFINE_integer("num_workers", None, "Processes making examples (default: this machine's "
                      "cores); the output is the same for any number.")
+flags.DEFINE_string("runner", beam.LOCAL, "Where examples are made: local (this machine, "
+                    "--num_workers processes) or an Apache Beam runner (" +
+                    ", ".join(beam.BEAM_RUNNERS) + "), with the same output; Beam is an "
+                    f"extra: {beam.INSTALL}.")
+flags.DEFINE_string("beam_options", "", "The Beam runner's pipeline options, as on its command "
+                    "line, e.g. '--direct_num_workers=4' (DirectRunner) or "
+                    "'--spark_master_url=spark://HOST:7077' (SparkRunner).")
 
 FLAGS = flags.FLAGS
 # Flags of the sentence-pair examples only, and of the causal blocks only.
@@ -83,6 +94,16 @@ def main(argv):
     del argv
     from bert_trainer.data import create_pretraining_data as cpd  # noqa: PLC0415 (TensorFlow)
 
+    beam.check_runner(FLAGS.runner, FLAGS.beam_options, import_beam=False)
+    if FLAGS.runner != beam.LOCAL:
+        if FLAGS["num_workers"].present:
+            raise UserError(f"--num_workers is for --runner=local; {FLAGS.runner} takes its "
+                            "workers from --beam_options (e.g. '--direct_num_workers=4', or "
+                            "'--parallelism=32' on Flink)")
+        if FLAGS.tfds:
+            raise UserError(f"--runner={FLAGS.runner} reads text files (--input); a --tfds "
+                            "dataset is read with --runner=local")
+        beam.check_runner(FLAGS.runner, FLAGS.beam_options)  # Is Beam installed?
     if FLAGS.input and FLAGS.tfds:
         raise UserError("pass --input (text files) or --tfds (a TFDS dataset), not both")
     for name in ("input" if not FLAGS.tfds else "tfds", "vocab", "output"):
@@ -101,7 +122,7 @@ def main(argv):
         _inputs(), FLAGS.vocab, FLAGS.output, config, lower_case=FLAGS.lower_case,
         input_format=FLAGS.input_format, encoding_errors=FLAGS.encoding_errors,
         num_shards=FLAGS.num_shards, examples_per_shard=FLAGS.examples_per_shard,
-        overwrite=FLAGS.overwrite, num_workers=_num_workers())
+        overwrite=FLAGS.overwrite, num_workers=_num_workers(), **_runner())
     print(f"wrote {summary['examples']:,} examples from {summary['documents']:,} documents "
           f"to {len(summary['shards'])} shard(s) in {summary['seconds']:.1f}s; {_rate(summary)}")
     return 0
@@ -123,11 +144,16 @@ def _num_workers() -> int:
     return chunk_workers.default_num_workers() if FLAGS.num_workers is None else FLAGS.num_workers
 
 
+def _runner() -> dict:
+    return {"runner": FLAGS.runner, "beam_options": FLAGS.beam_options}
+
+
 def _rate(summary: dict) -> str:
     """Throughput, overall and per worker process."""
     t = summary["throughput"]
     return (f"{t['text_mb']:,.1f} MB of text at {t['text_mb_per_second']:.2f} MB/s and "
             f"{t['examples_per_second']:,.0f} examples/s on {t['num_workers']} worker(s) "
+            f"{'of ' + t['runner'] + ' ' if 'runner' in t else ''}"
             f"({t['text_mb_per_second_per_worker']:.2f} MB/s, "
             f"{t['examples_per_second_per_worker']:,.0f} examples/s per worker)")
 
@@ -149,7 +175,7 @@ def _causal_lm() -> int:
         _inputs(), FLAGS.vocab, FLAGS.output, config, lower_case=FLAGS.lower_case,
         input_format=FLAGS.input_format, encoding_errors=FLAGS.encoding_errors,
         num_shards=FLAGS.num_shards, examples_per_shard=FLAGS.examples_per_shard,
-        overwrite=FLAGS.overwrite, num_workers=_num_workers())
+        overwrite=FLAGS.overwrite, num_workers=_num_workers(), **_runner())
     print(f"wrote {summary['examples']:,} blocks of {summary['block_size']} tokens from "
           f"{summary['documents']:,} documents to {len(summary['shards'])} shard(s) in "
           f"{summary['seconds']:.1f}s ({summary['tokens_dropped']} tokens of the final "

@@ -112,7 +112,8 @@ def create_causal_lm_data(inputs, vocab_file: str, output: str,
                           lower_case: bool = True, input_format: str = "auto",
                           encoding_errors: str = "strict", num_shards: int | None = None,
                           examples_per_shard: int | None = None, overwrite: bool = False,
-                          num_workers: int = 1, progress=sys.stderr) -> dict:
+                          num_workers: int = 1, runner: str = "local", beam_options=(),
+                          progress=sys.stderr) -> dict:
     """Writes causal-LM block TFRecords and a JSON summary next to them.
 
     Args:
@@ -126,6 +127,8 @@ def create_causal_lm_data(inputs, vocab_file: str, output: str,
       overwrite: replace the shards and summary an earlier run wrote at `output`, once the
         new set is complete (see `create_pretraining_data`).
       num_workers: processes tokenizing the text; the output is the same for any number.
+      runner, beam_options: "local" or a Beam runner, and its pipeline options (see
+        `create_pretraining_data`): the same output.
       progress: stream for progress lines, or None.
 
     Returns:
@@ -135,7 +138,23 @@ def create_causal_lm_data(inputs, vocab_file: str, output: str,
     config.validate()
     run = pretraining_run.start_run(inputs, vocab_file, output, num_shards,
                                     examples_per_shard, overwrite, num_workers, lower_case,
-                                    progress)
+                                    progress, runner, beam_options)
+
+    def summarize(shards):
+        dropped = run.stats["tokens_dropped"]
+        if not run.stats["examples"]:
+            raise UserError(
+                f"--input={inputs} produced no blocks: {run.stats['documents']} documents make "
+                f"{dropped} tokens with separators, fewer than --block_size={config.block_size}; "
+                "give more text or a smaller --block_size")
+        return _summary(run.stats, dropped, shards, run.files, config, vocab_file, lower_case,
+                        run.throughput())
+
+    if run.runner != "local":
+        from bert_trainer.data.beam import pipeline  # noqa: PLC0415 (an optional extra)
+
+        return pretraining_run.publish_shard_set(run, pipeline.causal_lm(
+            run, config, vocab_file, lower_case, input_format, encoding_errors), summarize)
     documents = run.documents(input_format, encoding_errors)
     packer = BlockPacker(config.block_size)
 
@@ -153,16 +172,7 @@ def create_causal_lm_data(inputs, vocab_file: str, output: str,
                 run.stats.update(counts)
                 run.stats["examples"] += len(blocks)
                 run.tick(run.stats)
-
-    def summarize(shards):
-        dropped = len(packer.pending)
-        if not run.stats["examples"]:
-            raise UserError(
-                f"--input={inputs} produced no blocks: {run.stats['documents']} documents make "
-                f"{dropped} tokens with separators, fewer than --block_size={config.block_size}; "
-                "give more text or a smaller --block_size")
-        return _summary(run.stats, dropped, shards, run.files, config, vocab_file, lower_case,
-                        run.throughput())
+        run.stats["tokens_dropped"] = len(packer.pending)  # The final partial block.
 
     return pretraining_run.write_shard_set(run, write, summarize)
 

@@ -283,7 +283,8 @@ def create_pretraining_data(inputs, vocab_file: str, output: str,
                             lower_case: bool = True, input_format: str = "auto",
                             encoding_errors: str = "strict", num_shards: int | None = None,
                             examples_per_shard: int | None = None, overwrite: bool = False,
-                            num_workers: int = 1, progress=sys.stderr) -> dict:
+                            num_workers: int = 1, runner: str = "local", beam_options=(),
+                            progress=sys.stderr) -> dict:
     """Writes pretraining TFRecords and a JSON summary next to them.
 
     Args:
@@ -301,6 +302,9 @@ def create_pretraining_data(inputs, vocab_file: str, output: str,
         that are not such shards are refused, with or without it.
       num_workers: processes making examples (see `chunk_workers`); the output is the same
         for any number.
+      runner: "local" (this machine, `num_workers` processes) or a Beam runner such as
+        "DirectRunner" or "SparkRunner" (`bert_trainer.data.beam`): the same output.
+      beam_options: the Beam runner's pipeline options (a string or a list of arguments).
       progress: stream for progress lines, or None.
 
     Returns:
@@ -309,7 +313,20 @@ def create_pretraining_data(inputs, vocab_file: str, output: str,
     config.validate()
     run = pretraining_run.start_run(inputs, vocab_file, output, num_shards,
                                     examples_per_shard, overwrite, num_workers, lower_case,
-                                    progress)
+                                    progress, runner, beam_options)
+
+    def summarize(shards):
+        if not run.stats["examples"]:
+            raise UserError(f"--input={inputs} produced no examples ({run.stats['documents']} "
+                            "documents); it needs text with at least two sentences")
+        return report.summary(run.stats, shards, run.files, config, vocab_file, lower_case,
+                              run.throughput())
+
+    if run.runner != "local":
+        from bert_trainer.data.beam import pipeline  # noqa: PLC0415 (an optional extra)
+
+        return pretraining_run.publish_shard_set(run, pipeline.masked_lm(
+            run, config, vocab_file, lower_case, input_format, encoding_errors), summarize)
     documents = run.documents(input_format, encoding_errors)
     state_args = (vocab_file, lower_case, config)
 
@@ -323,12 +340,5 @@ def create_pretraining_data(inputs, vocab_file: str, output: str,
                     writer.write(record)
                 run.stats.update(counts)
                 run.tick(run.stats)
-
-    def summarize(shards):
-        if not run.stats["examples"]:
-            raise UserError(f"--input={inputs} produced no examples ({run.stats['documents']} "
-                            "documents); it needs text with at least two sentences")
-        return report.summary(run.stats, shards, run.files, config, vocab_file, lower_case,
-                              run.throughput())
 
     return pretraining_run.write_shard_set(run, write, summarize)

@@ -12,7 +12,7 @@ import os
 import time
 
 from bert_trainer import outputs
-from bert_trainer.data import chunk_workers, shard_set, text_corpus
+from bert_trainer.data import beam, chunk_workers, shard_set, text_corpus
 from bert_trainer.data import pretraining_data_report as report
 from bert_trainer.data.tokenizer import load_vocab
 from bert_trainer.errors import UserError
@@ -44,6 +44,8 @@ class Run:
     num_workers: int
     stats: collections.Counter
     tick: report.Progress
+    runner: str = beam.LOCAL  # Or a Beam runner (`bert_trainer.data.beam`).
+    beam_args: list = dataclasses.field(default_factory=list)  # The Beam pipeline options.
 
     def documents(self, input_format: str, encoding_errors: str):
         """The documents of the text files or of the TFDS dataset, streamed."""
@@ -54,13 +56,25 @@ class Run:
 
     def throughput(self) -> dict:
         text_bytes = self.stats["text_bytes"] or sum(os.path.getsize(f) for f in self.files)
-        return report.throughput(self.stats, text_bytes, time.time() - self.tick.start,
-                                 self.num_workers)
+        result = report.throughput(self.stats, text_bytes, time.time() - self.tick.start,
+                                   self.num_workers)
+        if self.runner != beam.LOCAL:
+            result["throughput"]["runner"] = self.runner
+        return result
 
 
 def start_run(inputs, vocab_file, output, num_shards, examples_per_shard, overwrite,
-              num_workers, lower_case, progress) -> Run:
-    """Checks the arguments, the inputs, the vocabulary and the output before anything runs."""
+              num_workers, lower_case, progress, runner: str = beam.LOCAL,
+              beam_options=()) -> Run:
+    """Checks the arguments, the inputs, the vocabulary and the output before anything runs.
+
+    `runner` and `beam_options`: see `bert_trainer.data.beam.check_runner`; a Beam runner
+    reads text files (--input), not a TFDS dataset.
+    """
+    beam_args = beam.check_runner(runner, beam_options)
+    if runner != beam.LOCAL and not isinstance(inputs, str | list | tuple):
+        raise UserError(f"--runner={runner} reads text files (--input); a --tfds dataset is "
+                        "read with --runner=local")
     examples_per_shard = check_sharding(num_shards, examples_per_shard)
     chunk_workers.check_num_workers(num_workers)
     # Not isinstance(TfdsText): importing tfds_sources loads tensorflow_datasets (seconds).
@@ -77,7 +91,7 @@ def start_run(inputs, vocab_file, output, num_shards, examples_per_shard, overwr
     summary_path, old = shard_set.check_output(output, overwrite)
     return Run(tfds, os.path.abspath(os.path.expanduser(output)), summary_path, old, files,
                num_shards, examples_per_shard, num_workers, collections.Counter(),
-               report.Progress(progress))
+               report.Progress(progress), runner, beam_args)
 
 
 def write_shard_set(run: Run, write, summarize) -> dict:
@@ -91,16 +105,34 @@ def write_shard_set(run: Run, write, summarize) -> dict:
     Returns:
       The summary (also written as JSON, last: it marks the set complete).
     """
-    with outputs.staging_directory(run.output.replace("*", "shards"),
-                                   writing="pretraining data") as staging:
+    def produce(staging):
         writer = shard_set.ShardWriter(run.output, run.num_shards, run.examples_per_shard,
                                        staging)
         try:
             write(writer)
-            shards = writer.close()
+            return writer.close()
         except BaseException:
             writer.abort()
             raise
+
+    return publish_shard_set(run, produce, summarize)
+
+
+def publish_shard_set(run: Run, produce, summarize) -> dict:
+    """Has `produce` write the shards into a staging directory, then moves them into place.
+
+    Args:
+      run: from `start_run`.
+      produce: fn(staging directory) -> [(written path, final path)] of every shard, in order
+        (`ShardWriter.close`'s list; a Beam pipeline's shards are named the same way).
+      summarize: fn(shard paths) -> the summary dict; it may refuse an empty set (UserError).
+
+    Returns:
+      The summary (also written as JSON, last: it marks the set complete).
+    """
+    with outputs.staging_directory(run.output.replace("*", "shards"),
+                                   writing="pretraining data") as staging:
+        shards = produce(staging)
         summary = summarize([f for _, f in shards])
         run.tick(run.stats, force=True)
         staged_summary = os.path.join(staging, os.path.basename(run.summary_path))

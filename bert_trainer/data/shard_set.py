@@ -38,8 +38,7 @@ class ShardWriter:
                 self._open()
 
     def _open(self):
-        name = os.path.basename(self.pattern).replace("*", f"{len(self._paths):05d}")
-        path = os.path.join(self.staging, name)
+        path = os.path.join(self.staging, staged_name(self.pattern, len(self._paths)))
         self._paths.append(path)
         self._writers.append(tf.io.TFRecordWriter(path))
 
@@ -62,7 +61,7 @@ class ShardWriter:
         """Closes the shards; returns (written path, final path) for each, in order."""
         for writer in self._writers:
             writer.close()
-        return [(path, self.pattern.replace("*", f"{i:05d}-of-{len(self._paths):05d}"))
+        return [(path, final_path(self.pattern, i, len(self._paths)))
                 for i, path in enumerate(self._paths)]
 
     def abort(self) -> None:
@@ -70,6 +69,26 @@ class ShardWriter:
         for writer in self._writers:
             with contextlib.suppress(Exception):
                 writer.close()
+
+
+def staged_name(pattern: str, shard: int) -> str:
+    """The provisional file name of shard `shard` in the staging directory."""
+    return os.path.basename(pattern).replace("*", f"{shard:05d}")
+
+
+def final_path(pattern: str, shard: int, num_shards: int) -> str:
+    """Where shard `shard` of `num_shards` goes: `*` becomes `SSSSS-of-NNNNN`."""
+    return pattern.replace("*", f"{shard:05d}-of-{num_shards:05d}")
+
+
+def shard_of(index: int, num_shards: int | None, examples_per_shard: int | None) -> int:
+    """The shard `ShardWriter` writes the `index`-th example (from 0) of a run to."""
+    return index % num_shards if num_shards else index // examples_per_shard
+
+
+def shard_count(examples: int, num_shards: int | None, examples_per_shard: int | None) -> int:
+    """How many shards `ShardWriter` writes for `examples` examples."""
+    return num_shards if num_shards else -(-examples // examples_per_shard)
 
 
 def check_output(output: str, overwrite: bool) -> tuple[str, list[str]]:

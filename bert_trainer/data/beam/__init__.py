@@ -1,0 +1,85 @@
+"""create_pretraining_data on Apache Beam: `--runner=DirectRunner|SparkRunner|FlinkRunner|...`.
+
+The pipeline (`pipeline.py`) makes the same chunks of documents as the local path, runs the
+same per-chunk function on them (`create_pretraining_data.make_chunk`, or
+`causal_lm_data.chunk_stream`), and writes the same shards in the same order, so its output is
+byte for byte the local output for the same seed and inputs. This module only names the
+runners and checks that Apache Beam is installed: it does not import Beam (an optional extra).
+"""
+
+import logging
+import shlex
+
+from bert_trainer.errors import UserError
+
+LOCAL = "local"  # This machine's processes (`chunk_workers`), no Beam.
+# Beam runners we pass the pipeline to; their own options come through `beam_options`.
+BEAM_RUNNERS = ("DirectRunner", "PrismRunner", "DataflowRunner", "FlinkRunner", "SparkRunner",
+                "PortableRunner")
+RUNNERS = (LOCAL, *BEAM_RUNNERS)
+INSTALL = "pip install 'bert-trainer[beam]'"
+# Runners whose workers share no file system with the launching machine: they would need the
+# inputs and the output on object storage (gs://), which create_pretraining_data does not
+# read or write yet. Refused up front rather than failing after the job is submitted.
+NEEDS_OBJECT_STORAGE = ("DataflowRunner",)
+
+
+def check_runner(runner: str, beam_options=(), import_beam: bool = True) -> list[str]:
+    """Validates `runner` and, for a Beam runner, that Beam imports; returns its options.
+
+    Args:
+      runner: "local" or one of `BEAM_RUNNERS`.
+      beam_options: Beam pipeline options, one string ("--project=p --region=r", split like a
+        shell command line) or a list of arguments.
+      import_beam: also check that Apache Beam imports (for a Beam runner).
+
+    Returns:
+      The pipeline options as a list of arguments.
+
+    Raises:
+      UserError: an unknown runner, Beam options without a Beam runner, or Apache Beam not
+        installed (the message names the pip command).
+    """
+    if runner not in RUNNERS:
+        raise UserError(f"--runner={runner} is unknown; use one of {', '.join(RUNNERS)}")
+    if isinstance(beam_options, str):
+        try:
+            beam_options = shlex.split(beam_options)
+        except ValueError as e:
+            raise UserError(f"--beam_options cannot be split into arguments ({e})") from None
+    beam_options = list(beam_options)
+    if runner in NEEDS_OBJECT_STORAGE:
+        raise UserError(f"--runner={runner} needs --input and --output on gs://, which "
+                        "create_pretraining_data does not read or write yet; use SparkRunner "
+                        "or FlinkRunner with a file system every worker mounts (docs/data.md)")
+    if runner == LOCAL:
+        if beam_options:
+            raise UserError("--beam_options apply to a Beam --runner (e.g. "
+                            "--runner=DirectRunner); drop them or pick a runner")
+        return beam_options
+    bad = [o for o in beam_options if not o.startswith("-")]
+    if bad:
+        raise UserError(f"--beam_options: '{bad[0]}' is not an option; pass Beam's flags, e.g. "
+                        "--beam_options='--project=P --region=R --temp_location=gs://B/tmp'")
+    if any(o == "--runner" or o.startswith("--runner=") for o in beam_options):
+        raise UserError("--beam_options must not hold --runner; pass it as "
+                        "create_pretraining_data's own --runner")
+    if not import_beam:
+        return beam_options
+    # Beam's import warns on the root logger about Google Cloud clients that only
+    # DataflowRunner's BigQuery connectors use.
+    quiet = _DropRecords()
+    logging.root.addFilter(quiet)
+    try:
+        import apache_beam  # noqa: F401, PLC0415 (an optional extra)
+    except ImportError:
+        raise UserError(f"--runner={runner} needs Apache Beam, which is not installed: "
+                        f"{INSTALL}") from None
+    finally:
+        logging.root.removeFilter(quiet)
+    return beam_options
+
+
+class _DropRecords(logging.Filter):
+    def filter(self, record):
+        return False

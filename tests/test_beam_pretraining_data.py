@@ -1,0 +1,174 @@
+"""create_pretraining_data --runner=DirectRunner: the local output, byte for byte.
+
+The Beam pipeline (bert_trainer.data.beam) must write the same shards and summary counts as the
+local path for the same seed and inputs, whatever the number of workers on either side, for
+both objectives; without Apache Beam installed, or with an unknown runner, a run stops in one
+line before anything is written.
+"""
+
+import json
+import sys
+
+import pytest
+from absl import flags
+
+from bert_trainer import cli
+from bert_trainer.data import causal_lm_data
+from bert_trainer.data import create_pretraining_data as cpd
+from bert_trainer.data import pretraining_data_report as report
+from bert_trainer.errors import UserError
+
+# Beam's in-process runner with two worker threads: chunks made and shards written in bundles
+# on both, in whatever order they finish.
+TWO_WORKERS = "--direct_num_workers=2 --direct_running_mode=multi_threading"
+
+
+@pytest.fixture
+def vocab_file(minilm_dir):
+    return str(minilm_dir / "vocab.txt")
+
+
+@pytest.fixture
+def corpus(shared_dir):
+    """Blake's two books of poems (prose, ~90 KB, 99 documents in 2 files)."""
+    return str(shared_dir / "data" / "corpus" / "gutenberg" / "blake-*.txt")
+
+
+@pytest.fixture
+def beam():
+    return pytest.importorskip("apache_beam", reason="pip install 'bert-trainer[beam]'")
+
+
+def _files(directory):
+    """Every file the run left: shards by name (bytes), the summary without run keys."""
+    out = {}
+    for path in sorted(directory.iterdir()):
+        if path.name.endswith("summary.json"):
+            summary = json.loads(path.read_text())
+            out[path.name] = {k: v for k, v in summary.items() if k not in report.RUN_KEYS}
+        else:
+            out[path.name] = path.read_bytes()
+    return out
+
+
+def test_direct_runner_writes_the_local_masked_lm_bytes(beam, corpus, vocab_file, tmp_path):
+    # Chunks of 10 documents: 10 chunks, one of them across the two files.
+    config = cpd.PretrainingDataConfig(max_seq_length=64, seed=11, chunk_documents=10,
+                                       static_masking=True, dupe_factor=2)
+    runs = {"local": {"num_workers": 1}, "local-2": {"num_workers": 2},
+            "direct-1": {"runner": "DirectRunner"},
+            "direct-2": {"runner": "DirectRunner", "beam_options": TWO_WORKERS}}
+    summaries, files = {}, {}
+    for name, kwargs in runs.items():
+        summaries[name] = cpd.create_pretraining_data(
+            corpus, vocab_file, str(tmp_path / name / "t-*.tfrecord"), config, num_shards=3,
+            progress=None, **kwargs)
+        files[name] = _files(tmp_path / name)
+    local = files["local"]
+    assert sorted(local) == [f"t-0000{i}-of-00003.tfrecord" for i in range(3)] + [
+        "t-summary.json"]
+    assert local["t-summary.json"]["documents"] == 99 and all(
+        len(local[f"t-0000{i}-of-00003.tfrecord"]) > 10_000 for i in range(3))
+    for name in runs:
+        assert files[name] == local, name
+        assert summaries[name]["examples"] == summaries["local"]["examples"] > 400
+    assert summaries["direct-2"]["throughput"]["runner"] == "DirectRunner"
+    assert summaries["direct-2"]["throughput"]["num_workers"] == 2
+
+
+def test_direct_runner_writes_the_local_causal_lm_bytes(beam, corpus, vocab_file, tmp_path):
+    # Blocks of 64 tokens span documents and chunks (of 3 documents, some shorter than a block).
+    config = causal_lm_data.CausalDataConfig(block_size=64, seed=5, chunk_documents=3)
+    runs = {"local": {}, "direct-1": {"runner": "DirectRunner"},
+            "direct-2": {"runner": "DirectRunner", "beam_options": TWO_WORKERS}}
+    summaries, files = {}, {}
+    for name, kwargs in runs.items():
+        summaries[name] = causal_lm_data.create_causal_lm_data(
+            corpus, vocab_file, str(tmp_path / name / "c-*.tfrecord"), config,
+            examples_per_shard=100, progress=None, **kwargs)
+        files[name] = _files(tmp_path / name)
+    local = summaries["local"]
+    assert local["examples"] > 200 and 0 < local["tokens_dropped"] < 64
+    assert len(files["local"]) == -(-local["examples"] // 100) + 1 >= 4
+    for name in runs:
+        assert files[name] == files["local"], name
+        assert summaries[name]["tokens_dropped"] == local["tokens_dropped"]
+
+
+def test_command_line_direct_runner(beam, corpus, vocab_file, tmp_path, capsys):
+    flags.FLAGS.unparse_flags()
+    common = [f"--input={corpus}", f"--vocab={vocab_file}", "--max_seq_length=48",
+              "--examples_per_shard=200"]
+    assert cli.main(["bert-train", "create_pretraining_data", *common, "--num_workers=1",
+                     f"--output={tmp_path}/local/t-*.tfrecord"]) == 0
+    flags.FLAGS.unparse_flags()
+    assert cli.main(["bert-train", "create_pretraining_data", *common, "--runner=DirectRunner",
+                     f"--beam_options={TWO_WORKERS}",
+                     f"--output={tmp_path}/beam/t-*.tfrecord"]) == 0
+    flags.FLAGS.unparse_flags()
+    assert "examples/s on 2 worker(s) of DirectRunner" in capsys.readouterr().out
+    assert _files(tmp_path / "beam") == _files(tmp_path / "local")
+
+
+def test_a_failing_pipeline_keeps_the_old_set(beam, corpus, vocab_file, tmp_path):
+    bad = tmp_path / "text" / "bad.txt"
+    bad.parent.mkdir()
+    bad.write_bytes(b"A first sentence.\nA second one.\n\nNot \xff UTF-8.\nEnd.\n")
+    pattern = tmp_path / "data" / "t-*.tfrecord"
+    cpd.create_pretraining_data(corpus, vocab_file, str(pattern), num_shards=2, progress=None)
+    old = {p.name: p.read_bytes() for p in (tmp_path / "data").iterdir()}
+    with pytest.raises(UserError) as e:
+        cpd.create_pretraining_data([corpus, str(bad)], vocab_file, str(pattern), num_shards=2,
+                                    overwrite=True, runner="DirectRunner", progress=None)
+    # The worker's one-line error, without Beam's step name; the old set as it was.
+    assert str(e.value) == (f"{bad}: line 4 is not UTF-8 (invalid start byte at byte 4); "
+                            "convert the file to UTF-8 or pass --encoding_errors=replace|skip")
+    assert {p.name: p.read_bytes() for p in (tmp_path / "data").iterdir()} == old
+
+
+def test_without_apache_beam_a_runner_fails_in_one_line(corpus, vocab_file, tmp_path,
+                                                        monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "apache_beam", None)  # `import apache_beam` fails.
+    with pytest.raises(UserError, match=r"^--runner=DirectRunner needs Apache Beam, which is "
+                       r"not installed: pip install 'bert-trainer\[beam\]'$"):
+        cpd.create_pretraining_data(corpus, vocab_file, str(tmp_path / "d" / "t-*.tfrecord"),
+                                    runner="DirectRunner", progress=None)
+    flags.FLAGS.unparse_flags()
+    rc = cli.main(["bert-train", "create_pretraining_data", f"--input={corpus}",
+                   f"--vocab={vocab_file}", f"--output={tmp_path}/d/t-*.tfrecord",
+                   "--runner=SparkRunner", "--beam_options=--spark_master_url=spark://m:7077"])
+    flags.FLAGS.unparse_flags()
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err == ("bert-train create_pretraining_data: error: --runner=SparkRunner needs "
+                   "Apache Beam, which is not installed: pip install 'bert-trainer[beam]'\n")
+    assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--runner=Direct"], "--runner=Direct is unknown; use one of local, DirectRunner, "),
+    (["--beam_options=--direct_num_workers=2"], "--beam_options apply to a Beam --runner"),
+    (["--runner=DirectRunner", "--beam_options=direct_num_workers=2"],
+     "--beam_options: 'direct_num_workers=2' is not an option"),
+    (["--runner=DirectRunner", "--beam_options=--runner=FlinkRunner"],
+     "--beam_options must not hold --runner"),
+    (["--runner=DirectRunner", "--num_workers=2"], "--num_workers is for --runner=local"),
+    (["--runner=DirectRunner", "--tfds=imdb_reviews"], "--runner=DirectRunner reads text files"),
+    (["--runner=DataflowRunner", "--beam_options=--project=p --region=r"],
+     "--runner=DataflowRunner needs --input and --output on gs://"),
+])
+def test_bad_runner_arguments_fail_in_one_line(args, message, corpus, vocab_file, tmp_path,
+                                               capsys, monkeypatch):
+    if "--tfds=imdb_reviews" not in args:
+        args = [f"--input={corpus}", *args]
+    # The arguments are refused before Beam is looked for.
+    monkeypatch.setitem(sys.modules, "apache_beam", None)
+    flags.FLAGS.unparse_flags()
+    rc = cli.main(["bert-train", "create_pretraining_data", f"--vocab={vocab_file}",
+                   f"--output={tmp_path}/d/t-*.tfrecord", *args])
+    flags.FLAGS.unparse_flags()
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.startswith(f"bert-train create_pretraining_data: error: {message}"), err
+    assert err.count("\n") == 1
+    assert not (tmp_path / "d").exists()

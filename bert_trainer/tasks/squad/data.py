@@ -121,7 +121,7 @@ def _byte_to_char(text: str, byte_offsets: np.ndarray) -> np.ndarray:
 def _graph_functions(tokenizer):
     """`tokenize_with_offsets` and `tokenize` as traced graphs, traced once per tokenizer.
 
-    Eager tensorflow-text runs op by op, about 30x slower per call than its graph; tracing
+    Eager tensorflow-text runs op by op, many times slower per call than its graph; tracing
     costs seconds, so the graphs are kept for the tokenizer's lifetime (every epoch reuses).
     """
     if tokenizer not in _GRAPHS:

@@ -200,7 +200,8 @@ def _summary(stats, dropped: int, shards: list[str], files: list[str],
         "final_block": "dropped",
         "shards": [os.path.basename(s) for s in shards],
         "bad_utf8_lines": stats["bad_utf8_lines"], **throughput,
-        "input_files": len(files), "vocab_file": os.path.abspath(vocab_file),
+        "input_files": len(files), "vocab_file": (vocab_file if "://" in vocab_file
+                                                     else os.path.abspath(vocab_file)),
         "lower_case": lower_case, "feature_names": "bert_trainer",
         "config": dataclasses.asdict(config),
     }

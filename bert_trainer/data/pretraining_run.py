@@ -7,9 +7,15 @@ written aside and moved into place with their summary last, or nothing is left
 """
 
 import collections
+import contextlib
 import dataclasses
+import json
 import os
+import posixpath
 import time
+import uuid
+
+import tensorflow as tf
 
 from bert_trainer import outputs
 from bert_trainer.data import beam, chunk_workers, shard_set, text_corpus
@@ -55,7 +61,7 @@ class Run:
                                           encoding_errors=encoding_errors, stats=self.stats)
 
     def throughput(self) -> dict:
-        text_bytes = self.stats["text_bytes"] or sum(os.path.getsize(f) for f in self.files)
+        text_bytes = self.stats["text_bytes"] or sum(_size(f) for f in self.files)
         result = report.throughput(self.stats, text_bytes, time.time() - self.tick.start,
                                    self.num_workers)
         if self.runner != beam.LOCAL:
@@ -75,6 +81,7 @@ def start_run(inputs, vocab_file, output, num_shards, examples_per_shard, overwr
     if runner != beam.LOCAL and not isinstance(inputs, str | list | tuple):
         raise UserError(f"--runner={runner} reads text files (--input); a --tfds dataset is "
                         "read with --runner=local")
+    beam.check_paths(runner, inputs, vocab_file, output)  # Dataflow: gs:// only.
     examples_per_shard = check_sharding(num_shards, examples_per_shard)
     chunk_workers.check_num_workers(num_workers)
     # Not isinstance(TfdsText): importing tfds_sources loads tensorflow_datasets (seconds).
@@ -83,13 +90,16 @@ def start_run(inputs, vocab_file, output, num_shards, examples_per_shard, overwr
         tfds.texts()  # An unknown or unprepared dataset, or a wrong text key, fails here.
     else:
         files = text_corpus.expand_inputs(inputs)
-        unreadable = [f for f in files if not os.access(f, os.R_OK)]
+        unreadable = [f for f in files
+                      if not text_corpus.is_url(f) and not os.access(f, os.R_OK)]
         if unreadable:
             raise UserError(f"--input: {unreadable[0]} is not readable (permission denied); "
                             "fix its permissions or leave it out")
     load_vocab(vocab_file)  # A bad vocabulary fails here, in one line (the workers load it).
     summary_path, old = shard_set.check_output(output, overwrite)
-    return Run(tfds, os.path.abspath(os.path.expanduser(output)), summary_path, old, files,
+    if not text_corpus.is_url(output):
+        output = os.path.abspath(os.path.expanduser(output))
+    return Run(tfds, output, summary_path, old, files,
                num_shards, examples_per_shard, num_workers, collections.Counter(),
                report.Progress(progress), runner, beam_args)
 
@@ -130,6 +140,8 @@ def publish_shard_set(run: Run, produce, summarize) -> dict:
     Returns:
       The summary (also written as JSON, last: it marks the set complete).
     """
+    if text_corpus.is_url(run.output):
+        return _publish_through_gfile(run, produce, summarize)
     with outputs.staging_directory(run.output.replace("*", "shards"),
                                    writing="pretraining data") as staging:
         shards = produce(staging)
@@ -139,4 +151,46 @@ def publish_shard_set(run: Run, produce, summarize) -> dict:
         report.write_json(staged_summary, summary)
         # The summary goes last: it marks the set complete. The old set goes only now.
         outputs.replace_files([*shards, (staged_summary, run.summary_path)], run.old)
+    return summary
+
+
+def _size(path: str) -> int:
+    if text_corpus.is_url(path):
+        return tf.io.gfile.stat(path).length
+    return os.path.getsize(path)
+
+
+def _publish_through_gfile(run: Run, produce, summarize) -> dict:
+    """`publish_shard_set` for an output on gs:// (or ram://): every call is `tf.io.gfile`.
+
+    The staging directory is a hidden one beside the output, as locally. An object store has
+    no atomic rename (gfile.rename copies, then deletes), so the set is moved shard by shard:
+    the old summary is deleted first (the old set is no longer marked complete), the new shards
+    are moved into place, old shards the new set does not overwrite are deleted, and the new
+    summary is written last. A reader that waits for the summary sees a complete set; a run that
+    fails before the move leaves the old set as it was.
+    """
+    directory, name = posixpath.split(run.output.replace("*", "shards"))
+    staging = f"{directory}/.{name}.staging-{uuid.uuid4().hex[:12]}"
+    tf.io.gfile.makedirs(staging)
+    try:
+        shards = produce(staging)
+        summary = summarize([f for _, f in shards])
+        run.tick(run.stats, force=True)
+        staged_summary = posixpath.join(staging, posixpath.basename(run.summary_path))
+        with tf.io.gfile.GFile(staged_summary, "w") as f:
+            f.write(json.dumps(summary, indent=2) + "\n")
+        if run.summary_path in run.old:
+            tf.io.gfile.remove(run.summary_path)
+        finals = set()
+        for staged, final in shards:
+            tf.io.gfile.rename(staged, final, overwrite=True)
+            finals.add(final)
+        for path in run.old:
+            if path != run.summary_path and path not in finals and tf.io.gfile.exists(path):
+                tf.io.gfile.remove(path)
+        tf.io.gfile.rename(staged_summary, run.summary_path, overwrite=True)  # Last.
+    finally:
+        with contextlib.suppress(tf.errors.OpError):
+            tf.io.gfile.rmtree(staging)
     return summary

@@ -16,6 +16,7 @@ import re
 import tensorflow as tf
 
 from bert_trainer import outputs
+from bert_trainer.data import text_corpus
 from bert_trainer.errors import UserError
 
 
@@ -103,14 +104,19 @@ def check_output(output: str, overwrite: bool) -> tuple[str, list[str]]:
     if output.count("*") != 1 or "*" in os.path.dirname(output):
         raise UserError(f"--output={output} must hold exactly one '*' in the file name, "
                         "e.g. DIR/train-*.tfrecord")
-    output = os.path.abspath(os.path.expanduser(output))
-    owner = outputs.enclosing_model_dir(output)
-    if owner is not None:
-        raise UserError(f"--output={output} is inside the model directory {owner}, which "
-                        "belongs to the run that made it; write the data elsewhere")
+    remote = text_corpus.is_url(output)  # gs://, ram://: through tf.io.gfile.
+    if remote:
+        matching, is_file = tf.io.gfile.glob, _gfile_is_file
+    else:
+        matching, is_file = glob.glob, os.path.isfile
+        output = os.path.abspath(os.path.expanduser(output))
+        owner = outputs.enclosing_model_dir(output)
+        if owner is not None:
+            raise UserError(f"--output={output} is inside the model directory {owner}, which "
+                            "belongs to the run that made it; write the data elsewhere")
     summary = os.path.splitext(output.replace("*", "summary"))[0] + ".json"
-    shards = [p for p in sorted(glob.glob(output)) if p != summary]
-    old = [summary] * os.path.isfile(summary) + shards
+    shards = [p for p in sorted(matching(output)) if p != summary]
+    old = [summary] * is_file(summary) + shards
     if old and not overwrite:
         if shards:
             raise UserError(f"--output={output} already matches {len(shards)} file(s); remove "
@@ -120,22 +126,27 @@ def check_output(output: str, overwrite: bool) -> tuple[str, list[str]]:
     prefix, suffix = os.path.basename(output).split("*")
     shard_name = re.compile(re.escape(prefix) + r"\d{5}-of-\d{5}" + re.escape(suffix))
     foreign = [p for p in shards if not shard_name.fullmatch(os.path.basename(p))]
-    if os.path.isfile(summary) and not is_summary(summary):
+    if is_file(summary) and not is_summary(summary):
         foreign.insert(0, summary)
     if foreign:
         names = ", ".join(os.path.basename(p) for p in foreign[:6])
         raise UserError(f"--output={output}: {names}{' ...' * (len(foreign) > 6)} "
                         "(not pretraining data written by bert-train create_pretraining_data) "
                         "would be replaced; pick another --output")
-    outputs.check_writable(output, "--output")
+    if not remote:  # An object store's permissions show when the first shard is written.
+        outputs.check_writable(output, "--output")
     return summary, old
+
+
+def _gfile_is_file(path: str) -> bool:
+    return tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path)
 
 
 def is_summary(path: str) -> bool:
     """Whether `path` is a summary that create_pretraining_data wrote (a JSON with shards)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
+        with text_corpus.open_binary(path) as f:
+            data = json.loads(f.read())
+    except (OSError, ValueError, tf.errors.OpError):
         return False
     return isinstance(data, dict) and isinstance(data.get("shards"), list)

@@ -65,8 +65,13 @@ def expand_inputs(spec, what: str = "--input") -> list[str]:
         raise UserError(f"{what} is empty; pass text files (comma list or glob)")
     files = set()
     for pattern in patterns:
-        matches = [m for m in glob.glob(os.path.expanduser(pattern), recursive=True)
-                   if os.path.isfile(m)]
+        if is_url(pattern):  # gs://, ram://: TensorFlow's file systems (no ** here).
+            import tensorflow as tf  # noqa: PLC0415 (reading local text needs no TensorFlow)
+
+            matches = [m for m in tf.io.gfile.glob(pattern) if not tf.io.gfile.isdir(m)]
+        else:
+            matches = [m for m in glob.glob(os.path.expanduser(pattern), recursive=True)
+                       if os.path.isfile(m)]
         if not matches:
             raise UserError(f"{what}: '{pattern}' matches no file; check the path or glob")
         files.update(matches)
@@ -101,6 +106,20 @@ def split_sentences(text: str) -> list[str]:
     return [s for s in sentences if s]
 
 
+def is_url(path: str) -> bool:
+    """Whether `path` names a file on a file system of TensorFlow's (gs://, ram://, ...)."""
+    return "://" in str(path)
+
+
+def open_binary(path: str):
+    """`path` open for reading bytes: a local file, or through `tf.io.gfile` for a URL."""
+    if is_url(path):
+        import tensorflow as tf  # noqa: PLC0415 (reading local text needs no TensorFlow)
+
+        return tf.io.gfile.GFile(path, "rb")
+    return open(path, "rb")  # noqa: SIM115 (the caller closes it)
+
+
 def _open_lines(path: str, encoding_errors: str, stats) -> Iterator[str]:
     """Yields the lines of a UTF-8 file without newline, handling undecodable lines.
 
@@ -110,7 +129,7 @@ def _open_lines(path: str, encoding_errors: str, stats) -> Iterator[str]:
         the tokenizer drops) or "skip" (drop the line).
       stats: optional Counter; "bad_utf8_lines" counts the lines replaced or skipped.
     """
-    with open(path, "rb") as f:
+    with open_binary(path) as f:
         for number, raw in enumerate(f, 1):
             try:
                 line = raw.decode("utf-8")

@@ -25,6 +25,7 @@ that same rule, then `restore_spacing` removes the spaces the basic tokenizer pu
 punctuation, as Hugging Face's `clean_up_tokenization` and the Moses detokenizer do.
 """
 
+import io
 import os
 
 import tensorflow as tf
@@ -56,12 +57,20 @@ def load_vocab(vocab_file: str) -> list[str]:
     Raises:
       UserError: the file is missing, not UTF-8, empty, has duplicates or lacks a special token.
     """
-    if not os.path.isfile(vocab_file):
+    remote = "://" in vocab_file  # gs://, ram://: through TensorFlow's file systems.
+    if not (tf.io.gfile.exists(vocab_file) and not tf.io.gfile.isdir(vocab_file) if remote
+            else os.path.isfile(vocab_file)):
         raise UserError(f"vocab file {vocab_file} does not exist; pass a vocab.txt "
                         "(make one with 'bert-train vocab')")
     try:
-        with open(vocab_file, encoding="utf-8") as f:
-            vocab = [line.rstrip("\r\n") for line in f]
+        if remote:
+            with tf.io.gfile.GFile(vocab_file, "rb") as f:
+                data = f.read()
+            vocab = [line.rstrip("\r\n") for line in io.TextIOWrapper(io.BytesIO(data),
+                                                                       encoding="utf-8")]
+        else:
+            with open(vocab_file, encoding="utf-8") as f:
+                vocab = [line.rstrip("\r\n") for line in f]
     except UnicodeDecodeError as e:
         raise UserError(f"vocab file {vocab_file} is not UTF-8 ({e.reason} at byte {e.start}); "
                         "re-save it as UTF-8") from None

@@ -7,9 +7,13 @@ line before anything is written.
 """
 
 import json
+import pathlib
 import sys
+import types
+import uuid
 
 import pytest
+import tensorflow as tf
 from absl import flags
 
 from bert_trainer import cli
@@ -154,8 +158,6 @@ def test_without_apache_beam_a_runner_fails_in_one_line(corpus, vocab_file, tmp_
      "--beam_options must not hold --runner"),
     (["--runner=DirectRunner", "--num_workers=2"], "--num_workers is for --runner=local"),
     (["--runner=DirectRunner", "--tfds=imdb_reviews"], "--runner=DirectRunner reads text files"),
-    (["--runner=DataflowRunner", "--beam_options=--project=p --region=r"],
-     "--runner=DataflowRunner needs --input and --output on gs://"),
 ])
 def test_bad_runner_arguments_fail_in_one_line(args, message, corpus, vocab_file, tmp_path,
                                                capsys, monkeypatch):
@@ -172,3 +174,128 @@ def test_bad_runner_arguments_fail_in_one_line(args, message, corpus, vocab_file
     assert err.startswith(f"bert-train create_pretraining_data: error: {message}"), err
     assert err.count("\n") == 1
     assert not (tmp_path / "d").exists()
+
+
+def _ram_files(directory):
+    """`_files` of a directory on TensorFlow's in-memory file system (ram://)."""
+    out = {}
+    for name in sorted(tf.io.gfile.listdir(directory)):
+        with tf.io.gfile.GFile(f"{directory}/{name}", "rb") as f:
+            data = f.read()
+        if name.endswith("summary.json"):
+            summary = json.loads(data)
+            out[name] = {k: v for k, v in summary.items() if k not in report.RUN_KEYS}
+        else:
+            out[name] = data
+    return out
+
+
+def _to_ram(paths, directory):
+    """Copies local files to `directory` on ram://; returns their new paths."""
+    tf.io.gfile.makedirs(directory)
+    copied = []
+    for path in paths:
+        copied.append(f"{directory}/{path.name}")
+        tf.io.gfile.copy(str(path), copied[-1])
+    return copied
+
+
+def test_direct_runner_reads_and_writes_through_tf_io_gfile(beam, corpus, vocab_file,
+                                                             shared_dir, tmp_path):
+    # ram:// (TensorFlow's in-memory file system) stands in for gs://: both are reached only
+    # through tf.io.gfile, and the DirectRunner's threads share this process's ram://.
+    root = f"ram://beam-{uuid.uuid4().hex}"
+    books = sorted((shared_dir / "data" / "corpus" / "gutenberg").glob("blake-*.txt"))
+    ram_corpus = ",".join(_to_ram(books, f"{root}/text"))
+    ram_vocab = _to_ram([pathlib.Path(vocab_file)], f"{root}/vocab")[0]
+    config = cpd.PretrainingDataConfig(max_seq_length=64, seed=11, chunk_documents=10,
+                                       static_masking=True)
+    local = cpd.create_pretraining_data(corpus, vocab_file, str(tmp_path / "local" / "t-*.tf"),
+                                        config, num_shards=3, progress=None)
+    expected = _files(tmp_path / "local")
+    del expected["t-summary.json"]["vocab_file"]
+    runs = {"all-ram": (ram_corpus, ram_vocab, TWO_WORKERS),  # Text, vocab and output on ram://.
+            "local-text": (corpus, vocab_file, "")}  # Local text and vocab, output on ram://.
+    for name, (inputs, vocab, options) in runs.items():
+        summary = cpd.create_pretraining_data(inputs, vocab, f"{root}/{name}/t-*.tf", config,
+                                              num_shards=3, runner="DirectRunner",
+                                              beam_options=options, progress=None)
+        files = _ram_files(f"{root}/{name}")  # No staging directory or temporary file left.
+        assert files.pop("t-summary.json").pop("vocab_file") == (
+            ram_vocab if vocab == ram_vocab else str(vocab_file))
+        assert files == {k: v for k, v in expected.items() if k != "t-summary.json"}, name
+        assert summary["examples"] == local["examples"] > 200
+        assert summary["throughput"]["text_mb"] == local["throughput"]["text_mb"] > 0.05
+    # --overwrite on an object store: the new set replaces the old one, stale shards go.
+    with pytest.raises(UserError, match="already matches 3 file"):
+        cpd.create_pretraining_data(ram_corpus, ram_vocab, f"{root}/all-ram/t-*.tf", config,
+                                    num_shards=2, runner="DirectRunner", progress=None)
+    cpd.create_pretraining_data(ram_corpus, ram_vocab, f"{root}/all-ram/t-*.tf", config,
+                                num_shards=2, runner="DirectRunner", overwrite=True,
+                                progress=None)
+    cpd.create_pretraining_data(corpus, vocab_file, str(tmp_path / "local-2" / "t-*.tf"),
+                                config, num_shards=2, progress=None)
+    two = _files(tmp_path / "local-2")
+    ram_two = _ram_files(f"{root}/all-ram")
+    assert sorted(ram_two) == ["t-00000-of-00002.tf", "t-00001-of-00002.tf", "t-summary.json"]
+    assert {k: v for k, v in ram_two.items() if k != "t-summary.json"} == {
+        k: v for k, v in two.items() if k != "t-summary.json"}
+    tf.io.gfile.rmtree(root)
+
+
+def test_causal_lm_on_tf_io_gfile_paths(beam, corpus, vocab_file, tmp_path):
+    root = f"ram://beam-{uuid.uuid4().hex}"
+    config = causal_lm_data.CausalDataConfig(block_size=64, seed=5, chunk_documents=3)
+    causal_lm_data.create_causal_lm_data(corpus, vocab_file, str(tmp_path / "c-*.tf"), config,
+                                         examples_per_shard=100, progress=None)
+    summary = causal_lm_data.create_causal_lm_data(
+        corpus, vocab_file, f"{root}/c-*.tf", config, examples_per_shard=100,
+        runner="DirectRunner", beam_options=TWO_WORKERS, progress=None)
+    assert summary["examples"] > 200
+    assert _ram_files(root) == _files(tmp_path)
+    tf.io.gfile.rmtree(root)
+
+
+def test_dataflow_runner_with_local_paths_fails_in_one_line(beam, corpus, vocab_file, tmp_path,
+                                                            capsys):
+    flags.FLAGS.unparse_flags()
+    rc = cli.main(["bert-train", "create_pretraining_data", f"--input={corpus}",
+                   f"--vocab={vocab_file}", f"--output={tmp_path}/d/t-*.tfrecord",
+                   "--runner=DataflowRunner",
+                   "--beam_options=--project=p --region=r --temp_location=gs://b/tmp"])
+    flags.FLAGS.unparse_flags()
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err == ("bert-train create_pretraining_data: error: --runner=DataflowRunner: "
+                   f"--input={corpus} is not on gs://, and DataflowRunner's workers cannot see "
+                   "this machine's files; put --input, --vocab and --output on Cloud Storage "
+                   "(gs://BUCKET/...)\n")
+    assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize("local", ["--vocab", "--output"])
+def test_dataflow_runner_needs_every_path_on_gs(local, beam, vocab_file, tmp_path,
+                                                monkeypatch):
+    paths = {"--input": "gs://b/text/*.txt,gs://b/more.txt", "--vocab": "gs://b/vocab.txt",
+             "--output": "gs://b/data/train-*.tfrecord"}
+    # Accepted with every path on gs:// (Beam's Google Cloud extra stubbed: not installed here).
+    monkeypatch.setitem(sys.modules, "apache_beam.runners.dataflow.internal.apiclient",
+                        types.ModuleType("apiclient"))
+    assert beam.__name__ == "apache_beam"
+    from bert_trainer.data import beam as runners
+
+    runners.check_paths("DataflowRunner", *paths.values())
+    runners.check_paths("DirectRunner", str(tmp_path), vocab_file, str(tmp_path / "t-*"))
+    paths[local] = str(tmp_path / "x")
+    with pytest.raises(UserError, match=f"^--runner=DataflowRunner: {local}={tmp_path}/x is "
+                       "not on gs://"):
+        runners.check_paths("DataflowRunner", *paths.values())
+
+
+def test_dataflow_runner_without_the_gcp_extra_fails_in_one_line(beam, monkeypatch):
+    from bert_trainer.data import beam as runners
+
+    monkeypatch.setitem(sys.modules, "apache_beam.runners.dataflow.internal.apiclient", None)
+    with pytest.raises(UserError, match=r"^--runner=DataflowRunner needs Beam's Google Cloud "
+                       r"extra, which is not installed: pip install 'apache-beam\[gcp\]"):
+        runners.check_paths("DataflowRunner", "gs://b/a.txt", "gs://b/v.txt", "gs://b/t-*.tf")

@@ -18,10 +18,12 @@ BEAM_RUNNERS = ("DirectRunner", "PrismRunner", "DataflowRunner", "FlinkRunner", 
                 "PortableRunner")
 RUNNERS = (LOCAL, *BEAM_RUNNERS)
 INSTALL = "pip install 'bert-trainer[beam]'"
-# Runners whose workers share no file system with the launching machine: they would need the
-# inputs and the output on object storage (gs://), which create_pretraining_data does not
-# read or write yet. Refused up front rather than failing after the job is submitted.
-NEEDS_OBJECT_STORAGE = ("DataflowRunner",)
+# Runners whose workers share no file system with the launching machine: the inputs, the
+# vocabulary and the output (with its staging directory) must be on Cloud Storage (gs://),
+# which every path goes through with `tf.io.gfile`. Local paths are refused up front rather
+# than failing on the workers after the job is submitted.
+NEEDS_OBJECT_STORAGE = {"DataflowRunner": "gs://"}
+DATAFLOW_INSTALL = "pip install 'apache-beam[gcp]==2.77.0'"
 
 
 def check_runner(runner: str, beam_options=(), import_beam: bool = True) -> list[str]:
@@ -48,10 +50,6 @@ def check_runner(runner: str, beam_options=(), import_beam: bool = True) -> list
         except ValueError as e:
             raise UserError(f"--beam_options cannot be split into arguments ({e})") from None
     beam_options = list(beam_options)
-    if runner in NEEDS_OBJECT_STORAGE:
-        raise UserError(f"--runner={runner} needs --input and --output on gs://, which "
-                        "create_pretraining_data does not read or write yet; use SparkRunner "
-                        "or FlinkRunner with a file system every worker mounts (docs/data.md)")
     if runner == LOCAL:
         if beam_options:
             raise UserError("--beam_options apply to a Beam --runner (e.g. "
@@ -78,6 +76,36 @@ def check_runner(runner: str, beam_options=(), import_beam: bool = True) -> list
     finally:
         logging.root.removeFilter(quiet)
     return beam_options
+
+
+def check_paths(runner: str, inputs, vocab_file: str, output: str) -> None:
+    """Refuses paths the runner's workers cannot see (DataflowRunner: anything not on gs://).
+
+    Args:
+      runner: the --runner.
+      inputs: --input (a comma list / globs, or a list of them).
+      vocab_file, output: --vocab and --output.
+
+    Raises:
+      UserError: a path is local for a runner whose workers share no file system with this
+        machine; or DataflowRunner without Beam's Google Cloud extra.
+    """
+    scheme = NEEDS_OBJECT_STORAGE.get(runner)
+    if scheme is None:
+        return
+    parts = [inputs] if isinstance(inputs, str) else list(inputs)
+    paths = [("--input", p.strip()) for part in parts for p in str(part).split(",")
+             if p.strip()]
+    for flag, path in [*paths, ("--vocab", str(vocab_file)), ("--output", str(output))]:
+        if not path.startswith(scheme):
+            raise UserError(f"--runner={runner}: {flag}={path} is not on {scheme}, and "
+                            f"{runner}'s workers cannot see this machine's files; put --input, "
+                            f"--vocab and --output on Cloud Storage ({scheme}BUCKET/...)")
+    try:
+        import apache_beam.runners.dataflow.internal.apiclient  # noqa: F401, PLC0415
+    except ImportError:
+        raise UserError(f"--runner={runner} needs Beam's Google Cloud extra, which is not "
+                        f"installed: {DATAFLOW_INSTALL}") from None
 
 
 class _DropRecords(logging.Filter):

@@ -31,7 +31,11 @@ an output appears only when complete and a failed run leaves an earlier set as i
 
 Memory. A worker holds one chunk (its documents and examples) or one shard's records at a
 time; the driver holds the file list. The staging directory must be on a file system every
-worker sees (a shared mount for Spark and Flink clusters).
+worker sees (a shared mount for Spark and Flink clusters, gs:// for Dataflow).
+
+Files. Every file is read and written with `tf.io.gfile` (TFRecordWriter, GFile, rename) or
+`text_corpus.open_binary`, which handle gs:// (and ram://, TensorFlow's in-memory file system,
+in the tests) as well as local paths; `pretraining_run` moves a gs:// set into place.
 """
 
 import bisect
@@ -329,8 +333,8 @@ def _producer(run, build):
         if state not in (None, "DONE"):
             raise UserError(f"the Beam pipeline on {run.runner} ended {state}; nothing was "
                             "written (see the runner's log)")
-        with open(stats_path, encoding="utf-8") as f:
-            stats = json.load(f)
+        with tf.io.gfile.GFile(stats_path, "rb") as f:
+            stats = json.loads(f.read())
         shards = stats.pop("shard_files")
         run.stats.update(stats)
         return [(os.path.join(staging, shard_set.staged_name(run.output, s)),

@@ -316,3 +316,77 @@ def test_num_workers_below_one_is_refused_before_anything_is_written(corpus, voc
         cpd.create_pretraining_data(corpus, vocab_file, str(tmp_path / "d" / "t-*.tfrecord"),
                                     num_workers=0, progress=None)
     assert not (tmp_path / "d").exists()
+
+
+def _int64s(rng, n):
+    """Random int64 values of every varint size: small, token ids, up to +-2**63."""
+    bits = [7, 14, 21, 28, 35, 63]
+    return [rng.randrange(-(2 ** 63), 2 ** 63) if rng.random() < 0.1
+            else rng.randrange(2 ** rng.choice(bits)) for _ in range(n)]
+
+
+def test_example_bytes_are_protobufs_deterministic_serialization():
+    rng = random.Random(0)
+    names = ["input_ids", "a", "masked_lm_weights", "z" * 130, "next_sentence_labels", "B"]
+    for _ in range(500):
+        ints, floats = {}, {}
+        for name in rng.sample(names, rng.randint(0, len(names))):
+            n = rng.choice([0, 1, 2, 20, 128, 200, 600])
+            if rng.random() < 0.3:
+                floats[name] = np.array([rng.uniform(-1e6, 1e6) for _ in range(n)], np.float32)
+            else:
+                ints[name] = _int64s(rng, n)
+        want = tf.train.Example(features=tf.train.Features(feature={
+            **{k: tf.train.Feature(int64_list=tf.train.Int64List(value=v))
+               for k, v in ints.items()},
+            **{k: tf.train.Feature(float_list=tf.train.FloatList(value=v))
+               for k, v in floats.items()}})).SerializeToString(deterministic=True)
+        got = cpd.example_bytes({
+            **{k: cpd.int64_feature(cpd.pack_int64(v)) for k, v in ints.items()},
+            **{k: cpd.float_feature(v.astype("<f4").tobytes()) for k, v in floats.items()}})
+        assert got == want
+    table = cpd._varint_table(40_000)
+    assert all(table[i] == cpd.pack_int64([i]) for i in range(0, 40_000, 7))
+
+
+@pytest.mark.parametrize("static_masking", [False, True])
+def test_records_are_the_examples_protobuf_writes(static_masking, tokenizer):
+    """instance_to_record's bytes against the tf.train.Example built from the same instance."""
+    vocab = cpd.masking.MaskingVocab.from_tokenizer(tokenizer)
+    config = cpd.PretrainingDataConfig(max_seq_length=64, static_masking=static_masking,
+                                       max_predictions_per_seq=9, whole_word_masking=True)
+    rng = random.Random(4)
+    for k in range(300):
+        len_a = rng.randint(1, 30)
+        len_b = rng.randint(1, 61 - len_a)
+        ids = [rng.randrange(999, vocab.vocab_size) for _ in range(len_a + len_b)]
+        instance = cpd.Instance(ids[:len_a], ids[len_a:], bool(k % 2), False)
+        state = rng.getstate()
+        got = cpd.instance_to_record(instance, tokenizer, config, rng, vocab)
+        rng.setstate(state)
+        tokens = [tokenizer.cls_id, *ids[:len_a], tokenizer.sep_id, *ids[len_a:],
+                  tokenizer.sep_id]
+        pad = 64 - len(tokens)
+        feats = {"input_mask": [1] * len(tokens) + [0] * pad,
+                 "segment_ids": [0] * (len_a + 2) + [1] * (len_b + 1) + [0] * pad,
+                 "next_sentence_labels": [k % 2]}
+        floats = {}
+        if static_masking:
+            masked, positions, labels = cpd.masking.static_mask(
+                np.array(tokens), rng, vocab=vocab, max_predictions_per_seq=9,
+                whole_word=True)
+            assert len(positions) >= 1
+            tokens = masked.tolist()
+            feats["masked_lm_positions"] = positions.tolist() + [0] * (9 - len(positions))
+            feats["masked_lm_ids"] = labels.tolist() + [0] * (9 - len(positions))
+            floats["masked_lm_weights"] = [1.0] * len(positions) + [0.0] * (9 - len(positions))
+        feats["input_ids"] = tokens + [tokenizer.pad_id] * pad
+        if not static_masking:
+            names = {v: k for k, v in features.GOOGLE_BERT_NAMES.items()}
+            feats = {name: feats[names[name]] for name in UNMASKED}
+        want = tf.train.Example(features=tf.train.Features(feature={
+            **{n: tf.train.Feature(int64_list=tf.train.Int64List(value=v))
+               for n, v in feats.items()},
+            **{n: tf.train.Feature(float_list=tf.train.FloatList(value=v))
+               for n, v in floats.items()}}))
+        assert got == want.SerializeToString(deterministic=True)

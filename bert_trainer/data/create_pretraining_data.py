@@ -25,6 +25,7 @@ import dataclasses
 import hashlib
 import itertools
 import random
+import struct
 import sys
 
 import numpy as np
@@ -160,37 +161,117 @@ def create_instances_from_document(pool: list, doc_index: int, config: Pretraini
     return instances
 
 
-def _int_feature(values) -> tf.train.Feature:
-    return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+def _varint(n: int) -> bytes:
+    """Protobuf's varint of an int64 (a negative one as its 64-bit two's complement)."""
+    if n < 0:
+        n += 1 << 64
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
 
 
-def _pad(values, length: int, value: int = 0) -> list:
-    return list(values) + [value] * (length - len(values))
+_VARINTS = [_varint(n) for n in range(1 << 14)]  # Lengths and ids, looked up (1-2 bytes).
+
+
+def _varint_table(size: int) -> list[bytes]:
+    """The varints of 0 .. size - 1 (at least), shared and grown as needed (a vocabulary)."""
+    if len(_VARINTS) < size:
+        _VARINTS.extend(_varint(n) for n in range(len(_VARINTS), size))
+    return _VARINTS
+
+
+def _length(n: int) -> bytes:
+    return _VARINTS[n] if n < len(_VARINTS) else _varint(n)
+
+
+def pack_int64(values) -> bytes:
+    """The packed varints of any int64 values (a repeated int64 field's payload)."""
+    return b"".join([_varint(int(v)) for v in values])
+
+
+def int64_feature(packed: bytes) -> bytes:
+    """A serialized `tf.train.Feature` holding an Int64List (field 3) of packed values."""
+    inner = b"\x0a" + _length(len(packed)) + packed if packed else b""
+    return b"\x1a" + _length(len(inner)) + inner
+
+
+def float_feature(packed: bytes) -> bytes:
+    """A serialized `tf.train.Feature` holding a FloatList (field 2); `packed`: float32 LE."""
+    inner = b"\x0a" + _length(len(packed)) + packed if packed else b""
+    return b"\x12" + _length(len(inner)) + inner
+
+
+def example_bytes(feature_bytes: dict[str, bytes]) -> bytes:
+    """`tf.train.Example(...).SerializeToString(deterministic=True)`, built directly.
+
+    An Example's features (field 1) are a map (field 1 of Features): one entry per feature
+    (key: field 1, the Feature: field 2), in key order when serialized deterministically.
+
+    Args:
+      feature_bytes: {name: serialized Feature} (`int64_feature`, `float_feature`).
+    """
+    entries = []
+    for name, feature in sorted(feature_bytes.items()):
+        key = name.encode()
+        body = b"\x0a" + _length(len(key)) + key + b"\x12" + _length(len(feature)) + feature
+        entries.append(b"\x0a" + _length(len(body)) + body)
+    entries = b"".join(entries)
+    return b"\x0a" + _length(len(entries)) + entries
+
+
+_ONE_F32, _ZERO_F32 = struct.pack("<f", 1.0), struct.pack("<f", 0.0)
+_WEIGHTS = next(g for g, o in features.GOOGLE_BERT_NAMES.items()
+                if o == features.MASKED_LM_WEIGHTS)
+
+
+def instance_to_record(instance: Instance, tokenizer: Tokenizer, config: PretrainingDataConfig,
+                       rng: random.Random, vocab: masking.MaskingVocab) -> bytes:
+    """Packs `[CLS] A [SEP] B [SEP]`, pads to `max_seq_length`, optionally masks statically.
+
+    Returns:
+      The serialized `tf.train.Example`: the bytes of protobuf's deterministic serialization
+      (feature names in order), written directly (token ids are varints from a table).
+    """
+    table = _varint_table(vocab.vocab_size)
+    ids = [tokenizer.cls_id, *instance.tokens_a, tokenizer.sep_id]
+    len_a = len(ids)
+    ids += instance.tokens_b
+    ids.append(tokenizer.sep_id)
+    length, used = config.max_seq_length, len(ids)
+    padding = length - used
+    feats = {
+        features.INPUT_MASK: int64_feature(b"\x01" * used + b"\x00" * padding),
+        features.INPUT_TYPE_IDS: int64_feature(
+            b"\x00" * len_a + b"\x01" * (used - len_a) + b"\x00" * padding),
+        features.NEXT_SENTENCE_LABELS: int64_feature(table[int(instance.is_random_next)])}
+    if config.static_masking:
+        p = config.max_predictions_per_seq
+        ids, positions, labels = masking.static_mask_list(
+            ids, rng, vocab=vocab, max_predictions_per_seq=p,
+            masked_lm_prob=config.masked_lm_prob, whole_word=config.whole_word_masking)
+        unused = p - len(positions)
+        feats[features.MASKED_LM_POSITIONS] = int64_feature(
+            b"".join([table[i] for i in positions]) + b"\x00" * unused)
+        feats[features.MASKED_LM_IDS] = int64_feature(
+            b"".join([table[i] for i in labels]) + b"\x00" * unused)
+    feats[features.INPUT_WORD_IDS] = int64_feature(
+        b"".join([table[i] for i in ids]) + table[tokenizer.pad_id] * padding)
+    if not config.static_masking:
+        return example_bytes(feats)
+    feats[features.MASKED_LM_WEIGHTS] = float_feature(_ONE_F32 * len(positions)
+                                                      + _ZERO_F32 * unused)
+    return example_bytes({google: feats[ours]
+                          for google, ours in features.GOOGLE_BERT_NAMES.items()})
 
 
 def instance_to_example(instance: Instance, tokenizer: Tokenizer, config: PretrainingDataConfig,
                         rng: random.Random, vocab: masking.MaskingVocab) -> tf.train.Example:
-    """Packs `[CLS] A [SEP] B [SEP]`, pads to `max_seq_length`, optionally masks statically."""
-    ids = [tokenizer.cls_id] + instance.tokens_a + [tokenizer.sep_id]
-    type_ids = [0] * len(ids) + [1] * (len(instance.tokens_b) + 1)
-    ids += instance.tokens_b + [tokenizer.sep_id]
-    length, pad = config.max_seq_length, tokenizer.pad_id
-    feats = {features.INPUT_WORD_IDS: _int_feature(_pad(ids, length, pad)),
-             features.INPUT_MASK: _int_feature(_pad([1] * len(ids), length)),
-             features.INPUT_TYPE_IDS: _int_feature(_pad(type_ids, length)),
-             features.NEXT_SENTENCE_LABELS: _int_feature([int(instance.is_random_next)])}
-    if config.static_masking:
-        p = config.max_predictions_per_seq
-        masked, positions, labels = masking.static_mask(
-            np.array(ids), rng, vocab=vocab, max_predictions_per_seq=p,
-            masked_lm_prob=config.masked_lm_prob, whole_word=config.whole_word_masking)
-        feats[features.INPUT_WORD_IDS] = _int_feature(_pad(masked.tolist(), length, pad))
-        feats[features.MASKED_LM_POSITIONS] = _int_feature(_pad(positions.tolist(), p))
-        feats[features.MASKED_LM_IDS] = _int_feature(_pad(labels.tolist(), p))
-        feats[features.MASKED_LM_WEIGHTS] = tf.train.Feature(float_list=tf.train.FloatList(
-            value=_pad([1.0] * len(positions), p, 0.0)))
-        feats = {google: feats[ours] for google, ours in features.GOOGLE_BERT_NAMES.items()}
-    return tf.train.Example(features=tf.train.Features(feature=feats))
+    """`instance_to_record`'s example as a `tf.train.Example`."""
+    return tf.train.Example.FromString(instance_to_record(instance, tokenizer, config, rng,
+                                                          vocab))
 
 
 def tokenize_documents(documents: list[list[str]], tokenizer: Tokenizer) -> list[list]:
@@ -237,9 +318,8 @@ def _process_chunk(docs, config, rng, tokenizer, vocab, stats) -> list[bytes]:
     rng.shuffle(instances)
     records = []
     for instance in instances:
-        # Deterministic: the feature map's order is otherwise the process's (hash seed).
-        records.append(instance_to_example(instance, tokenizer, config, rng,
-                                           vocab).SerializeToString(deterministic=True))
+        # Feature names in order (what protobuf's deterministic serialization writes).
+        records.append(instance_to_record(instance, tokenizer, config, rng, vocab))
         stats["tokens"] += len(instance.tokens_a) + len(instance.tokens_b) + 3
         stats["truncated"] += int(instance.truncated)
         stats["random_next"] += int(instance.is_random_next)

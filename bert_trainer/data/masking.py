@@ -170,15 +170,29 @@ def static_mask(ids: np.ndarray, rng: random.Random, *, vocab: MaskingVocab,
 
     Args:
       ids: int array [tokens]: `[CLS] A [SEP] B [SEP]`, unpadded.
-      rng: the writer's `random.Random`; consumed in the same order as google-research/bert.
+      rng: the writer's `random.Random`.
       vocab, max_predictions_per_seq, masked_lm_prob, whole_word: as in `mask_batch`.
 
     Returns:
       (masked_ids [tokens], positions [n], labels [n]) int arrays, n <= P, positions sorted.
     """
+    masked, positions, labels = static_mask_list(
+        ids.tolist(), rng, vocab=vocab, max_predictions_per_seq=max_predictions_per_seq,
+        masked_lm_prob=masked_lm_prob, whole_word=whole_word)
+    return (np.array(masked, dtype=ids.dtype), np.array(positions, dtype=np.int64),
+            np.array(labels, dtype=ids.dtype))
+
+
+def static_mask_list(ids: list[int], rng: random.Random, *, vocab: MaskingVocab,
+                     max_predictions_per_seq: int, masked_lm_prob: float = 0.15,
+                     whole_word: bool = False) -> tuple[list[int], list[int], list[int]]:
+    """`static_mask` on a list of ids: (masked ids, sorted positions, their original ids).
+
+    `rng` is consumed in the same order as google-research/bert.
+    """
     special = set(vocab.unselectable_ids)
     candidates = []  # Lists of positions; one list per word with whole-word masking.
-    for i, token in enumerate(ids.tolist()):
+    for i, token in enumerate(ids):
         if token in special:
             continue
         if whole_word and candidates and vocab.is_continuation[token]:
@@ -188,7 +202,7 @@ def static_mask(ids: np.ndarray, rng: random.Random, *, vocab: MaskingVocab,
     rng.shuffle(candidates)
     num_to_predict = min(max_predictions_per_seq,
                          max(1, int(round(len(ids) * masked_lm_prob))))
-    masked = ids.copy()
+    masked = list(ids)
     chosen = []
     for group in candidates:
         if len(chosen) >= num_to_predict:
@@ -203,5 +217,5 @@ def static_mask(ids: np.ndarray, rng: random.Random, *, vocab: MaskingVocab,
             else:
                 masked[i] = rng.randint(0, vocab.vocab_size - 1)
             chosen.append(i)
-    positions = np.array(sorted(chosen), dtype=np.int64)
-    return masked, positions, ids[positions]
+    positions = sorted(chosen)
+    return masked, positions, [ids[i] for i in positions]

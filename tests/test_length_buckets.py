@@ -54,6 +54,30 @@ def sst2_phrases(tmp_path_factory):
     return str(path)
 
 
+CONLL_SENTENCES = 250  # more than any test reads (200 training, 96 evaluation examples)
+
+
+@pytest.fixture(scope="module")
+def conll_sentences(tmp_path_factory):
+    """The first 250 sentences of CoNLL-2003's eng.testa: each task reads its first examples
+    only, but building a pipeline reads (and normalizes) its whole file, 3,250 sentences."""
+    lines, sentences, words = [], 0, False
+    with open(shared_file("conll2003/eng.testa"), encoding="utf-8") as f:
+        for line in f:
+            lines.append(line)
+            if not line.split():
+                sentences += words
+                words = False
+                if sentences == CONLL_SENTENCES:
+                    break
+            elif not line.startswith("-DOCSTART-"):
+                words = True
+    assert sentences == CONLL_SENTENCES
+    path = tmp_path_factory.mktemp("conll") / "eng.testa"
+    path.write_text("".join(lines), encoding="utf-8")
+    return str(path)
+
+
 def sst2_task(pretrained, buckets, file, group=False, **kwargs):
     task = make_task("sst2", pretrained, train_file=file, eval_file=file, seq_length=SEQ,
                      max_train_examples=300, max_eval_examples=100, eval_batch_size=8,
@@ -63,9 +87,8 @@ def sst2_task(pretrained, buckets, file, group=False, **kwargs):
     return task
 
 
-def conll_task(pretrained, buckets):
-    task = make_task("conll2003", pretrained, train_file=shared_file("conll2003/eng.testa"),
-                     eval_file=shared_file("conll2003/eng.testa"), seq_length=SEQ,
+def conll_task(pretrained, buckets, file):
+    task = make_task("conll2003", pretrained, train_file=file, eval_file=file, seq_length=SEQ,
                      max_train_examples=200, max_eval_examples=96, eval_batch_size=2)
     task.config = dataclasses.replace(task.config, length_buckets=buckets)
     return task
@@ -77,10 +100,40 @@ def first_batches(task, n, *, is_training=True):
     return [{k: v.numpy() for k, v in b.items()} for b in data.take(n)]
 
 
-def test_training_batches_are_the_padded_ones_cut(shared_dir, tiny_pretrained, sst2_phrases):
+@pytest.fixture(scope="module")
+def pipelines(tiny_pretrained, sst2_phrases, conll_sentences):
+    """The first batches of the pipelines several tests read, each built once per file: a
+    pipeline traces its tokenizing functions when built (seconds each), and a pipeline's
+    batches do not change between builds (the grouped test checks a rebuild on its own).
+
+    `pipelines(data, buckets, n, is_training=...)` -> (task, its first n batches), data
+    "sst2" or "conll"; `pipelines("conll", "model")`: one tagging model for the tests."""
+    made = {}
+
+    def get(data, buckets, n=None, *, is_training=True):
+        key = (data, buckets, is_training)
+        if buckets == "model":
+            if key not in made:
+                made[key] = conll_task(tiny_pretrained, 8, conll_sentences).build_model()
+            return made[key]
+        if key not in made:
+            task = (conll_task(tiny_pretrained, buckets, conll_sentences) if data == "conll"
+                    else sst2_task(tiny_pretrained, buckets, sst2_phrases))
+            made[key] = task, first_batches(task, SHARED_BATCHES, is_training=is_training)
+        task, batches = made[key]
+        assert n <= len(batches)
+        return task, batches[:n]
+
+    return get
+
+
+SHARED_BATCHES = 12  # the most any test reads
+
+
+def test_training_batches_are_the_padded_ones_cut(shared_dir, pipelines):
     """By default the order (and so each batch's examples) is the padded pipeline's."""
-    padded = first_batches(sst2_task(tiny_pretrained, 0, sst2_phrases), 12)
-    cut = first_batches(sst2_task(tiny_pretrained, 4, sst2_phrases), 12)
+    _, padded = pipelines("sst2", 0, 12)
+    _, cut = pipelines("sst2", 4, 12)
     widths = [b[F.INPUT_WORD_IDS].shape[1] for b in cut]
     assert len(set(widths)) > 1 and min(widths) < SEQ
     for full, short, width in zip(padded, cut, widths, strict=True):
@@ -113,9 +166,9 @@ def test_grouped_training_batches_hold_one_bucket_and_repeat_exactly(shared_dir,
             np.testing.assert_array_equal(a[key], b[key])
 
 
-def test_every_example_keeps_its_tokens_when_cut(shared_dir, tiny_pretrained, sst2_phrases):
-    padded = first_batches(sst2_task(tiny_pretrained, 0, sst2_phrases), 5, is_training=False)
-    cut = first_batches(sst2_task(tiny_pretrained, 8, sst2_phrases), 5, is_training=False)
+def test_every_example_keeps_its_tokens_when_cut(shared_dir, pipelines):
+    _, padded = pipelines("sst2", 0, 5, is_training=False)
+    _, cut = pipelines("sst2", 8, 5, is_training=False)
     assert [b[F.LABEL_IDS].tolist() for b in padded] == [b[F.LABEL_IDS].tolist() for b in cut]
     assert min(b[F.INPUT_WORD_IDS].shape[1] for b in cut) < SEQ
     for full, short in zip(padded, cut, strict=True):
@@ -134,26 +187,19 @@ def per_example_losses(task, model, batches):
 
 
 @pytest.mark.parametrize("family", ["classification", "tagging"])
-def test_cut_batches_give_the_losses_of_padded_ones(shared_dir, tiny_pretrained, sst2_phrases,
-                                                    family):
-    def make(buckets):
-        if family == "tagging":
-            return conll_task(tiny_pretrained, buckets)
-        return sst2_task(tiny_pretrained, buckets, sst2_phrases)
-
-    padded_task, cut_task = make(0), make(8)
-    model = padded_task.build_model()
-    padded = first_batches(padded_task, 6, is_training=False)
-    cut = first_batches(cut_task, 6, is_training=False)
+def test_cut_batches_give_the_losses_of_padded_ones(shared_dir, pipelines, family):
+    data = "conll" if family == "tagging" else "sst2"
+    padded_task, padded = pipelines(data, 0, 6, is_training=False)
+    cut_task, cut = pipelines(data, 8, 6, is_training=False)
+    model = pipelines("conll", "model") if family == "tagging" else padded_task.build_model()
     assert any(b[F.INPUT_WORD_IDS].shape[1] < SEQ for b in cut)
     assert_close(per_example_losses(cut_task, model, cut),
                  per_example_losses(padded_task, model, padded))
 
 
-def test_tagging_eval_outputs_come_back_at_full_width(shared_dir, tiny_pretrained):
-    task = conll_task(tiny_pretrained, 8)
-    model = task.build_model()
-    batch = first_batches(task, 1, is_training=False)[0]  # 2 sentences: 13 and 8 pieces
+def test_tagging_eval_outputs_come_back_at_full_width(shared_dir, pipelines):
+    task, (batch,) = pipelines("conll", 8, 1, is_training=False)  # 2 sentences: 13 and 8 pieces
+    model = pipelines("conll", "model")
     width = batch[F.INPUT_WORD_IDS].shape[1]
     assert width < SEQ
     outputs = task.eval_step_outputs(batch, model(task.model_inputs(batch), training=False))
@@ -163,9 +209,9 @@ def test_tagging_eval_outputs_come_back_at_full_width(shared_dir, tiny_pretraine
     assert (labels[:, width:] == F.IGNORE_LABEL).all()
 
 
-def test_off_keeps_every_batch_at_seq_length(shared_dir, tiny_pretrained, sst2_phrases):
-    task = sst2_task(tiny_pretrained, 0, sst2_phrases)
-    widths = {b[F.INPUT_WORD_IDS].shape[1] for b in first_batches(task, 4)}
+def test_off_keeps_every_batch_at_seq_length(shared_dir, pipelines):
+    _, batches = pipelines("sst2", 0, 4)
+    widths = {b[F.INPUT_WORD_IDS].shape[1] for b in batches}
     assert widths == {SEQ}
 
 
@@ -197,11 +243,11 @@ import numpy as np
 import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-from finetune_testing import make_task, shared_file
+from finetune_testing import make_task
 from bert_trainer.training import OptimizerConfig, Trainer, TrainerConfig
 
-task = make_task("conll2003", {"dir": sys.argv[2]}, train_file=shared_file("conll2003/eng.testa"),
-                 eval_file=shared_file("conll2003/eng.testa"), seq_length=64,
+task = make_task("conll2003", {"dir": sys.argv[2]}, train_file=sys.argv[3],
+                 eval_file=sys.argv[3], seq_length=64,
                  max_train_examples=64, max_eval_examples=30, train_batch_size=8,
                  eval_batch_size=4)
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
@@ -214,7 +260,7 @@ print("RESULT " + json.dumps({"loss": result.train["loss"], "eval": result.eval}
 
 @pytest.mark.slow  # a subprocess: logical devices must be set before TensorFlow starts
 def test_cut_batches_train_and_evaluate_over_two_mirrored_replicas(shared_dir, tiny_pretrained,
-                                                                   tmp_path):
+                                                                   conll_sentences, tmp_path):
     """Each replica cuts its own batch: per-token eval outputs of different widths gather."""
     import json  # noqa: PLC0415
     import os  # noqa: PLC0415
@@ -226,8 +272,8 @@ def test_cut_batches_train_and_evaluate_over_two_mirrored_replicas(shared_dir, t
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
                PYTHONPATH=os.pathsep.join([str(tests), str(tests.parent)]))
     proc = subprocess.run([sys.executable, "-c", MIRRORED_SCRIPT, str(tmp_path / "run"),
-                           tiny_pretrained["dir"]], env=env, capture_output=True, text=True,
-                          timeout=600)
+                           tiny_pretrained["dir"], conll_sentences], env=env,
+                          capture_output=True, text=True, timeout=600)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stderr[-3000:]
     result = json.loads(lines[-1][len("RESULT "):])

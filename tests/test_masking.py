@@ -154,3 +154,62 @@ def test_static_mask_follows_google_research_bert(tokenizer):
         counts["n"] += len(positions)
     assert abs(counts["mask"] / counts["n"] - 0.8) < 0.03
     assert abs(counts["kept"] / counts["n"] - 0.1) < 0.03
+
+
+def _google_static_mask(ids, rng, vocab, max_predictions_per_seq, masked_lm_prob, whole_word):
+    """google-research/bert's create_masked_lm_predictions on ids, written as it is there."""
+    cand_indexes = []
+    for i, token in enumerate(ids):
+        if token in vocab.unselectable_ids:
+            continue
+        if whole_word and cand_indexes and vocab.is_continuation[token]:
+            cand_indexes[-1].append(i)
+        else:
+            cand_indexes.append([i])
+    rng.shuffle(cand_indexes)
+    output = list(ids)
+    num_to_predict = min(max_predictions_per_seq, max(1, int(round(len(ids) * masked_lm_prob))))
+    masked = []
+    for index_set in cand_indexes:
+        if len(masked) >= num_to_predict:
+            break
+        if len(masked) + len(index_set) > num_to_predict:
+            continue
+        for index in index_set:
+            if rng.random() < 0.8:
+                output[index] = vocab.mask_id
+            elif rng.random() < 0.5:
+                pass
+            else:
+                output[index] = rng.randint(0, vocab.vocab_size - 1)
+            masked.append(index)
+    positions = sorted(masked)
+    return output, positions, [ids[p] for p in positions]
+
+
+@pytest.mark.parametrize("whole_word", [False, True])
+def test_static_mask_draws_exactly_as_google_research_bert(tokenizer, whole_word):
+    """The fast static masking makes google-research/bert's masks from the same generator."""
+    assert masking._shuffle is masking._shuffle_inline  # The fast path runs on this Python.
+    vocab = masking.MaskingVocab.from_tokenizer(tokenizer)
+    rng, mine, google = random.Random(1), random.Random(2), random.Random(2)
+    for _ in range(400):
+        n = rng.randint(3, 200)
+        ids = [tokenizer.cls_id] + [rng.randrange(999, vocab.vocab_size) for _ in range(n)]
+        ids[rng.randrange(1, n)] = tokenizer.sep_id
+        ids.append(tokenizer.sep_id)
+        p, prob = rng.choice([1, 5, 20, 80]), rng.choice([0.15, 0.3])
+        got = masking.static_mask_list(ids, mine, vocab=vocab, max_predictions_per_seq=p,
+                                       masked_lm_prob=prob, whole_word=whole_word)
+        assert got == _google_static_mask(ids, google, vocab, p, prob, whole_word)
+    assert mine.random() == google.random()  # The same number of draws.
+
+
+def test_inline_shuffle_draws_as_random_shuffle():
+    for size in range(0, 300, 7):
+        for seed in range(3):
+            a, b = list(range(size)), list(range(size))
+            ra, rb = random.Random(seed), random.Random(seed)
+            ra.shuffle(a)
+            masking._shuffle_inline(b, rb)
+            assert a == b and ra.getstate() == rb.getstate()

@@ -14,6 +14,7 @@ more than `max_predictions_per_seq` predictions.
 """
 
 import dataclasses
+import functools
 import random
 
 import numpy as np
@@ -40,6 +41,17 @@ class MaskingVocab:
     mask_id: int
     unselectable_ids: tuple[int, ...]
     is_continuation: np.ndarray | None = None
+
+    @functools.cached_property
+    def unselectable_set(self) -> frozenset:
+        return frozenset(self.unselectable_ids)
+
+    @functools.cached_property
+    def is_continuation_list(self) -> list[bool]:
+        """`is_continuation` as a list (indexing it is cheaper than a numpy array's)."""
+        if self.is_continuation is None:
+            raise ValueError("whole-word masking needs MaskingVocab.is_continuation")
+        return self.is_continuation.tolist()
 
     @classmethod
     def from_tokenizer(cls, tokenizer: Tokenizer) -> "MaskingVocab":
@@ -190,32 +202,75 @@ def static_mask_list(ids: list[int], rng: random.Random, *, vocab: MaskingVocab,
 
     `rng` is consumed in the same order as google-research/bert.
     """
-    special = set(vocab.unselectable_ids)
-    candidates = []  # Lists of positions; one list per word with whole-word masking.
-    for i, token in enumerate(ids):
-        if token in special:
-            continue
-        if whole_word and candidates and vocab.is_continuation[token]:
-            candidates[-1].append(i)
-        else:
-            candidates.append([i])
-    rng.shuffle(candidates)
+    special = vocab.unselectable_set
     num_to_predict = min(max_predictions_per_seq,
                          max(1, int(round(len(ids) * masked_lm_prob))))
-    masked = list(ids)
-    chosen = []
-    for group in candidates:
-        if len(chosen) >= num_to_predict:
-            break
-        if len(chosen) + len(group) > num_to_predict:
-            continue  # As google-research/bert: skip a word that would overflow.
-        for i in group:
-            if rng.random() < 0.8:
-                masked[i] = vocab.mask_id
-            elif rng.random() < 0.5:
-                pass  # 10 %: keep the original token.
+    shuffle = _shuffle if type(rng) is random.Random else _random_shuffle
+    if whole_word:
+        is_continuation = vocab.is_continuation_list
+        candidates = []  # Lists of positions, one per word.
+        for i, token in enumerate(ids):
+            if token in special:
+                continue
+            if candidates and is_continuation[token]:
+                candidates[-1].append(i)
             else:
-                masked[i] = rng.randint(0, vocab.vocab_size - 1)
-            chosen.append(i)
+                candidates.append([i])
+        shuffle(candidates, rng)
+        chosen = []
+        for group in candidates:
+            if len(chosen) >= num_to_predict:
+                break
+            if len(chosen) + len(group) > num_to_predict:
+                continue  # As google-research/bert: skip a word that would overflow.
+            chosen.extend(group)
+    else:  # Every candidate is one position: the first ones of the shuffle, none skipped.
+        candidates = [i for i, token in enumerate(ids) if token not in special]
+        shuffle(candidates, rng)
+        chosen = candidates[:num_to_predict]
+    masked = list(ids)
+    for i in chosen:
+        if rng.random() < 0.8:
+            masked[i] = vocab.mask_id
+        elif rng.random() < 0.5:
+            pass  # 10 %: keep the original token.
+        else:
+            masked[i] = rng.randint(0, vocab.vocab_size - 1)
     positions = sorted(chosen)
     return masked, positions, [ids[i] for i in positions]
+
+
+def _random_shuffle(x: list, rng: random.Random) -> None:
+    rng.shuffle(x)
+
+
+def _shuffle_inline(x: list, rng: random.Random) -> None:
+    """`rng.shuffle(x)` with the same draws, without two Python calls per element.
+
+    CPython's `Random.shuffle` swaps x[i] with x[randbelow(i + 1)] for i from the end, and
+    `randbelow(n)` draws `getrandbits(n.bit_length())` until it is below n.
+    """
+    getrandbits = rng.getrandbits
+    for i in range(len(x) - 1, 0, -1):
+        n = i + 1
+        k = n.bit_length()
+        j = getrandbits(k)
+        while j >= n:
+            j = getrandbits(k)
+        x[i], x[j] = x[j], x[i]
+
+
+def _same_draws_as_random_shuffle() -> bool:
+    """Whether `_shuffle_inline` gives what this Python's `Random.shuffle` gives."""
+    for seed, size in ((0, 300), (1, 2), (2, 1000), (3, 129)):
+        a, b = list(range(size)), list(range(size))
+        ra, rb = random.Random(seed), random.Random(seed)
+        ra.shuffle(a)
+        _shuffle_inline(b, rb)
+        if a != b or ra.random() != rb.random():
+            return False
+    return True
+
+
+# The inline shuffle where it draws as `Random.shuffle` does (checked once, on import).
+_shuffle = _shuffle_inline if _same_draws_as_random_shuffle() else _random_shuffle

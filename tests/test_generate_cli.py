@@ -38,14 +38,19 @@ def module(causal_dir):
 
 
 def reference(model, vocab, prompts, max_new_tokens, **settings):
-    """generate() on `[SEP] + pieces` of each prompt, and the detokenized continuation."""
+    """generate() on `[SEP] + pieces` of each prompt, and the detokenized continuation.
+
+    Run by the graph executor (`jit_compile=False`): each call's own XLA compile would cost
+    seconds. The command compiles its loop with XLA, so the CLI's tests still compare the two
+    (tests/test_causal_generation.py checks that they agree on their own)."""
     tokenizer = Tokenizer(vocab, lower_case=True)
     rows = [[tokenizer.sep_id] + tokenizer.tokenize([p]).to_list()[0] for p in prompts]
     ids = np.zeros((len(rows), max(map(len, rows))), np.int32)
     for i, row in enumerate(rows):
         ids[i, :len(row)] = row
     out = generate(model, tf.constant(ids), tf.constant([len(r) for r in rows], tf.int32),
-                   max_new_tokens=max_new_tokens, end_id=tokenizer.sep_id, **settings)
+                   max_new_tokens=max_new_tokens, end_id=tokenizer.sep_id,
+                   jit_compile=False, **settings)
     texts = [t.decode() for t in tokenizer.detokenize(out["generated_ids"]).numpy()]
     return out, texts
 
@@ -115,6 +120,32 @@ def test_prompt_length_counts_sep_and_a_long_prompt_keeps_its_end(module):
     np.testing.assert_array_equal(long["generated_ids"].numpy(), cut["generated_ids"].numpy())
 
 
+@pytest.fixture(scope="module")
+def generators():
+    """The generators `run.load_generator` made in this file, by its arguments."""
+    return {}
+
+
+@pytest.fixture
+def load_once(generators, monkeypatch):
+    """`bert-train generate` in this process loads each model (and settings) once per file.
+
+    Each load wraps the model afresh and compiles its loop with XLA (seconds per batch shape);
+    the commands of these tests read the same model directory, so the later ones reuse the
+    first one's generator (its traces and compiled programs) instead. What is tested stays the
+    command: its flags, prompts, seeds and output; a generator that kept state between calls
+    (its random draws) would now make repeated commands differ, and fail."""
+    load = run.load_generator
+
+    def load_generator(**kwargs):
+        key = tuple(sorted(kwargs.items()))
+        if key not in generators:
+            generators[key] = load(**kwargs)
+        return generators[key]
+
+    monkeypatch.setattr(run, "load_generator", load_generator)
+
+
 def run_cli(args, capsys, stdin: str | None = None, monkeypatch=None) -> tuple[int, str, str]:
     from bert_trainer import cli  # noqa: PLC0415
 
@@ -130,7 +161,7 @@ def jsonl(text: str) -> list[dict]:
     return [json.loads(line) for line in text.splitlines()]
 
 
-def test_cli_greedy_lines_equal_generate(causal_dir, capsys):
+def test_cli_greedy_lines_equal_generate(causal_dir, capsys, load_once):
     args = [f"--model_dir={causal_dir['dir']}", *[f"--prompt={p}" for p in PROMPTS],
             "--max_new_tokens=8", "--batch_size=3"]
     rc, out, err = run_cli(args, capsys)
@@ -144,11 +175,13 @@ def test_cli_greedy_lines_equal_generate(causal_dir, capsys):
 
 
 def test_cli_reads_a_file_and_stdin_and_samples_reproducibly(causal_dir, capsys, tmp_path,
-                                                              monkeypatch):
+                                                              monkeypatch, load_once):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("".join(p + "\n" for p in PROMPTS), encoding="utf-8")
+    # The greedy test's --max_new_tokens and --batch_size: its generator and compiled batch
+    # shapes serve (`load_once`); two batches, each with its own draws.
     sampled = [f"--model_dir={causal_dir['dir']}", "--temperature=0.9", "--top_p=0.95",
-               "--top_k=20", "--seed=11", "--max_new_tokens=6"]
+               "--top_k=20", "--seed=11", "--max_new_tokens=8", "--batch_size=3"]
     rc, first, err = run_cli([*sampled, f"--input={prompts}"], capsys)
     assert rc == 0 and "(seed 11)" in err, err
     rc, again, _ = run_cli([*sampled, "--input=-"], capsys, stdin=prompts.read_text(),

@@ -1,5 +1,6 @@
 """generate(): cached equals uncached, batched equals per row, sampling, end tokens, graphs."""
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -22,6 +23,18 @@ def _model(**kwargs):
     # A wide initializer: the greedy tokens vary instead of repeating one near-uniform pick.
     return CausalLM(VOCAB, hidden_size=32, num_layers=2, num_attention_heads=4, inner_dim=64,
                     max_sequence_length=MAX_LEN, initializer_range=0.5, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def model():
+    """One `_model()` for the tests that only read it: its XLA-compiled greedy loop (and the
+    traces of its other loops) is made once for them all, not once per test. Built as each
+    test used to build its own: right after the seed the suite sets before every test."""
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(1234)
+    built = _model()
+    built({"input_word_ids": np.ones((1, 2), "int32")})  # its weights, drawn now
+    return built
 
 
 def _prompts(lengths=LENGTHS, seed=0):
@@ -48,8 +61,9 @@ def test_left_align():
 
 
 @pytest.mark.parametrize("norm_first", [True, False])
-def test_cached_equals_uncached_greedy_and_per_row(norm_first):
-    model = _model(norm_first=norm_first)
+def test_cached_equals_uncached_greedy_and_per_row(norm_first, request):
+    # Pre-norm is the default: the shared model.
+    model = request.getfixturevalue("model") if norm_first else _model(norm_first=False)
     cached = _run(model)
     uncached = _run(model, use_cache=False)
     np.testing.assert_array_equal(cached[GENERATED_IDS], uncached[GENERATED_IDS])
@@ -66,10 +80,9 @@ def test_cached_equals_uncached_greedy_and_per_row(norm_first):
         assert_close(alone[SCORES][0], cached[SCORES][row], rtol=1e-4)
 
 
-def test_greedy_continuation_equals_argmax_of_the_full_pass():
+def test_greedy_continuation_equals_argmax_of_the_full_pass(model):
     """Row by row, each generated token is the argmax of `call`'s logits on prompt + the
     tokens before it, and the score is the sum of their log-probabilities."""
-    model = _model()
     out = _run(model)
     prompts = _prompts()
     for row, length in enumerate(LENGTHS):
@@ -82,8 +95,7 @@ def test_greedy_continuation_equals_argmax_of_the_full_pass():
         assert_close(out[SCORES][row], log_probs[np.arange(NEW), picks].sum(), rtol=1e-4)
 
 
-def test_end_token_stops_a_row():
-    model = _model()
+def test_end_token_stops_a_row(model):
     free = _run(model)[GENERATED_IDS]
     end_id = int(free[1, 3])  # row 1's fourth token becomes the end token
     out = _run(model, end_id=end_id)
@@ -96,8 +108,7 @@ def test_end_token_stops_a_row():
     assert out[GENERATED_LENGTHS][1] <= 3
 
 
-def test_sampling_is_reproducible_and_top_k_1_is_greedy():
-    model = _model()
+def test_sampling_is_reproducible_and_top_k_1_is_greedy(model):
     greedy = _run(model)
     first = _run(model, temperature=1.5, seed=7)
     again = _run(model, temperature=1.5, seed=7)
@@ -115,8 +126,7 @@ def test_sampling_is_reproducible_and_top_k_1_is_greedy():
     np.testing.assert_array_equal(uncached[GENERATED_IDS], first[GENERATED_IDS])
 
 
-def test_new_token_limit_stops_early_within_the_same_shapes():
-    model = _model()
+def test_new_token_limit_stops_early_within_the_same_shapes(model):
     full = _run(model)
     for limit in (3, tf.constant(3)):
         out = _run(model, new_token_limit=limit)
@@ -161,8 +171,7 @@ def test_pad_is_never_generated():
     np.testing.assert_array_equal(out[GENERATED_IDS], np.full((2, NEW), 7))
 
 
-def test_saved_model_with_tensor_settings(tmp_path):
-    model = _model()
+def test_saved_model_with_tensor_settings(model, tmp_path):
     greedy = _run(model)
     sampled = _run(model, temperature=1.2, top_k=20, top_p=0.9, seed=5)
 
@@ -219,7 +228,7 @@ def test_xla_by_default_equals_the_graph_executor_greedy_and_sampled():
     assert len(loops) == 2
 
 
-def test_prompt_widths_are_bucketed_without_changing_the_tokens():
+def test_prompt_widths_are_bucketed_without_changing_the_tokens(model):
     from bert_trainer.models.generation.compiled_loops import WIDTH_BUCKET, bucket_width  # noqa: PLC0415
 
     prompts = _prompts()  # width 7
@@ -233,7 +242,6 @@ def test_prompt_widths_are_bucketed_without_changing_the_tokens():
     dynamic = tf.function(lambda ids: bucket_width(ids, limit=92),
                           input_signature=[tf.TensorSpec([None, None], tf.int32)])
     assert dynamic(tf.constant(prompts)).shape == (4, WIDTH_BUCKET)
-    model = _model()
     wide = np.zeros((4, 16), "int32")
     wide[:, :7] = prompts
     for jit in (True, False):
@@ -248,8 +256,7 @@ def test_mixed_bfloat16_generation_runs():
     assert ((out[GENERATED_IDS] > 0) & (out[GENERATED_IDS] < VOCAB)).all()
 
 
-def test_bad_lengths_and_settings_raise():
-    model = _model()
+def test_bad_lengths_and_settings_raise(model):
     with pytest.raises(ValueError, match=r"prompt of 7 tokens plus max_new_tokens=18 exceeds "
                                          r"the model's max_sequence_length=24"):
         _run(model, max_new_tokens=18)

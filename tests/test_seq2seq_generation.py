@@ -247,9 +247,21 @@ def _tiny_transformer(position_encoding="learned"):
     return model
 
 
+@pytest.fixture(scope="module")
+def transformer():
+    """One `_tiny_transformer()` for the tests that only decode with it: its compiled loops
+    (one per settings, kept per model) are made once for them all, not once per test."""
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(1234)
+    return _tiny_transformer()
+
+
 @pytest.mark.parametrize("position_encoding", ["learned", "sinusoidal"])
-def test_real_model_greedy_translation_equals_the_teacher_forcing_loop(position_encoding):
-    model, inputs = _tiny_transformer(position_encoding), _sources(8, vocab=REAL_VOCAB)
+def test_real_model_greedy_translation_equals_the_teacher_forcing_loop(position_encoding,
+                                                                       request):
+    model = (request.getfixturevalue("transformer") if position_encoding == "learned"
+             else _tiny_transformer(position_encoding))
+    inputs = _sources(8, vocab=REAL_VOCAB)
     margins = []
     expected_ids, expected_scores = greedy_by_teacher_forcing(model, inputs, 9, margins)
     # Exact token equality is defensible only away from ties: every choice on the path wins
@@ -262,8 +274,8 @@ def test_real_model_greedy_translation_equals_the_teacher_forcing_loop(position_
 
 
 @pytest.mark.parametrize("beam_size", [1, 4])
-def test_real_model_cached_equals_uncached(beam_size):
-    model, inputs = _tiny_transformer(), _sources(8, vocab=REAL_VOCAB)
+def test_real_model_cached_equals_uncached(beam_size, transformer):
+    model, inputs = transformer, _sources(8, vocab=REAL_VOCAB)
     ids, scores = _translate(model, inputs, beam_size=beam_size, max_decode_length=10)
     uncached_ids, uncached_scores = _translate(model, inputs, beam_size=beam_size,
                                                max_decode_length=10, use_cache=False)
@@ -274,8 +286,8 @@ def test_real_model_cached_equals_uncached(beam_size):
         assert (ids == END).any(), "the test must see a row end early"
 
 
-def test_real_model_translation_in_a_tf_function():
-    model, inputs = _tiny_transformer(), _sources(8, vocab=REAL_VOCAB)
+def test_real_model_translation_in_a_tf_function(transformer):
+    model, inputs = transformer, _sources(8, vocab=REAL_VOCAB)
     spec = {name: tf.TensorSpec([None, None], tf.int32) for name in inputs}
     graph = tf.function(lambda x: seq2seq_generation.translate(
         model, x, beam_size=4, max_decode_length=10, start_id=START, end_id=END),
@@ -287,8 +299,8 @@ def test_real_model_translation_in_a_tf_function():
 
 
 @pytest.mark.parametrize("beam_size", [1, 4])
-def test_real_model_xla_compiled_translation_equals_the_uncompiled_one(beam_size):
-    model, inputs = _tiny_transformer(), _sources(8, vocab=REAL_VOCAB)
+def test_real_model_xla_compiled_translation_equals_the_uncompiled_one(beam_size, transformer):
+    model, inputs = transformer, _sources(8, vocab=REAL_VOCAB)
     spec = {name: tf.TensorSpec([None, None], tf.int32) for name in inputs}
     graph = tf.function(lambda x: seq2seq_generation.translate(
         model, x, beam_size=beam_size, max_decode_length=10, start_id=START, end_id=END,
@@ -305,9 +317,9 @@ def test_real_model_xla_compiled_translation_equals_the_uncompiled_one(beam_size
 
 
 @pytest.mark.parametrize("beam_size", [1, 4])
-def test_one_source_row_decodes_in_the_compiled_loop(beam_size):
+def test_one_source_row_decodes_in_the_compiled_loop(beam_size, transformer):
     # Static shapes of one row: the beams' gathered cache must keep them through the loop.
-    model = _tiny_transformer()
+    model = transformer
     one = {name: np.asarray(value)[:1] for name, value in _sources(8, vocab=REAL_VOCAB).items()}
     ids, scores = _translate(model, one, beam_size=beam_size, max_decode_length=10)
     plain_ids, plain_scores = _translate(model, one, beam_size=beam_size, max_decode_length=10,

@@ -56,6 +56,22 @@ def _step_logits(model, inputs, *, cross_cache=False, table=False):
     return np.stack(rows, axis=1)
 
 
+@pytest.fixture(scope="module")
+def models_by_options():
+    """`_model(**options)` and its teacher-forcing logits on `_inputs()`, made once per options
+    for the four ways of stepping that are checked against them (each only reads the model)."""
+    made = {}
+
+    def get(options):
+        key = tuple(sorted(options.items()))
+        if key not in made:
+            model = _model(**options)
+            made[key] = model, model(_inputs())[features.LOGITS]
+        return made[key]
+
+    return get
+
+
 @pytest.mark.parametrize("options", [
     {},
     {"share_embeddings": False, "position_encoding": "sinusoidal"},
@@ -63,17 +79,17 @@ def _step_logits(model, inputs, *, cross_cache=False, table=False):
 ])
 @pytest.mark.parametrize("cross_cache", [False, True])
 @pytest.mark.parametrize("table", [False, True])
-def test_decode_step_equals_call_position_by_position(options, cross_cache, table):
-    model = _model(**options)
+def test_decode_step_equals_call_position_by_position(models_by_options, options, cross_cache,
+                                                      table):
+    model, logits = models_by_options(options)
     inputs = _inputs()
-    logits = model(inputs)[features.LOGITS]
     assert logits.shape == (BATCH, TARGET, VOCAB) and logits.dtype == tf.float32
     np.testing.assert_allclose(_step_logits(model, inputs, cross_cache=cross_cache, table=table),
                                np.asarray(logits), rtol=1e-4, atol=1e-4)
 
 
-def test_decode_step_in_a_tf_function_loop():
-    model = _model()
+def test_decode_step_in_a_tf_function_loop(models_by_options):
+    model, _ = models_by_options({})
     inputs = _inputs(1)
     logits = np.asarray(model(inputs)[features.LOGITS])
     ids = tf.constant(inputs[features.DECODER_INPUT_IDS])
@@ -179,8 +195,8 @@ def test_bad_arguments_are_named():
         model({k: v for k, v in _inputs().items() if k != features.DECODER_INPUT_IDS})
 
 
-def test_training_flops_grow_with_the_target():
-    model = _model()
+def test_training_flops_grow_with_the_target(models_by_options):
+    model, _ = models_by_options({})
     inputs = _inputs()
     short = float(model.training_flops(inputs, None))
     longer = dict(inputs, **{features.DECODER_INPUT_IDS: np.ones((BATCH, 2 * TARGET), "int32")})
@@ -207,8 +223,8 @@ def test_mixed_bfloat16_trains_and_decodes():
         np.testing.assert_allclose(steps, np.asarray(logits), rtol=0.1, atol=0.1)
 
 
-def test_decode_step_projects_with_the_table_it_is_given():
-    model, inputs = _model(), _inputs(6)
+def test_decode_step_projects_with_the_table_it_is_given(models_by_options):
+    model, inputs = models_by_options({})[0], _inputs(6)
     encoder_output, encoder_mask = model.encode(inputs)
     ids = tf.constant(inputs[features.DECODER_INPUT_IDS][:, 0])
     table = model.decoding_table()
@@ -245,12 +261,12 @@ def test_bert_train_checkpoint_layout_round_trip(tmp_path, options):
                                np.asarray(model(inputs)[features.LOGITS]), rtol=1e-6, atol=1e-6)
 
 
-def test_target_ids_give_the_logits_of_the_real_target_tokens_only():
+def test_target_ids_give_the_logits_of_the_real_target_tokens_only(models_by_options):
     from bert_trainer.models import seq2seq_transformer as s2s  # noqa: PLC0415
 
-    model = _model()
+    model, full = models_by_options({})
     inputs = _inputs()
-    full = np.asarray(model(inputs)[features.LOGITS])
+    full = np.asarray(full)
     targets = np.array([[5, 9, 3, 0, 0, 0, 0], [4, 8, 6, 7, 2, 3, 0]], "int32")
     out = model({**inputs, features.TARGET_IDS: targets})
     assert features.LOGITS not in out

@@ -51,8 +51,15 @@ def make_task(files, **options):
     return task
 
 
-def test_loss_is_keras_label_smoothed_cross_entropy_averaged_per_target_token(files):
-    task = make_task(files)
+@pytest.fixture(scope="module")
+def default_task(files):
+    """`make_task(files)`, built once for the tests that only read it."""
+    return make_task(files)
+
+
+def test_loss_is_keras_label_smoothed_cross_entropy_averaged_per_target_token(default_task,
+                                                                             files):
+    task = default_task
     rng = np.random.default_rng(0)
     vocab = len(WORDS) + 5
     logits = rng.normal(size=(3, 5, vocab)).astype(np.float32)
@@ -73,8 +80,8 @@ def test_loss_is_keras_label_smoothed_cross_entropy_averaged_per_target_token(fi
     np.testing.assert_allclose(plain, (nll * mask).sum(1) / mask.sum(1), rtol=1e-5, atol=1e-6)
 
 
-def test_token_accuracy_counts_target_tokens_only(files):
-    task = make_task(files)
+def test_token_accuracy_counts_target_tokens_only(default_task):
+    task = default_task
     targets = np.array([[7, 3, 0, 0], [5, 6, 3, 0]], np.int32)
     logits = np.zeros((2, 4, len(WORDS) + 5), np.float32)
     logits[0, 0, 7] = logits[0, 1, 4] = 1  # 1 of 2 right
@@ -157,8 +164,11 @@ def test_serving_translates_text_as_the_task_decodes(files):
     from bert_trainer.models.generation.seq2seq import translate  # noqa: PLC0415
 
     inputs = translate_data.source_features(task.tokenizer, tf.constant(texts), 12)
+    # The graph executor's loop, as the export's: compiling this one call with XLA would cost
+    # seconds (tests/test_seq2seq_generation.py checks that the two agree).
     decoded = translate(task.model, inputs, beam_size=2, length_penalty=0.6, max_decode_length=6,
-                        start_id=task.tokenizer.cls_id, end_id=task.tokenizer.sep_id)
+                        start_id=task.tokenizer.cls_id, end_id=task.tokenizer.sep_id,
+                        jit_compile=False)
     np.testing.assert_array_equal(out["translation"].numpy(),
                                   task.tokenizer.detokenize(decoded[F.DECODED_IDS]).numpy())
     np.testing.assert_allclose(out["score"].numpy(), decoded[F.DECODED_SCORES].numpy(),

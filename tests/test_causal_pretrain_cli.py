@@ -1,6 +1,10 @@
 """`bert-train pretrain` with the causal objective, end to end through the CLI: blocks from
 create_pretraining_data --objective=causal_lm, a tiny CausalLM trained with evaluation, and a
-run killed with SIGKILL that resumes to the same weights as a run never stopped."""
+run killed with SIGKILL that resumes to the same weights as a run never stopped.
+
+The killed run is a real `python -m bert_trainer.cli` process; the other commands run through
+tests/cli_host.py's `bert-train` (the CLI's entry point, its exit code and output, in one host
+process that imports TensorFlow once)."""
 
 import contextlib
 import io
@@ -54,6 +58,17 @@ def causal_data(pretraining_data, tmp_path_factory):
             "vocab_size": pretraining_data["vocab_size"]}
 
 
+@pytest.fixture(scope="module")
+def host(tmp_path_factory):
+    """The `bert-train` commands a test does not kill run in one host process (tests/cli_host.py:
+    the CLI's entry point with its real exit code and output, TensorFlow imported once)."""
+    from cli_host import CliHost  # noqa: PLC0415
+
+    served = CliHost(str(tmp_path_factory.mktemp("host")))
+    yield served
+    served.close()
+
+
 def pretrain_argv(data, model_dir, *extra) -> list[str]:
     return [sys.executable, "-m", "bert_trainer.cli", "pretrain",
             "--gin_file=configs/causal_lm/tiny.gin", f"--model_dir={model_dir}",
@@ -64,15 +79,16 @@ def pretrain_argv(data, model_dir, *extra) -> list[str]:
             f"--gin_param=CausalLMConfig.block_size = {BLOCK}", *extra]
 
 
-def run(argv, **kwargs):
-    return subprocess.run(argv, env=subprocess_env(), capture_output=True, text=True,
-                          timeout=TIMEOUT, **kwargs)
+def run(host, argv, cwd=None):
+    """`argv` (a `python -m bert_trainer.cli` command line) as `bert-train` in the host."""
+    assert argv[:3] == [sys.executable, "-m", "bert_trainer.cli"]
+    return host.run(["bert-train", *argv[3:]], cwd=cwd, timeout=TIMEOUT)
 
 
 @pytest.mark.slow
-def test_tiny_causal_pretrain_with_eval(causal_data, tmp_path):
+def test_tiny_causal_pretrain_with_eval(causal_data, host, tmp_path):
     model_dir = tmp_path / "run"
-    proc = run(pretrain_argv(causal_data, model_dir, f"--eval_data={causal_data['eval']}",
+    proc = run(host, pretrain_argv(causal_data, model_dir, f"--eval_data={causal_data['eval']}",
                              "--gin_param=TrainerConfig.train_steps = 20",
                              "--gin_param=TrainerConfig.eval_interval = 10",
                              "--gin_param=TrainerConfig.eval_steps = 4"), cwd=tmp_path)
@@ -109,7 +125,7 @@ def test_tiny_causal_pretrain_with_eval(causal_data, tmp_path):
                                      "--gin_param=TrainerConfig.train_steps = 1",
                                      "--gin_param=build_causal_lm.hidden_size = 64")
             if not a.startswith("--vocab_file")]
-    proc = run(argv)
+    proc = run(host, argv)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.search(rf"Initialized all \d+ model variables from {re.escape(str(model_dir))}\n",
                      proc.stderr), proc.stderr[-3000:]
@@ -125,7 +141,7 @@ def model_variables(model_dir) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.slow
-def test_sigkill_then_resume_gives_the_same_weights(causal_data, tmp_path):
+def test_sigkill_then_resume_gives_the_same_weights(causal_data, host, tmp_path):
     # Dropout is on (tiny.gin's 0.1): the resumed run must draw the same masks and batches.
     steps = ["--gin_param=TrainerConfig.train_steps = 60",
              "--gin_param=TrainerConfig.steps_per_loop = 2",
@@ -144,7 +160,7 @@ def test_sigkill_then_resume_gives_the_same_weights(causal_data, tmp_path):
         proc.kill()
         log.close()
     assert checkpoint_steps(killed)[-1] < 60, (tmp_path / "log").read_text()[-3000:]
-    resumed = run(pretrain_argv(causal_data, killed, *steps))
+    resumed = run(host, pretrain_argv(causal_data, killed, *steps))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     # The latest complete checkpoint (one the kill cut short is passed over).
     match = re.search(rf"Resuming at step (\d+) from {re.escape(str(killed))}/ckpt-(\d+)",
@@ -152,7 +168,7 @@ def test_sigkill_then_resume_gives_the_same_weights(causal_data, tmp_path):
     assert match and match[1] == match[2], resumed.stderr[-3000:]
     killed_after = int(match[1])
     assert 4 <= killed_after < 60
-    full = run(pretrain_argv(causal_data, straight, *steps))
+    full = run(host, pretrain_argv(causal_data, straight, *steps))
     assert full.returncode == 0, full.stderr[-3000:]
     ours, theirs = model_variables(killed), model_variables(straight)
     assert sorted(ours) == sorted(theirs) and len(ours) > 10

@@ -2,8 +2,9 @@
 
 In-process: the serving module (tokenize, generate, detokenize) equals calling `generate()`
 on the tokenized prompts; the command's JSON lines equal the module's answers; sampling with a
-seed repeats. In subprocesses (slow): stdin, `bert-train export`, and the SavedModel run by
-`tests/serving_check.py` in a process that cannot import bert_trainer, giving the same text.
+seed repeats; `bert-train export`, and generate from the export (slow). In a subprocess (slow):
+the SavedModel run by `tests/serving_check.py` in a process that cannot import bert_trainer,
+giving the same text.
 """
 
 import io
@@ -209,15 +210,20 @@ def test_library_refuses_mixed_sources_and_both_prompt_kinds(causal_dir):
 
 @pytest.mark.slow
 def test_export_then_generate_from_the_saved_model_in_a_bare_process(causal_dir, tmp_path,
-                                                                      module):
+                                                                      module, capsys,
+                                                                      monkeypatch):
+    """The commands run through the CLI's entry point in this process (each would import
+    TensorFlow again in a subprocess); the bare process is the one the export is served in."""
+    from bert_trainer import cli  # noqa: PLC0415
+
     env = subprocess_env()
     export = tmp_path / "export"
-    proc = subprocess.run([sys.executable, "-m", "bert_trainer.cli", "export",
-                           f"--model_dir={causal_dir['dir']}", f"--output={export}"],
-                          capture_output=True, text=True, env=env, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert ("generate(prompt, max_new_tokens, temperature, top_k, top_p, seed)"
-            in proc.stdout), proc.stdout
+    capsys.readouterr()
+    rc = cli.main(["bert-train", "export", f"--model_dir={causal_dir['dir']}",
+                   f"--output={export}"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err[-3000:]
+    assert "generate(prompt, max_new_tokens, temperature, top_k, top_p, seed)" in out, out
     settings = {"max_new_tokens": 0, "temperature": 0.8, "top_k": 10, "top_p": 0.9, "seed": 5}
     requests = [{"key": "greedy", "export": str(export), "signature": "serving_default",
                  "inputs": {"prompt": PROMPTS}},
@@ -240,21 +246,19 @@ def test_export_then_generate_from_the_saved_model_in_a_bare_process(causal_dir,
     # The command on the export gives the model_dir's lines.
     lines = {}
     for source in (f"--saved_model={export}", f"--model_dir={causal_dir['dir']}"):
-        proc = subprocess.run([sys.executable, "-m", "bert_trainer.cli", "generate", source],
-                              input="".join(p + "\n" for p in PROMPTS), capture_output=True,
-                              text=True, env=env, timeout=600)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        lines[source.split("=")[0]] = jsonl(proc.stdout)
+        rc, out, err = run_cli([source], capsys, stdin="".join(p + "\n" for p in PROMPTS),
+                               monkeypatch=monkeypatch)
+        assert rc == 0, err[-3000:]
+        lines[source.split("=")[0]] = jsonl(out)
     assert [r["generated"] for r in lines["--saved_model"]] == [
         r["generated"] for r in lines["--model_dir"]]
     assert [r["prompt"] for r in lines["--saved_model"]] == PROMPTS
     # Fewer new pieces per call than the export's bound; more is refused in one line.
-    for flag, rc in (("--max_new_tokens=4", 0), ("--max_new_tokens=17", 2)):
-        proc = subprocess.run([sys.executable, "-m", "bert_trainer.cli", "generate",
-                               f"--saved_model={export}", flag, "--prompt=the cat sat on the"],
-                              capture_output=True, text=True, env=env, timeout=600)
-        assert proc.returncode == rc, proc.stderr[-3000:]
-    assert "--max_new_tokens=17: the export" in proc.stderr and "pass at most 16" in proc.stderr
+    for flag, expected in (("--max_new_tokens=4", 0), ("--max_new_tokens=17", 2)):
+        rc, _, err = run_cli([f"--saved_model={export}", flag, "--prompt=the cat sat on the"],
+                             capsys)
+        assert rc == expected, err[-3000:]
+    assert "--max_new_tokens=17: the export" in err and "pass at most 16" in err
 
 
 def test_predict_answers_prompts_as_greedy_generate_does(causal_dir, capsys, tmp_path):

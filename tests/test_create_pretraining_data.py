@@ -176,15 +176,18 @@ def _google_truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng):
 
 def test_truncate_seq_pair_matches_google_research_bert():
     draw = random.Random(0)
-    for _ in range(500):
-        a = list(range(draw.randint(0, 60)))
-        b = list(range(100, 100 + draw.randint(0, 60)))
+    for k in range(2000):
+        longest = 60 if k < 1000 else 400
+        a = list(range(draw.randint(0, longest)))
+        b = list(range(1000, 1000 + draw.randint(0, longest)))
         limit, seed = draw.randint(1, 70), draw.randint(0, 10**6)
         want_a, want_b, before = list(a), list(b), len(a) + len(b)
-        _google_truncate_seq_pair(want_a, want_b, limit, random.Random(seed))
-        truncated = cpd.truncate_seq_pair(a, b, limit, random.Random(seed))
+        google, mine = random.Random(seed), random.Random(seed)
+        _google_truncate_seq_pair(want_a, want_b, limit, google)
+        truncated = cpd.truncate_seq_pair(a, b, limit, mine)
         assert (a, b) == (want_a, want_b)
         assert truncated == (before > limit)
+        assert mine.getstate() == google.getstate()  # The same draws, as many.
     a, b = list(range(10)), [100, 101, 102]
     assert cpd.truncate_seq_pair(a, b, 8, random.Random(0)) and len(a) == 5 and len(b) == 3
 

@@ -28,7 +28,6 @@ import random
 import struct
 import sys
 
-import numpy as np
 import tensorflow as tf
 
 from bert_trainer import features
@@ -110,11 +109,11 @@ def _random_document(pool: list, current: int, rng: random.Random) -> list:
 
 def create_instances_from_document(pool: list, doc_index: int, config: PretrainingDataConfig,
                                    rng: random.Random) -> list[Instance]:
-    """google-research/bert's `create_instances_from_document` over token-id arrays.
+    """google-research/bert's `create_instances_from_document` over token ids.
 
     Args:
-      pool: documents, each a list of int32 arrays (one per sentence); random-next sentences
-        come from here.
+      pool: documents, each a list of sentences, lists of ids (`tokenize_documents(...,
+        as_lists=True)`); random-next sentences come from here.
       doc_index: index in `pool` of the document to cut into examples.
       config: lengths and probabilities.
       rng: the writer's random generator.
@@ -142,17 +141,17 @@ def create_instances_from_document(pool: list, doc_index: int, config: Pretraini
                     i += 1
                     chunk.append(document[i])
             a_end = rng.randint(1, len(chunk) - 1) if len(chunk) >= 2 else 1
-            tokens_a = np.concatenate(chunk[:a_end]).tolist()
+            tokens_a = list(itertools.chain.from_iterable(chunk[:a_end]))
             if is_random_next:
                 tokens_b = []
                 other = _random_document(pool, doc_index, rng)
                 for sentence in other[rng.randint(0, len(other) - 1):]:
-                    tokens_b.extend(sentence.tolist())
+                    tokens_b.extend(sentence)
                     if len(tokens_b) >= target_seq_length - len(tokens_a):
                         break
                 i -= len(chunk) - a_end  # Put the unused sentences back.
             else:
-                tokens_b = np.concatenate(chunk[a_end:]).tolist()
+                tokens_b = list(itertools.chain.from_iterable(chunk[a_end:]))
             truncated = truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
             if tokens_a and tokens_b:
                 instances.append(Instance(tokens_a, tokens_b, is_random_next, truncated))
@@ -274,18 +273,22 @@ def instance_to_example(instance: Instance, tokenizer: Tokenizer, config: Pretra
                                                           vocab))
 
 
-def tokenize_documents(documents: list[list[str]], tokenizer: Tokenizer) -> list[list]:
+def tokenize_documents(documents: list[list[str]], tokenizer: Tokenizer,
+                       as_lists: bool = False) -> list[list]:
     """Tokenizes every sentence of a chunk of documents in a few in-graph calls.
 
     Returns:
-      Documents as lists of int32 numpy arrays (views into one buffer); sentences with no
-      tokens and documents with no sentences are dropped.
+      Documents as lists of int32 numpy arrays (views into one buffer), or with `as_lists` of
+      lists of Python ints; sentences with no tokens and documents with no sentences are
+      dropped.
     """
     flat = [s for doc in documents for s in doc]
     pieces = []
     for start in range(0, len(flat), _TOKENIZE_BATCH):
         ids = tokenizer.tokenize(flat[start:start + _TOKENIZE_BATCH])
         values, splits = ids.flat_values.numpy(), ids.row_splits.numpy()
+        if as_lists:  # One conversion for the batch, then list slices.
+            values, splits = values.tolist(), splits.tolist()
         pieces.extend(values[splits[i]:splits[i + 1]] for i in range(len(splits) - 1))
     out, k = [], 0
     for doc in documents:
@@ -346,7 +349,7 @@ def make_chunk(state: tuple, chunk: tuple) -> tuple[list[bytes], collections.Cou
     """
     config, tokenizer, vocab = state
     index, documents = chunk
-    docs = tokenize_documents(documents, tokenizer)
+    docs = tokenize_documents(documents, tokenizer, as_lists=True)
     stats = chunk_stats(docs)
     records = _process_chunk(docs, config, chunk_rng(config.seed, index), tokenizer, vocab,
                              stats)

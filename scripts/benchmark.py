@@ -33,6 +33,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from bench import data_sections, finetune_section, measure, progress, report, sections  # noqa: E402
 from bench import spec as spec_lib  # noqa: E402
+from bench.worker import preload_workers  # noqa: E402
 
 SECTIONS = ("peak", "compare", "growth", "pipeline", "tokenizer", "base", "finetune")
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -250,6 +251,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     plan = make_plan(args)
+    if plan.smoke:  # The harness only: workers share one TensorFlow import.
+        preload_workers()
     open(plan.log_path, "w").close()
     results = run(plan)
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)

@@ -9,16 +9,25 @@ alternation does not make the measured process share the cores with the others.
 Protocol: JSON lines. The parent sends {"cmd": "build", "kind": K, "params": {...}} once, then
 {"cmd": "run", "n": N} any number of times, then {"cmd": "quit"}. Every reply is one JSON line;
 `run` replies carry the wall seconds of the N units measured inside the child (no pipe latency).
+
+`preload_workers()` (the --smoke runs') forks workers from one process that imported TensorFlow
+and Keras once (nothing of theirs has run in it) instead of starting a fresh interpreter each:
+the same protocol and worker loop, without paying the imports per worker. Real runs start
+fresh processes, so each worker's import time and peak RSS are its own.
 """
 
+import atexit
 import gc
 import json
 import os
 import pathlib
 import resource
 import select
+import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 import traceback
 
@@ -97,6 +106,149 @@ def main() -> None:
     _serve(proto_out)
 
 
+PRELOAD = ("tensorflow", "keras")  # Imported (not run) by the fork server.
+
+
+def _fork_server(fd: int) -> None:
+    """Forks one worker per request on the socket `fd`; reaps them all before exiting.
+
+    A request is the worker's environment (JSON) with its stdin, stdout and stderr descriptors;
+    the reply is the child's pid. Its children are waited for, so their CPU time counts as
+    this process's children's, and this process is waited for by the benchmark.
+    """
+    import importlib  # noqa: PLC0415
+
+    sock = socket.socket(fileno=fd)
+    for module in PRELOAD:
+        importlib.import_module(module)
+    children = set()
+
+    def reap(*_):
+        for pid in list(children):
+            try:
+                done, _status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done = pid
+            if done:
+                children.discard(pid)
+
+    signal.signal(signal.SIGCHLD, reap)
+    while True:
+        message, fds, _, _ = socket.recv_fds(sock, 1 << 20, 3)
+        if not message:  # The benchmark closed its end: no more workers.
+            break
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                sock.close()
+                for target, source in enumerate(fds):
+                    os.dup2(source, target)
+                    os.close(source)
+                env = json.loads(message)
+                os.environ.clear()
+                os.environ.update(env)
+                paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+                sys.path[:0] = [p for p in paths if p not in sys.path]
+                main()
+                code = 0
+            except BaseException:  # noqa: BLE001 - reported on stderr, the worker's log
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        children.add(pid)
+        for f in fds:
+            os.close(f)
+        sock.send(str(pid).encode())
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for pid in children:
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+
+
+class _ForkServer:
+    """The benchmark's side of `_fork_server`: started on first use, waited for at exit."""
+
+    def __init__(self, env: dict, log):
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._sock, self._lock, self.children = ours, threading.Lock(), []
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.worker", "--fork_server", str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            env=env)
+        theirs.close()
+        atexit.register(self.close)
+
+    def start(self, env: dict, stdin: int, stdout: int, stderr: int) -> int:
+        with self._lock:
+            socket.send_fds(self._sock, [json.dumps(env).encode()], [stdin, stdout, stderr])
+            return int(self._sock.recv(64))
+
+    def close(self) -> None:
+        for child in self.children:  # A worker left open ends at the end of its stdin.
+            if not child.stdin.closed:
+                child.stdin.close()
+        self._sock.close()
+        self._proc.wait()
+
+
+class _ForkedChild:
+    """What `Worker` uses of a `subprocess.Popen`, for a worker forked by the fork server."""
+
+    def __init__(self, server: _ForkServer, env: dict, log):
+        child_in, self_in = os.pipe()
+        self_out, child_out = os.pipe()
+        try:
+            self.pid = server.start(env, child_in, child_out, log.fileno())
+        finally:
+            os.close(child_in)
+            os.close(child_out)
+        self.stdin = os.fdopen(self_in, "w")
+        self.stdout = os.fdopen(self_out, "r")
+        self.returncode = None
+        server.children.append(self)
+
+    def poll(self):
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, 0)
+            except ProcessLookupError:
+                self.returncode = -1  # Gone; its status went to the fork server.
+        return self.returncode
+
+    def wait(self, timeout=None):
+        """Waits for the child's end of the protocol pipe to close (the child exited)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.returncode is None:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired("bench.worker", timeout)
+            ready, _, _ = select.select([self.stdout], [], [], left)
+            if ready and not os.read(self.stdout.fileno(), 1 << 16):
+                self.returncode = -1
+        return self.returncode
+
+    def kill(self):
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+_fork_server_state = {"enabled": False, "server": None}
+_fork_server_lock = threading.Lock()
+
+
+def preload_workers(enabled: bool = True) -> None:
+    """Fork this process's later workers (this checkout's, this Python) from a fork server."""
+    _fork_server_state["enabled"] = enabled
+
+
 class WorkerError(RuntimeError):
     """A worker failed to build or run; the message is the child's one-line error."""
 
@@ -123,9 +275,15 @@ class Worker:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [*paths, env.get("PYTHONPATH")]))
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         self._log = open(log_path, "a")
-        self._proc = subprocess.Popen(
-            [python or sys.executable, "-m", "bench.worker"], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=self._log, text=True, env=env)
+        if _fork_server_state["enabled"] and checkout is None and python is None:
+            with _fork_server_lock:  # Sections may start workers from several threads.
+                if _fork_server_state["server"] is None:
+                    _fork_server_state["server"] = _ForkServer(env, self._log)
+            self._proc = _ForkedChild(_fork_server_state["server"], env, self._log)
+        else:
+            self._proc = subprocess.Popen(
+                [python or sys.executable, "-m", "bench.worker"], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=self._log, text=True, env=env)
         self._send({"cmd": "build", "kind": kind, "params": params})
         self.build_reply = None
 
@@ -183,4 +341,7 @@ class Worker:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--fork_server"]:
+        _fork_server(int(sys.argv[2]))
+    else:
+        main()

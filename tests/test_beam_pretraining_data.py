@@ -226,6 +226,12 @@ def test_direct_runner_reads_and_writes_through_tf_io_gfile(beam, corpus, vocab_
         assert files == {k: v for k, v in expected.items() if k != "t-summary.json"}, name
         assert summary["examples"] == local["examples"] > 200
         assert summary["throughput"]["text_mb"] == local["throughput"]["text_mb"] > 0.05
+    # The local runner reads and writes the same paths through tf.io.gfile too.
+    cpd.create_pretraining_data(ram_corpus, ram_vocab, f"{root}/by-local/t-*.tf", config,
+                                num_shards=3, num_workers=1, progress=None)
+    files = _ram_files(f"{root}/by-local")  # ram:// lists by prefix: not "local*"
+    assert files.pop("t-summary.json").pop("vocab_file") == ram_vocab
+    assert files == {k: v for k, v in expected.items() if k != "t-summary.json"}
     # --overwrite on an object store: the new set replaces the old one, stale shards go.
     with pytest.raises(UserError, match="already matches 3 file"):
         cpd.create_pretraining_data(ram_corpus, ram_vocab, f"{root}/all-ram/t-*.tf", config,

@@ -7,8 +7,8 @@ byte for byte as it was (sha256 of each file before and after).
 Most CLI cases run in this process through `cli.main`, the CLI's own entry point (a fresh
 TensorFlow import per case would cost ~10 s each); `convert`/`predict`/`export` run in one
 subprocess per command (their flag definitions clash with the training commands' in one
-process); a handful go through `python -m bert_trainer.cli` to prove real exit codes and no
-traceback.
+process), the output cases of `vocab` and `create_pretraining_data` in one more; a handful
+go through `python -m bert_trainer.cli` to prove real exit codes and no traceback.
 """
 
 import json
@@ -133,21 +133,32 @@ def reset() -> None:
     keras.backend.clear_session()
 
 
+# convert, predict and export each need a process of their own (their flags clash with the
+# other commands'); vocab and create_pretraining_data share one, as they share this process
+# with the training commands in CLI_CASES.
+OWN_PROCESS = ("convert", "predict", "export")
+
+
+def _process_of(args: list[str]) -> str:
+    return args[0] if args[0] in OWN_PROCESS else "data"
+
+
 def run_batches(cases: list[list[str]]) -> list[dict]:
-    """Runs the cases in one subprocess per command, all at once; results in case order."""
-    commands = sorted({args[0] for args in cases})
-    procs = {c: subprocess.Popen([sys.executable, str(TESTS / "robust_testing.py"),
+    """Runs the cases in one subprocess per command (see OWN_PROCESS), all at once; results in
+    case order."""
+    groups = sorted({_process_of(args) for args in cases})
+    procs = {g: subprocess.Popen([sys.executable, str(TESTS / "robust_testing.py"),
                                   "--cli_batch"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True, env=subprocess_env())
-             for c in commands}
+             for g in groups}
     results = {}
-    for command, proc in procs.items():
-        mine = [args for args in cases if args[0] == command]
+    for group, proc in procs.items():
+        mine = [args for args in cases if _process_of(args) == group]
         out, err = proc.communicate(json.dumps(mine), timeout=600)
         lines = [line for line in out.splitlines() if line.startswith(RESULT)]
         assert proc.returncode == 0 and lines, err[-3000:]
-        results[command] = iter(json.loads(lines[-1][len(RESULT):]))
-    return [next(results[args[0]]) for args in cases]
+        results[group] = iter(json.loads(lines[-1][len(RESULT):]))
+    return [next(results[_process_of(args)]) for args in cases]
 
 
 def fill(args, paths) -> list[str]:
@@ -188,8 +199,20 @@ def test_cli_refuses_bad_input(case, args, expected, paths, digests, capsys):
 
 
 @pytest.fixture(scope="module")
-def subprocess_results(paths):
-    return run_batches([fill(args, paths) for _, args, _ in SUBPROCESS_CASES])
+def batch_results(output_paths):
+    """SUBPROCESS_CASES and OUTPUT_CASES in the same batch processes (one TensorFlow start-up
+    per process, not per fixture): (SUBPROCESS_CASES' results, the guarded digests before the
+    OUTPUT_CASES, OUTPUT_CASES' results). Every case is a refusal that writes nothing, as each
+    test checks."""
+    before = output_digests(output_paths)
+    cases = [fill(args, output_paths) for _, args, _ in SUBPROCESS_CASES + OUTPUT_CASES]
+    results = run_batches(cases)
+    return results[:len(SUBPROCESS_CASES)], before, results[len(SUBPROCESS_CASES):]
+
+
+@pytest.fixture(scope="module")
+def subprocess_results(batch_results):
+    return batch_results[0]
 
 
 @pytest.mark.parametrize("index", range(len(SUBPROCESS_CASES)),
@@ -288,9 +311,8 @@ def output_digests(paths) -> dict:
 
 
 @pytest.fixture(scope="module")
-def output_results(output_paths):
-    before = output_digests(output_paths)
-    return before, run_batches([fill(args, output_paths) for _, args, _ in OUTPUT_CASES])
+def output_results(batch_results):
+    return batch_results[1:]
 
 
 @pytest.mark.slow
@@ -309,12 +331,30 @@ def test_outputs_are_replaced_only_when_ours(index, output_results, output_paths
 # --------------------------------------------------------------------------------------------
 # A model_dir belongs to one run (cases: bad_input_cases.MODEL_DIR_CASES).
 
+# A process that holds a model_dir's lock until killed, as test_run_lock.hold_in_subprocess,
+# with run_lock.py loaded alone: the package's training/__init__ would import TensorFlow.
+HOLD = ("import importlib.util, sys, time; sys.path.insert(0, {repo!r}); "
+        "spec = importlib.util.spec_from_file_location('run_lock', {module!r}); "
+        "run_lock = importlib.util.module_from_spec(spec); spec.loader.exec_module(run_lock); "
+        "run_lock.acquire(sys.argv[1], 'bert-train finetune'); print('locked', flush=True); "
+        "time.sleep(600)")
+
+
+def hold_in_subprocess(model_dir) -> subprocess.Popen:
+    from bert_trainer.training import run_lock  # noqa: PLC0415
+
+    proc = subprocess.Popen([sys.executable, "-c", HOLD.format(repo=str(TESTS.parent),
+                                                               module=run_lock.__file__),
+                             str(model_dir)], stdout=subprocess.PIPE, text=True,
+                            env=subprocess_env())
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
+
+
 @pytest.fixture(scope="module")
 def run_paths(paths, tmp_path_factory):
     """`paths` plus a vocabulary of the same size in another order, and model_dirs held by a
     live process (copies of the fine-tuned run; {unlinked_run}'s lock file then deleted)."""
-    from test_run_lock import hold_in_subprocess  # noqa: PLC0415
-
     root = tmp_path_factory.mktemp("owned")
     tokens = pathlib.Path(paths["existing"], "vocab.txt").read_text(encoding="utf-8").split("\n")
     tokens[-3], tokens[-2] = tokens[-2], tokens[-3]  # two words swapped: same size, other ids

@@ -43,6 +43,7 @@ from bert_trainer.errors import UserError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SETTINGS_FILE = "settings.json"
+BERT_TRAIN_ENV = "DEMO_BERT_TRAIN"  # a `bert-train` executable to run commands with (tests)
 # The encoder of configs/demo.gin, bound for the from-scratch fine-tune (which must not read
 # demo.gin's pretraining schedule); tests/test_demo.py checks both encoders' configs match.
 SCRATCH_ENCODER = ("configs/encoders/tiny.gin", ("build_encoder.max_sequence_length = 128",))
@@ -146,7 +147,7 @@ def build_data(stages: Stages, p: dict, s: Settings) -> demo_task.DemoTask:
             "create_pretraining_data", input=p[f"text_{split}"], vocab=p["vocab"],
             output=os.path.join(p["data"], f"{split}-*.tfrecord"), max_seq_length=s.seq_length,
             dupe_factor=dupe, num_shards=2 if split == "train" else 1, seed=1, overwrite=True)))
-    stages.bert_train(batch)
+    run_bert_train(stages, batch)
     return task
 
 
@@ -209,7 +210,7 @@ def train_and_serve(stages: Stages, p: dict, s: Settings, task: demo_task.DemoTa
              *bindings])
 
     gin_file, encoder = SCRATCH_ENCODER
-    stages.bert_train([
+    run_bert_train(stages, [
         ("pretrain", _with_gin_params(
             ["pretrain", "--gin_file=configs/demo.gin", f"--model_dir={p['pretrain']}",
              f"--train_data={p['data']}/train-*.tfrecord",
@@ -223,14 +224,30 @@ def train_and_serve(stages: Stages, p: dict, s: Settings, task: demo_task.DemoTa
                                      eval_file=task.dev_file, checkpoint="latest",
                                      max_eval_examples=s.max_eval_examples)),
     ])
-    stages.bert_train([("export", bert_train_args(
+    run_bert_train(stages, [("export", bert_train_args(
         "export", model_dir=p["finetune"], output=p["export"], checkpoint="latest",
         overwrite=True))])
     with open(p["predict_input"], "w", encoding="utf-8") as f:
         f.writelines(sentence + "\n" for sentence, _ in DEMO_SENTENCES)
-    stages.bert_train([("predict", bert_train_args(
+    run_bert_train(stages, [("predict", bert_train_args(
         "predict", saved_model=p["export"], input=p["predict_input"],
         output=p["predictions"], overwrite=True))])
+
+
+def run_bert_train(stages: Stages, batch: list[tuple[str, list[str]]]) -> None:
+    """Runs `bert-train` commands, [(stage, [command, *flags]), ...].
+
+    By default in one child process through `cli.main` (scripts/demo_runner.py), which also
+    times each command's CPU seconds. With DEMO_BERT_TRAIN naming a `bert-train` executable,
+    each command runs as `DEMO_BERT_TRAIN command flags...` (a process of its own; its CPU
+    seconds are that process's): tests/test_demo.py points it at tests/cli_host.py's shim.
+    """
+    executable = os.environ.get(BERT_TRAIN_ENV)
+    if not executable:
+        stages.bert_train(batch)
+        return
+    for name, args in batch:
+        stages.run(name, [executable, *args], ["bert-train", *args])
 
 
 def _with_gin_params(args: list[str], bindings: list[str]) -> list[str]:

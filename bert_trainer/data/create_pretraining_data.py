@@ -409,7 +409,8 @@ def create_pretraining_data(inputs, vocab_file: str, output: str,
         from bert_trainer.data.beam import pipeline  # noqa: PLC0415 (an optional extra)
 
         return pretraining_run.publish_shard_set(run, pipeline.masked_lm(
-            run, config, vocab_file, lower_case, input_format, encoding_errors), summarize)
+            run, config, vocab_file, lower_case, input_format, encoding_errors,
+            make_chunk=make_chunk, worker_state=worker_state), summarize)
     documents = run.documents(input_format, encoding_errors)
     state_args = (vocab_file, lower_case, config)
 

@@ -53,27 +53,28 @@ import numpy as np
 import tensorflow as tf
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, WorkerOptions
 
-from bert_trainer.data import causal_lm_data, shard_set, text_corpus
-from bert_trainer.data import create_pretraining_data as cpd
+from bert_trainer.data import shard_set, text_corpus
 from bert_trainer.errors import UserError
 
 STATS_FILE = ".beam-stats.json"  # In the staging directory: the run's counts, for the summary.
 
 
 def masked_lm(run, config, vocab_file: str, lower_case: bool, input_format: str,
-              encoding_errors: str):
+              encoding_errors: str, *, make_chunk, worker_state):
     """fn(staging) -> shards, for `pretraining_run.publish_shard_set`: masked-LM examples.
 
     Args:
       run: from `pretraining_run.start_run` (its files, output, sharding, runner, options).
       config: a `create_pretraining_data.PretrainingDataConfig`.
       vocab_file, lower_case, input_format, encoding_errors: as `create_pretraining_data`.
+      make_chunk, worker_state: the local path's own (`create_pretraining_data.make_chunk`,
+        `.worker_state`), given by the caller so that this module does not import it.
     """
     def build(pipeline):
         chunks, counted = _chunks(pipeline, run.files, input_format, encoding_errors,
                                   config.chunk_documents)
         made = chunks | "MakeExamples" >> beam.ParDo(
-            _Work(cpd.make_chunk, cpd.worker_state, (vocab_file, lower_case, config)))
+            _Work(make_chunk, worker_state, (vocab_file, lower_case, config)))
         layout = (made | "RecordsPerChunk" >> beam.Map(lambda c: (c[0], len(c[1][0])))
                   | "AllRecordsPerChunk" >> beam.combiners.ToList()
                   | "RecordLayout" >> beam.Map(_layout))
@@ -87,13 +88,17 @@ def masked_lm(run, config, vocab_file: str, lower_case: bool, input_format: str,
 
 
 def causal_lm(run, config, vocab_file: str, lower_case: bool, input_format: str,
-              encoding_errors: str):
+              encoding_errors: str, *, chunk_stream, stream_state, chunk_rng, block_to_example):
     """fn(staging) -> shards, for `pretraining_run.publish_shard_set`: causal-LM blocks.
 
     Args:
       run: from `pretraining_run.start_run`.
       config: a `causal_lm_data.CausalDataConfig`.
       vocab_file, lower_case, input_format, encoding_errors: as `create_causal_lm_data`.
+      chunk_stream, stream_state, chunk_rng, block_to_example: the local path's own
+        (`causal_lm_data.chunk_stream`, `.stream_state`, `.block_to_example`,
+        `create_pretraining_data.chunk_rng`), given by the caller so that this module does
+        not import it.
     """
     block_size = config.block_size
 
@@ -101,8 +106,7 @@ def causal_lm(run, config, vocab_file: str, lower_case: bool, input_format: str,
         chunks, counted = _chunks(pipeline, run.files, input_format, encoding_errors,
                                   config.chunk_documents)
         streams = chunks | "TokenStreams" >> beam.ParDo(
-            _Work(causal_lm_data.chunk_stream, causal_lm_data.stream_state,
-                  (vocab_file, lower_case)))
+            _Work(chunk_stream, stream_state, (vocab_file, lower_case)))
         layout = (streams | "TokensPerChunk" >> beam.Map(lambda c: (c[0], len(c[1][0])))
                   | "AllTokensPerChunk" >> beam.combiners.ToList()
                   | "StreamLayout" >> beam.Map(_layout))
@@ -112,7 +116,8 @@ def causal_lm(run, config, vocab_file: str, lower_case: bool, input_format: str,
                     | "GroupBlocksByChunk" >> beam.GroupByKey()
                     | "ShuffleBlocks" >> beam.FlatMap(_chunk_blocks,
                                                       beam.pvalue.AsSingleton(layout),
-                                                      block_size, config.seed))
+                                                      block_size, config.seed, chunk_rng,
+                                                      block_to_example))
         counts = streams | "Counts" >> beam.Map(lambda c: c[1][1])
         # The blocks are the examples; the final partial block's tokens are dropped.
         blocks = layout | "Blocks" >> beam.Map(lambda lay: lay[1] // block_size)
@@ -239,7 +244,8 @@ def _block_pieces(item: tuple, layout: tuple, block_size: int):
             yield owner, (block, lo - block * block_size, stream[lo - start:hi - start].copy())
 
 
-def _chunk_blocks(item: tuple, layout: tuple, block_size: int, seed: int):
+def _chunk_blocks(item: tuple, layout: tuple, block_size: int, seed: int, chunk_rng,
+                  block_to_example):
     """The blocks a chunk completes, shuffled as the local path does: (number, example)."""
     index, pieces = item
     by_block = collections.defaultdict(list)
@@ -250,13 +256,13 @@ def _chunk_blocks(item: tuple, layout: tuple, block_size: int, seed: int):
         raise AssertionError(f"chunk {index}: blocks {sorted(by_block)} are not consecutive "
                              f"from {first}")
     order = list(range(len(by_block)))
-    cpd.chunk_rng(seed, index).shuffle(order)
+    chunk_rng(seed, index).shuffle(order)
     for position, k in enumerate(order):
         parts = sorted(by_block[first + k], key=lambda p: p[0])
         block = np.concatenate([tokens for _, tokens in parts])
         if len(block) != block_size:
             raise AssertionError(f"block {first + k} has {len(block)} tokens, not {block_size}")
-        example = causal_lm_data.block_to_example(block)
+        example = block_to_example(block)
         yield first + position, example.SerializeToString(deterministic=True)
 
 

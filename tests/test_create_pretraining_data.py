@@ -11,6 +11,7 @@ from absl import flags
 
 from bert_trainer import cli, features
 from bert_trainer.data import create_pretraining_data as cpd
+from bert_trainer.data import example_wire
 from bert_trainer.errors import UserError
 
 UNMASKED = {features.INPUT_WORD_IDS, features.INPUT_MASK, features.INPUT_TYPE_IDS,
@@ -344,12 +345,13 @@ def test_example_bytes_are_protobufs_deterministic_serialization():
                for k, v in ints.items()},
             **{k: tf.train.Feature(float_list=tf.train.FloatList(value=v))
                for k, v in floats.items()}})).SerializeToString(deterministic=True)
-        got = cpd.example_bytes({
-            **{k: cpd.int64_feature(cpd.pack_int64(v)) for k, v in ints.items()},
-            **{k: cpd.float_feature(v.astype("<f4").tobytes()) for k, v in floats.items()}})
+        wire = example_wire
+        got = wire.example_bytes({
+            **{k: wire.int64_feature(wire.pack_int64(v)) for k, v in ints.items()},
+            **{k: wire.float_feature(v.astype("<f4").tobytes()) for k, v in floats.items()}})
         assert got == want
-    table = cpd._varint_table(40_000)
-    assert all(table[i] == cpd.pack_int64([i]) for i in range(0, 40_000, 7))
+    table = example_wire.varint_table(40_000)
+    assert all(table[i] == example_wire.pack_int64([i]) for i in range(0, 40_000, 7))
 
 
 @pytest.mark.parametrize("static_masking", [False, True])

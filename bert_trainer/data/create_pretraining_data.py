@@ -33,6 +33,7 @@ import tensorflow as tf
 from bert_trainer import features
 from bert_trainer.data import chunk_workers, masking, pretraining_run
 from bert_trainer.data import pretraining_data_report as report
+from bert_trainer.data.example_wire import example_bytes, float_feature, int64_feature, varint_table
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import UserError
 
@@ -160,67 +161,6 @@ def create_instances_from_document(pool: list, doc_index: int, config: Pretraini
     return instances
 
 
-def _varint(n: int) -> bytes:
-    """Protobuf's varint of an int64 (a negative one as its 64-bit two's complement)."""
-    if n < 0:
-        n += 1 << 64
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-_VARINTS = [_varint(n) for n in range(1 << 14)]  # Lengths and ids, looked up (1-2 bytes).
-
-
-def _varint_table(size: int) -> list[bytes]:
-    """The varints of 0 .. size - 1 (at least), shared and grown as needed (a vocabulary)."""
-    if len(_VARINTS) < size:
-        _VARINTS.extend(_varint(n) for n in range(len(_VARINTS), size))
-    return _VARINTS
-
-
-def _length(n: int) -> bytes:
-    return _VARINTS[n] if n < len(_VARINTS) else _varint(n)
-
-
-def pack_int64(values) -> bytes:
-    """The packed varints of any int64 values (a repeated int64 field's payload)."""
-    return b"".join([_varint(int(v)) for v in values])
-
-
-def int64_feature(packed: bytes) -> bytes:
-    """A serialized `tf.train.Feature` holding an Int64List (field 3) of packed values."""
-    inner = b"\x0a" + _length(len(packed)) + packed if packed else b""
-    return b"\x1a" + _length(len(inner)) + inner
-
-
-def float_feature(packed: bytes) -> bytes:
-    """A serialized `tf.train.Feature` holding a FloatList (field 2); `packed`: float32 LE."""
-    inner = b"\x0a" + _length(len(packed)) + packed if packed else b""
-    return b"\x12" + _length(len(inner)) + inner
-
-
-def example_bytes(feature_bytes: dict[str, bytes]) -> bytes:
-    """`tf.train.Example(...).SerializeToString(deterministic=True)`, built directly.
-
-    An Example's features (field 1) are a map (field 1 of Features): one entry per feature
-    (key: field 1, the Feature: field 2), in key order when serialized deterministically.
-
-    Args:
-      feature_bytes: {name: serialized Feature} (`int64_feature`, `float_feature`).
-    """
-    entries = []
-    for name, feature in sorted(feature_bytes.items()):
-        key = name.encode()
-        body = b"\x0a" + _length(len(key)) + key + b"\x12" + _length(len(feature)) + feature
-        entries.append(b"\x0a" + _length(len(body)) + body)
-    entries = b"".join(entries)
-    return b"\x0a" + _length(len(entries)) + entries
-
-
 _ONE_F32, _ZERO_F32 = struct.pack("<f", 1.0), struct.pack("<f", 0.0)
 _WEIGHTS = next(g for g, o in features.GOOGLE_BERT_NAMES.items()
                 if o == features.MASKED_LM_WEIGHTS)
@@ -234,7 +174,7 @@ def instance_to_record(instance: Instance, tokenizer: Tokenizer, config: Pretrai
       The serialized `tf.train.Example`: the bytes of protobuf's deterministic serialization
       (feature names in order), written directly (token ids are varints from a table).
     """
-    table = _varint_table(vocab.vocab_size)
+    table = varint_table(vocab.vocab_size)
     ids = [tokenizer.cls_id, *instance.tokens_a, tokenizer.sep_id]
     len_a = len(ids)
     ids += instance.tokens_b

@@ -2,9 +2,10 @@
 
 `create_pretraining_data` writes millions of examples of a few int64 lists and one float list;
 building each as a `tf.train.Example` proto and serializing it was a large share of the
-per-example time (benchmarks/README.md, "Pretraining data"). The wire format of those messages is small: a field's tag byte, varint
-lengths, and packed varints (int64) or little-endian float32s. The tests compare these bytes
-with `SerializeToString(deterministic=True)` on random and real examples.
+per-example time (benchmarks/README.md, "Pretraining data"). The wire format of those
+messages is small: a field's tag byte, varint lengths, and packed varints (int64) or
+little-endian float32s. The tests compare these bytes with
+`SerializeToString(deterministic=True)` on random and real examples.
 """
 
 

@@ -11,7 +11,8 @@ index); (4) a chunk's runs are put back in document order: the local path's chun
 
 Work. Each chunk goes through the local path's own per-chunk function (masked LM:
 `create_pretraining_data.make_chunk`; causal LM: `causal_lm_data.chunk_stream`), whose result
-depends only on the chunk's documents, its index and the seed.
+depends only on the chunk's documents, its index and the seed. The callers pass these
+functions in (keyword arguments below), so this module imports neither.
 
 Order. The local path writes chunk 0's records, then chunk 1's, and so on, and record g of
 that sequence goes to shard `shard_set.shard_of(g, ...)`. The records of each chunk (one
@@ -23,19 +24,14 @@ offset in the whole stream, each block is assembled from the pieces of the chunk
 belongs to the chunk that completes it, and each chunk shuffles its blocks with the same
 generator (`create_pretraining_data.chunk_rng(seed, chunk)`) as the local path.
 
-Writing. A worker writes each shard to a temporary name in the run's staging directory (a
-hidden directory beside the output, made by the driver) and renames it to its staged name only
-once complete; a retried bundle writes the same bytes. When the pipeline is done the driver
-moves the whole set into place with its summary last (`pretraining_run.publish_shard_set`), so
-an output appears only when complete and a failed run leaves an earlier set as it was.
+Writing. A worker writes each shard aside in the run's hidden staging directory and renames
+it when complete (a retried bundle writes the same bytes); the driver then moves the set into
+place, summary last (`pretraining_run.publish_shard_set`): an output appears only when
+complete, and a failed run leaves an earlier set as it was.
 
-Memory. A worker holds one chunk (its documents and examples) or one shard's records at a
-time; the driver holds the file list. The staging directory must be on a file system every
-worker sees (a shared mount for Spark and Flink clusters, gs:// for Dataflow).
-
-Files. Every file is read and written with `tf.io.gfile` (TFRecordWriter, GFile, rename) or
-`text_corpus.open_binary`, which handle gs:// (and ram://, TensorFlow's in-memory file system,
-in the tests) as well as local paths; `pretraining_run` moves a gs:// set into place.
+Memory: a worker holds one chunk or one shard's records; the driver, the file list. Files go
+through `tf.io.gfile` (or `text_corpus.open_binary`): gs:// (ram:// in the tests) works as a
+local path; staging must be on a file system every worker sees (a shared mount, or gs://).
 """
 
 import bisect
@@ -67,8 +63,7 @@ def masked_lm(run, config, vocab_file: str, lower_case: bool, input_format: str,
       run: from `pretraining_run.start_run` (its files, output, sharding, runner, options).
       config: a `create_pretraining_data.PretrainingDataConfig`.
       vocab_file, lower_case, input_format, encoding_errors: as `create_pretraining_data`.
-      make_chunk, worker_state: the local path's own (`create_pretraining_data.make_chunk`,
-        `.worker_state`), given by the caller so that this module does not import it.
+      make_chunk, worker_state: `create_pretraining_data`'s own.
     """
     def build(pipeline):
         chunks, counted = _chunks(pipeline, run.files, input_format, encoding_errors,
@@ -95,10 +90,8 @@ def causal_lm(run, config, vocab_file: str, lower_case: bool, input_format: str,
       run: from `pretraining_run.start_run`.
       config: a `causal_lm_data.CausalDataConfig`.
       vocab_file, lower_case, input_format, encoding_errors: as `create_causal_lm_data`.
-      chunk_stream, stream_state, chunk_rng, block_to_example: the local path's own
-        (`causal_lm_data.chunk_stream`, `.stream_state`, `.block_to_example`,
-        `create_pretraining_data.chunk_rng`), given by the caller so that this module does
-        not import it.
+      chunk_stream, stream_state, block_to_example: `causal_lm_data`'s own; chunk_rng:
+        `create_pretraining_data.chunk_rng`.
     """
     block_size = config.block_size
 

@@ -8,21 +8,23 @@ import inspect
 
 from bert_trainer.encoders.albert_encoder import AlbertEncoder
 from bert_trainer.encoders.bert_encoder import BertEncoder
+from bert_trainer.encoders.gru_encoder import GruEncoder
 from bert_trainer.errors import UserError
 
-ENCODER_CLASSES = {"bert": BertEncoder, "albert": AlbertEncoder}
+ENCODER_CLASSES = {"bert": BertEncoder, "albert": AlbertEncoder, "gru": GruEncoder}
 
 
 def build_encoder(kind="bert", **rfc_kwargs):
     """Builds an encoder of `kind` from the RFC's arguments.
 
     Args:
-      kind: "bert" (`BertEncoder`) or "albert" (`AlbertEncoder`).
+      kind: "bert" (`BertEncoder`), "albert" (`AlbertEncoder`) or "gru" (`GruEncoder`, the
+        course's recurrent translators' encoder: `embedding_width`, `hidden_size`).
       **rfc_kwargs: the encoder's constructor arguments (`vocab_size`, `hidden_size`,
         `num_layers`, `num_attention_heads`, `inner_dim`, ...).
 
     Returns:
-      The encoder, a functional `keras.Model`.
+      The encoder, a `keras.Model`.
 
     Raises:
       UserError: unknown `kind`, or an argument the encoder does not take (a typo in a

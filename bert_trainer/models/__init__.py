@@ -7,7 +7,8 @@ from bert_trainer.models.bert_span_labeler import BertSpanLabeler
 from bert_trainer.models.bert_token_classifier import BertTokenClassifier
 from bert_trainer.models.causal_lm import CausalLM
 from bert_trainer.models.encoder_model import EncoderModel
+from bert_trainer.models.gru_translator import GruTranslator
 from bert_trainer.models.seq2seq_transformer import Seq2SeqTransformer
 
 __all__ = ["BertClassifier", "BertPretrainer", "BertSpanLabeler", "BertTokenClassifier",
-           "CausalLM", "EncoderModel", "Seq2SeqTransformer"]
+           "CausalLM", "EncoderModel", "GruTranslator", "Seq2SeqTransformer"]

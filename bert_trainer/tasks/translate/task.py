@@ -1,4 +1,5 @@
-"""Translation: a `Seq2SeqTransformer` around the task's encoder, trained with teacher forcing.
+"""Translation: a `Seq2SeqTransformer` around the task's encoder (or the course's GRU
+translators, `TranslateConfig.architecture`), trained with teacher forcing.
 
 Loss: cross-entropy with label smoothing (`TranslateConfig.label_smoothing`, 0.1 in the
 recipe, as in the Transformer paper) over the target tokens. The trainer averages per-example
@@ -16,6 +17,10 @@ accents stripped as the tokenizer does, so BLEU scores what the vocabulary can w
 A warm start (`--init_checkpoint`) is BERT2BERT's (`interop.bert2bert`): the encoder and the
 decoder's self-attention, feed-forward and embeddings from the checkpoint, cross-attention
 fresh. The encoder's size (`configs/encoders`) applies to both halves.
+
+Architectures (`ARCHITECTURES`): "transformer" (the default, around a BERT encoder), "gru" and
+"gru_attention" (`models.GruTranslator` around a `GruEncoder`, `build_encoder.kind = "gru"`:
+configs/translate/gru.gin and gru_attention.gin), which train from scratch.
 """
 
 import dataclasses
@@ -27,10 +32,11 @@ import tensorflow as tf
 from absl import logging
 
 from bert_trainer import features as F
+from bert_trainer.encoders import GruEncoder
 from bert_trainer.errors import UserError, require_positive_ints
 from bert_trainer.interop.bert2bert import warm_start_seq2seq
 from bert_trainer.metrics.bleu import corpus_bleu
-from bert_trainer.models import Seq2SeqTransformer
+from bert_trainer.models import GruTranslator, Seq2SeqTransformer
 from bert_trainer.models import seq2seq_transformer as s2s
 from bert_trainer.models.generation.seq2seq import translate
 from bert_trainer.ops import label_is_top, smoothed_cross_entropy
@@ -38,6 +44,8 @@ from bert_trainer.tasks.finetuning import DataConfig, EncoderSpec, FinetuneConfi
 from bert_trainer.tasks.translate import data as translate_data
 
 POSITION_ENCODINGS = ("learned", "sinusoidal")
+GRU_ARCHITECTURES = {"gru": False, "gru_attention": True}  # name: with Bahdanau attention
+ARCHITECTURES = ("transformer", *GRU_ARCHITECTURES)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +63,9 @@ class TranslateConfig:
       num_decoder_layers: decoder layers; None: the encoder's.
       position_encoding: the decoder's positions, "learned" or "sinusoidal".
       share_encoder_decoder: BERTShare: the decoder shares the encoder's layer weights.
+      architecture: "transformer" (a `Seq2SeqTransformer` around a BERT encoder), "gru" or
+        "gru_attention" (the course's `GruTranslator`, around `build_encoder.kind = "gru"`).
+        The decoder options above are the Transformer's.
     """
 
     max_target_length: int = 64
@@ -66,6 +77,7 @@ class TranslateConfig:
     num_decoder_layers: int | None = None
     position_encoding: str = "learned"
     share_encoder_decoder: bool = False
+    architecture: str = "transformer"
 
     def __post_init__(self):
         require_positive_ints(self, ("max_target_length", "beam_size"),
@@ -84,6 +96,9 @@ class TranslateConfig:
         if self.position_encoding not in POSITION_ENCODINGS:
             raise UserError(f"TranslateConfig.position_encoding={self.position_encoding!r}: "
                             f"choose one of {', '.join(POSITION_ENCODINGS)}")
+        if self.architecture not in ARCHITECTURES:
+            raise UserError(f"TranslateConfig.architecture={self.architecture!r}: choose one of "
+                            f"{', '.join(ARCHITECTURES)}")
         if self.decode_length > self.max_target_length:
             raise UserError(f"TranslateConfig.max_decode_length={self.max_decode_length} "
                             f"exceeds max_target_length={self.max_target_length} (the "
@@ -99,23 +114,48 @@ class TranslateConfig:
         return self.eval_beam_size or self.beam_size
 
 
+def architecture_mismatch(architecture: str, encoder_name: str) -> str | None:
+    """Why `architecture` cannot be built around an encoder of class `encoder_name` (None if
+    it can): the GRU translators need a `GruEncoder`, the Transformer a BERT encoder."""
+    gru = encoder_name == GruEncoder.__name__
+    if architecture in GRU_ARCHITECTURES and not gru:
+        return (f"TranslateConfig.architecture={architecture!r} is the course's GRU translator, "
+                f"built from scratch around a GruEncoder, not a {encoder_name}: use "
+                f"configs/translate/{architecture}.gin (build_encoder.kind = 'gru') without "
+                "--init_checkpoint")
+    if architecture not in GRU_ARCHITECTURES and gru:
+        return (f"a GruEncoder (build_encoder.kind = 'gru') translates with "
+                f"TranslateConfig.architecture 'gru' or 'gru_attention', not {architecture!r}")
+    return None
+
+
 def build_model(encoder: keras.Model, config: TranslateConfig) -> keras.Model:
-    """The `Seq2SeqTransformer` of `config` around `encoder` (shared, tied embeddings).
+    """The model of `config.architecture` around `encoder`: a `Seq2SeqTransformer` (shared,
+    tied embeddings) or a `GruTranslator`.
 
     Raises:
-      UserError: `max_target_length` exceeds the encoder's positions.
+      UserError: `max_target_length` exceeds the encoder's positions, or the encoder does
+        not suit the architecture.
     """
     limit = encoder.max_sequence_length
     if config.max_target_length > limit:
         raise UserError(f"TranslateConfig.max_target_length={config.max_target_length} exceeds "
                         f"the model's max_sequence_length={limit} (the decoder has the "
                         f"encoder's positions); use max_target_length <= {limit}")
+    mismatch = architecture_mismatch(config.architecture, type(encoder).__name__)
+    if mismatch:
+        raise UserError(mismatch)
     try:
-        model = Seq2SeqTransformer(
-            encoder, num_decoder_layers=config.num_decoder_layers, share_embeddings=True,
-            position_encoding=config.position_encoding,
-            max_target_length=config.max_target_length,
-            share_encoder_decoder=config.share_encoder_decoder, name="seq2seq_transformer")
+        if config.architecture in GRU_ARCHITECTURES:
+            model = GruTranslator(encoder, attention=GRU_ARCHITECTURES[config.architecture],
+                                  max_target_length=config.max_target_length,
+                                  name="gru_translator")
+        else:
+            model = Seq2SeqTransformer(
+                encoder, num_decoder_layers=config.num_decoder_layers, share_embeddings=True,
+                position_encoding=config.position_encoding,
+                max_target_length=config.max_target_length,
+                share_encoder_decoder=config.share_encoder_decoder, name="seq2seq_transformer")
     except ValueError as e:  # options that do not fit the encoder (e.g. BERTShare's layers)
         raise UserError(f"TranslateConfig: {e}") from None
     if not model.built:  # Every variable must exist for the optimizer and the checkpoint.
@@ -162,8 +202,17 @@ class TranslationTask(FinetuningTask):
     def __init__(self, task_data, encoder: EncoderSpec, *,
                  config: FinetuneConfig | None = None, data: DataConfig | None = None,
                  translate: TranslateConfig | None = None):
-        super().__init__(task_data, encoder, config=config, data=data)
+        # The architecture first: a mismatched encoder also brings another vocabulary.
         self.translate = translate or TranslateConfig()
+        architecture = self.translate.architecture
+        mismatch = architecture_mismatch(architecture, encoder.registered_name.rpartition(">")[2])
+        if mismatch:
+            raise UserError(mismatch)
+        if architecture in GRU_ARCHITECTURES and encoder.checkpoint is not None:
+            raise UserError(f"TranslateConfig.architecture={architecture!r} trains from scratch: "
+                            f"--init_checkpoint warm-starts the Transformer only (BERT2BERT); "
+                            "drop it (to continue a GRU run, pass its --model_dir again)")
+        super().__init__(task_data, encoder, config=config, data=data)
         limit = encoder.max_sequence_length
         if self.translate.max_target_length > limit:
             raise UserError(f"TranslateConfig.max_target_length="

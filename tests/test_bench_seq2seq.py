@@ -85,9 +85,12 @@ def test_smoothed_cross_entropy_matches_a_direct_computation():
 @pytest.mark.parametrize("attention,extra", [(False, 0), (True, 64 + (128 * 64 + 64))])
 def test_gru_baselines_have_the_course_sizes(attention, extra):
     vocab = 100
-    model = seq2seq_models.GruSeq2Seq(vocab, attention=attention)
+    model = seq2seq_models.gru_translator(vocab, 16, attention=attention)
     ids = np.array([[2, 7, 3, 0]], np.int32)
-    logits = model({features.INPUT_WORD_IDS: ids, features.DECODER_INPUT_IDS: ids[:, :3]})
+    logits = seq2seq_models.logits_of(model, {
+        features.INPUT_WORD_IDS: ids, features.INPUT_MASK: (ids > 0).astype(np.int32),
+        features.DECODER_INPUT_IDS: ids[:, :3], features.TARGET_IDS: ids[:, 1:]},
+        training=False)
     assert logits.shape == (1, 3, vocab)
     gru = 3 * (64 * 64 + 64 * 64 + 2 * 64)  # Keras GRU, reset_after: two bias vectors.
     assert model.count_params() == 2 * vocab * 64 + 2 * gru + 65 * vocab + extra

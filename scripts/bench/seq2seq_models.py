@@ -3,11 +3,11 @@
 Each builder returns a keras.Model whose `call(batch, training)` takes the benchmark's batch
 dict (`seq2seq_data.batch`) and returns logits [batch, target_len, vocab] (teacher forcing).
 
-- `GruSeq2Seq`: the course's encoder-decoder: embedding 64, GRU 64, the encoder's last state
-  starts the decoder. With `attention=True`, Bahdanau's additive attention over the encoder
-  states, queried by the decoder GRU's outputs (as TensorFlow's NMT tutorial does, so teacher
-  forcing is one parallel pass), its context joined to the GRU output before the projection.
-  `decode_step` runs one step for greedy decoding.
+- `gru_translator`: the course's encoder-decoder as bert-train ships it
+  (`bert_trainer.models.GruTranslator`, `configs/translate/gru*.gin`): embedding 64, GRU 64,
+  the encoder's last state starts the decoder; with `attention=True`, Bahdanau's additive
+  attention over the encoder states, queried by the decoder GRU's outputs, its context joined
+  to the GRU output before the projection. Decoded by the product's `translate` (greedy).
 - `keras_hub_transformer`: the keras.io English-Spanish example's structure
   (TokenAndPositionEmbedding -> TransformerEncoder; TokenAndPositionEmbedding ->
   TransformerDecoder -> Dropout -> Dense), with as many layers, heads and widths as ours.
@@ -47,70 +47,22 @@ class NotAvailable(RuntimeError):
     # The worker reports "NotAvailable: <message>", which the harness reads as "skipped".
 
 
-class GruSeq2Seq(keras.Model):
-    """GRU encoder-decoder, optionally with Bahdanau (additive) attention.
+def gru_translator(vocab_size: int, max_length: int, attention: bool = False,
+                   embedding_dim: int = 64, units: int = 64) -> keras.Model:
+    """bert-train's `GruTranslator` at the course's sizes (64 and 64).
 
     Args:
       vocab_size: the joint vocabulary (separate source and target embedding tables).
-      embedding_dim, units: 64 and 64 in the course.
+      max_length: the longest source and target.
       attention: add Bahdanau attention.
+      embedding_dim, units: the embedding width and the GRU's units.
     """
+    from bert_trainer.encoders import GruEncoder  # noqa: PLC0415
+    from bert_trainer.models import GruTranslator  # noqa: PLC0415
 
-    def __init__(self, vocab_size: int, embedding_dim: int = 64, units: int = 64,
-                 attention: bool = False, **kwargs):
-        super().__init__(**kwargs)
-        self.source_embedding = keras.layers.Embedding(vocab_size, embedding_dim)
-        self.target_embedding = keras.layers.Embedding(vocab_size, embedding_dim)
-        self.encoder_gru = keras.layers.GRU(units, return_sequences=True, return_state=True)
-        self.decoder_gru = keras.layers.GRU(units, return_sequences=True, return_state=True)
-        self.attention = keras.layers.AdditiveAttention() if attention else None
-        self.combine = keras.layers.Dense(units, activation="tanh") if attention else None
-        self.output_dense = keras.layers.Dense(vocab_size)
-
-    def encode(self, batch: dict):
-        """(encoder states [b, s, units], last state [b, units], source mask [b, s] bool)."""
-        ids = batch[features.INPUT_WORD_IDS]
-        mask = tf.not_equal(ids, 0)
-        states, last = self.encoder_gru(self.source_embedding(ids), mask=mask)
-        return states, last, mask
-
-    def _project(self, outputs, states, mask):
-        if self.attention is not None:
-            context = self.attention([outputs, states], mask=[None, mask])
-            outputs = self.combine(tf.concat([context, outputs], axis=-1))
-        return self.output_dense(outputs)
-
-    def call(self, batch: dict, training=None):
-        states, last, mask = self.encode(batch)
-        ids = batch[features.DECODER_INPUT_IDS]
-        outputs, _ = self.decoder_gru(self.target_embedding(ids), initial_state=last,
-                                      mask=tf.not_equal(ids, 0), training=training)
-        return self._project(outputs, states, mask)
-
-    def decode_step(self, ids, state, states, mask):
-        """One greedy step: ids [b] -> (logits [b, vocab], new state [b, units])."""
-        outputs, state = self.decoder_gru(self.target_embedding(ids[:, None]),
-                                          initial_state=state)
-        return self._project(outputs, states, mask)[:, 0], state
-
-
-def gru_decoder(model: GruSeq2Seq, *, max_length: int, start_id: int, end_id: int):
-    """batch -> decoded ids, in a tf.function (one trace: the batches have one shape)."""
-
-    @tf.function(reduce_retracing=True)
-    def decode(batch):
-        states, state, mask = model.encode(batch)
-        ids = tf.fill([tf.shape(states)[0]], start_id)
-        done = tf.zeros_like(ids, tf.bool)
-        out = tf.TensorArray(tf.int32, size=max_length)
-        for i in tf.range(max_length):
-            logits, state = model.decode_step(ids, state, states, mask)
-            ids = tf.argmax(logits, axis=-1, output_type=tf.int32)
-            out = out.write(i, tf.where(done, 0, ids))
-            done = done | tf.equal(ids, end_id)
-        return tf.transpose(out.stack())
-
-    return decode
+    encoder = GruEncoder(vocab_size=vocab_size, embedding_width=embedding_dim,
+                         hidden_size=units, max_sequence_length=max_length)
+    return GruTranslator(encoder, attention=attention, max_target_length=max_length)
 
 
 def keras_hub_transformer(vocab_size: int, size: Size, max_length: int,
@@ -199,8 +151,9 @@ def bert2bert(minilm_dir: str, max_length: int, warm_start: bool) -> tuple[keras
 
 def logits_of(model: keras.Model, batch: dict, training) -> tf.Tensor:
     """float32 logits whatever the model returns (a tensor or bert-train's {"logits"})."""
-    if hasattr(model, "decoder_layers"):  # bert-train's: given target ids, it returns rows
-        batch = {k: v for k, v in batch.items() if k != features.TARGET_IDS}
+    # bert-train's models, given target ids, return the real tokens' rows: these are scored
+    # on every position.
+    batch = {k: v for k, v in batch.items() if k != features.TARGET_IDS}
     out = model(batch, training=training)
     if isinstance(out, dict):
         out = out[features.LOGITS]

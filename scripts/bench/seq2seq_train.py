@@ -86,7 +86,7 @@ def build_model(kind: str, vocab_size: int, size: str, max_length: int, dropout:
     """(model, info) of a benchmark kind (see KINDS)."""
     info = {}
     if kind in ("gru", "bahdanau"):
-        model = models.GruSeq2Seq(vocab_size, attention=kind == "bahdanau")
+        model = models.gru_translator(vocab_size, max_length, attention=kind == "bahdanau")
     elif kind == "keras_hub":
         model = models.keras_hub_transformer(vocab_size, models.Size.parse(size), max_length,
                                              dropout)
@@ -187,15 +187,14 @@ def corpus_bleu(hypotheses: list[str], references: list[str]) -> float:
 def _decoders(kind, model, tokenizer, max_length, beam_size, length_penalty):
     """{name: batch -> ids [b, L]} of the decoding settings this kind is scored with."""
     start, end = tokenizer.cls_id, tokenizer.sep_id
-    if kind in ("gru", "bahdanau"):
-        return {"greedy": models.gru_decoder(model, max_length=max_length, start_id=start,
-                                             end_id=end)}
     try:
         from bert_trainer.models.generation.seq2seq import translate  # noqa: PLC0415
     except ImportError as e:
         raise models.NotAvailable(f"bert_trainer.models.generation.seq2seq ({e})") from None
     out = {}
-    for name, beam in (("greedy", 1), (f"beam{beam_size}", beam_size)):
+    settings = (("greedy", 1),) if kind in ("gru", "bahdanau") else (  # the course: greedy
+        ("greedy", 1), (f"beam{beam_size}", beam_size))
+    for name, beam in settings:
         def decode(batch, beam=beam):
             inputs = {k: batch[k] for k in features.ENCODER_INPUTS}
             return translate(model, inputs, beam_size=beam, length_penalty=length_penalty,

@@ -108,14 +108,21 @@ def test_end_token_stops_a_row(model):
     assert out[GENERATED_LENGTHS][1] <= 3
 
 
-# Sampling settings of the two tests below: Python numbers are traced into the compiled loop,
-# so the same numbers (and seed) let the second reuse the first's trace and XLA program.
+# Sampling settings of the tests below.
 SAMPLED = {"temperature": 1.2, "top_k": 20, "top_p": 0.9}
+
+
+def _sampled_loop(model):
+    """The XLA-compiled sampling loop `generate` keeps for `model` (max_new_tokens NEW)."""
+    from bert_trainer.models.generation import compiled_loops  # noqa: PLC0415
+
+    return compiled_loops._COMPILED[model][("generate", NEW, VOCAB + 1, False)]  # noqa: SLF001
 
 
 def test_sampling_is_reproducible_and_top_k_1_is_greedy(model):
     greedy = _run(model)
     first = _run(model, **SAMPLED, seed=7)
+    traces = _sampled_loop(model).experimental_get_tracing_count()
     again = _run(model, **SAMPLED, seed=7)
     other = _run(model, **SAMPLED, seed=8)
     np.testing.assert_array_equal(first[GENERATED_IDS], again[GENERATED_IDS])
@@ -126,6 +133,9 @@ def test_sampling_is_reproducible_and_top_k_1_is_greedy(model):
         narrow = _run(model, temperature=0.8, seed=3, **kwargs)
         np.testing.assert_array_equal(narrow[GENERATED_IDS], greedy[GENERATED_IDS])
         assert_close(narrow[SCORES], greedy[SCORES])
+    # The settings and the seed are the loop's tensors: new values reuse its one trace (and
+    # XLA program) for these shapes instead of compiling it again.
+    assert _sampled_loop(model).experimental_get_tracing_count() == traces
     # Sampling with the cache draws the same tokens as without it.
     uncached = _run(model, **SAMPLED, seed=7, use_cache=False)
     np.testing.assert_array_equal(uncached[GENERATED_IDS], first[GENERATED_IDS])

@@ -162,6 +162,11 @@ def uncached_step(model, aligned, padding, cache_length):
     return step_fn, {"prefix": buffer}, {"input_mask": real}
 
 
+# The sampling settings' dtypes in the loops (`decoding.sample` casts to the same).
+_SETTING_DTYPES = {"temperature": tf.float32, "top_k": tf.int32, "top_p": tf.float32,
+                   "seed": tf.int64, "max_steps": tf.int32}
+
+
 def _loop(model, max_new_tokens, end_id, greedy, use_cache):
     """run(prompt_ids, prompt_lengths, settings) -> (ids, scores): the prefill and the loop."""
     def run(prompt_ids, prompt_lengths, settings):
@@ -260,6 +265,9 @@ def generate(model, prompt_ids, prompt_lengths, *, max_new_tokens, end_id, tempe
         run = _loop(model, max_new_tokens, end_id, greedy, use_cache)
     if greedy:  # the sampling settings are not used (nor traced)
         settings = {key: settings[key] for key in ("max_steps",) if key in settings}
+    else:  # as tensors: a new temperature, top-k, top-p or seed reuses the compiled loop
+        settings = {key: tf.cast(tf.convert_to_tensor(value), _SETTING_DTYPES[key])
+                    for key, value in settings.items()}
     ids, scores = run(prompt_ids, prompt_lengths, settings)
     ids = tf.where(ids == end_id, PAD_ID, ids)  # the end token is the last nonzero one
     lengths = tf.reduce_sum(tf.cast(ids != PAD_ID, tf.int32), axis=1)

@@ -480,7 +480,18 @@ WINDOW_CASES = [
     ("finetune doc_stride 0", [*SST2_FRESH, "--doc_stride=0"],
      "flag --doc_stride=0: 0 is not a positive integer"),
     ("finetune unknown long_texts", [*SST2_FRESH, "--long_texts=wrap"],
-     "flag --long_texts=wrap: value should be one of <windows|truncate>"),
+     "flag --long_texts=wrap: value should be one of <windows|truncate|head_tail>"),
+    ("finetune long_texts=head_tail for tagging", [*CONLL_FRESH, "--long_texts=head_tail"],
+     "--long_texts=head_tail applies to classification and regression tasks, not to tagging; "
+     "use windows or truncate"),
+    ("finetune long_texts=head_tail for a pair",
+     [*SST2_FRESH, "--text_b_column=sentence", "--long_texts=head_tail"],
+     "FinetuneConfig.long_texts='head_tail' keeps the head and tail of one text; task 'sst2' "
+     "reads pairs: use windows or truncate"),
+    ("finetune long_texts=head_tail for tagging through gin",
+     [*CONLL_FRESH, "--gin_param=FinetuneConfig.long_texts = 'head_tail'"],
+     "FinetuneConfig.long_texts='head_tail' would cut words out of the middle of a tagged "
+     "sentence; tagging uses windows or truncate"),
     ("finetune doc_stride 0 through gin",
      [*SST2_FRESH, "--gin_param=FinetuneConfig.doc_stride = 0"],
      "FinetuneConfig.doc_stride=0 must be an integer >= 1"),

@@ -153,6 +153,30 @@ def test_a_long_pair_keeps_its_first_text_and_windows_the_second(tokenizer):
     assert seen == set(range(len(b)))  # Every piece of the second text is in a window.
 
 
+def test_head_and_tail_keep_the_first_quarter_of_the_room_and_fill_it_from_the_end(tokenizer):
+    kept = classification_data.head_and_tail(tf.ragged.constant([list(range(10)), [7, 8, 9]]), 8)
+    assert kept.to_list() == [[0, 1, 4, 5, 6, 7, 8, 9], [7, 8, 9]]
+    long_text = words_text(40, 4)
+    batch = {"text": tf.constant([long_text, SHORT[0]]), "label": tf.constant([1, 0])}
+    rows = classification_data.text_features(tokenizer, batch, SEQ, with_cut=True,
+                                             head_tail=True)
+    first = classification_data.text_features(tokenizer, batch, SEQ, with_cut=True)
+    pieces = tokenizer.tokenize([long_text]).to_list()[0]
+    room = SEQ - 2
+    head = room // 4
+    ids = rows[features.INPUT_WORD_IDS].numpy()
+    assert ids[0, 1:1 + head].tolist() == pieces[:head]
+    assert ids[0, 1 + head:SEQ - 1].tolist() == pieces[len(pieces) - (room - head):]
+    assert (ids[0, 0], ids[0, -1]) == (tokenizer.cls_id, tokenizer.sep_id)
+    assert rows[classification_data.CUT].numpy().tolist() == [1, 0]  # counted as cut
+    for name in (*features.ENCODER_INPUTS, features.LABEL_IDS):  # a text that fits: as ever
+        np.testing.assert_array_equal(rows[name].numpy()[1], first[name].numpy()[1])
+    with pytest.raises(ValueError, match="head_tail reads single texts"):
+        classification_data.text_features(
+            tokenizer, {"text": tf.constant(["a"]), "text_b": tf.constant(["b"])}, SEQ,
+            head_tail=True)
+
+
 # -- tagging rows -------------------------------------------------------------------------
 
 
@@ -236,6 +260,14 @@ def test_classifier_serving_combines_windows_as_the_evaluation_does(vocab_file, 
     long_text = words_text(60, 7)
     texts = tf.constant(SHORT + [long_text])
     truncate = classifier(model, vocab_file, long_texts="truncate").text_function()(texts)
+    # Head and tail: the model on the rows training reads (`text_features(head_tail=True)`).
+    head_tail = classifier(model, vocab_file, long_texts="head_tail").text_function()(texts)
+    rows = classification_data.text_features(tokenizer, {"text": texts}, SEQ, head_tail=True)
+    np.testing.assert_allclose(head_tail["probabilities"].numpy(), tf.nn.softmax(
+        model(rows, training=False)[LOGITS]).numpy(), atol=1e-5)
+    assert head_tail["truncated"].numpy().tolist() == [False] * 4 + [True]
+    assert np.abs(head_tail["probabilities"].numpy()[4]
+                  - truncate["probabilities"].numpy()[4]).max() > 1e-3
     probabilities, functions = {}, {}
     for pooling in windows.POOLINGS:
         functions[pooling] = classifier(model, vocab_file, window_pooling=pooling).text_function()

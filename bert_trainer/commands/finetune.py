@@ -35,7 +35,8 @@ Texts longer than --seq_length (classification, tagging) are cut into windows --
 pieces apart: every window trains as a row (so the step count counts windows), and the
 evaluation, `predict` and the export combine a text's windows (classification: the mean of
 their logits, or --window_pooling=max; tagging: each word from the window where it has the
-most context). --long_texts=truncate keeps the first pieces instead.
+most context). --long_texts=truncate keeps the first pieces instead, --long_texts=head_tail
+(single-text classification) the first quarter of the row and the text's last pieces.
 """
 
 import functools
@@ -96,9 +97,11 @@ flags.DEFINE_boolean("fit_batch", None, "Compute --batch_size in the largest mic
                      "fit memory, accumulating gradients (TrainerConfig.fit_batch; default: on).")
 flags.DEFINE_integer("micro_batch_size", None, "Force this per-replica micro-batch (it must "
                      "divide the per-replica batch; TrainerConfig.micro_batch_size).")
-flags.DEFINE_enum("long_texts", None, ["windows", "truncate"], "Texts longer than --seq_length "
-                  "(classification, tagging): windows (the default: overlapping windows, each "
-                  "trained as a row, combined to predict) or truncate (FinetuneConfig.long_texts).")
+flags.DEFINE_enum("long_texts", None, ["windows", "truncate", "head_tail"],
+                  "Texts longer than --seq_length (classification, tagging): windows (the "
+                  "default: overlapping windows, each trained as a row, combined to predict), "
+                  "truncate (the first pieces) or head_tail (single-text classification: the "
+                  "first quarter and the last three quarters) (FinetuneConfig.long_texts).")
 flags.DEFINE_integer("doc_stride", None, "Word pieces between the starts of a long text's "
                      "windows (FinetuneConfig.doc_stride, default half a window; SQuAD: "
                      "SquadConfig.doc_stride).", lower_bound=1)

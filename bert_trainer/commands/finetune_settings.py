@@ -106,6 +106,10 @@ class FinetuneSettings:
         if not family.truncates and self.long_texts == "truncate":
             raise UserError(f"--long_texts=truncate does not apply to {family.name} tasks: their "
                             "texts are always windowed (set the stride with --doc_stride)")
+        if self.long_texts == "head_tail" and not family.head_tail:
+            keeps = [f.name for f in registry.families() if f.head_tail]
+            raise UserError(f"--long_texts=head_tail applies to {' and '.join(keeps)} tasks, not "
+                            f"to {family.name}; use windows or truncate")
         if self.window_pooling is not None and not family.window_pooling:
             pooling = [f.name for f in registry.families() if f.window_pooling]
             raise UserError(f"--window_pooling applies to {' and '.join(pooling)}, not to "

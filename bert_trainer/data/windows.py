@@ -34,7 +34,7 @@ NUM_WINDOWS = "num_windows"        # int32 [rows]: how many windows the row's te
 WINDOW_START = "window_start"      # int32 [rows]: the text's piece at the row's first piece
 IS_MAX_CONTEXT = "is_max_context"  # bool [rows, seq]: the row gives this piece its most context
 EVAL_KEYS = (EXAMPLE_INDEX, NUM_WINDOWS, WINDOW_START, IS_MAX_CONTEXT)
-LONG_TEXTS = ("windows", "truncate")
+LONG_TEXTS = ("windows", "truncate", "head_tail")  # head_tail: classification only
 POOLINGS = ("mean", "max")
 # What a model directory's bert_train.json "task" entry records, and the value of a
 # directory written before texts were windowed (the defaults of FinetuneConfig).

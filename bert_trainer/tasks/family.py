@@ -42,6 +42,7 @@ class Family(ExampleReader):
       column_flags: the `finetune` flags that map the columns of the family's files, each to
         the `registry.resolve_task_data` argument it sets (families that read columns).
       truncates: `--long_texts=truncate` applies (else the family always windows).
+      head_tail: `--long_texts=head_tail` applies (single texts: classification, regression).
       window_pooling: `--window_pooling` applies.
       doc_stride_binding: the gin parameter that `--doc_stride` binds.
       gin_configs: task constructor keyword → config dataclass, built from gin by class name
@@ -61,6 +62,7 @@ class Family(ExampleReader):
     column_flags: dict = {"text_column": "text_column", "text_b_column": "text_b_column",
                           "label_column": "label_column"}
     truncates: bool = True
+    head_tail: bool = False
     window_pooling: bool = False
     doc_stride_binding: str = "FinetuneConfig.doc_stride"
     gin_configs: dict = {}

@@ -94,7 +94,9 @@ class FinetuneConfig:
         learning. Off by default.
       long_texts: classification and tagging texts longer than `seq_length`: "windows" (cut
         into overlapping windows: each window trains as a row, evaluation and prediction
-        combine them, see `data/windows.py`) or "truncate" (keep the first pieces).
+        combine them, see `data/windows.py`), "truncate" (keep the first pieces) or
+        "head_tail" (classification and regression of single texts: keep the first quarter of
+        the row and fill the rest from the text's end, Sun et al. 2019).
       doc_stride: pieces between window starts; None: half a window.
       window_pooling: how a text's window logits combine (classification, regression):
         "mean" or "max".

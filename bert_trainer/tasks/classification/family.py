@@ -48,6 +48,7 @@ class ClassificationFamily(Family):
     reads_columns = True
     has_label_names = True
     window_pooling = True
+    head_tail = True
     input_orders = (("text", "text_b"), ("text",))
     answer_outputs = ("probabilities",)
     label_dtype = tf.int64

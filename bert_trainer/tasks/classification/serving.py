@@ -4,7 +4,8 @@ Tokenization and packing are the training pipeline's (`data.text_features` /
 `data.window_features`), so a served text is encoded exactly as in fine-tuning; a text longer
 than `seq_length` is cut into windows whose logits are combined (mean or max) in graph.
 Every signature also returns `truncated` bool [b]: the text (pair) lost pieces to fit
-(`--long_texts=truncate`, or a pair's first text cut to leave room for the second's windows).
+(`--long_texts=truncate` or `head_tail`, or a pair's first text cut to leave room for the
+second's windows).
 """
 
 import tensorflow as tf
@@ -77,7 +78,8 @@ class ClassifierServing(TaskServing):
                                   self.window_pooling)
             cut = tf.math.unsorted_segment_max(rows[CUT], rows[windows.EXAMPLE_INDEX], count)
         else:
-            inputs = text_features(self.tokenizer, batch, self.seq_length, with_cut=True)
+            inputs = text_features(self.tokenizer, batch, self.seq_length, with_cut=True,
+                                   head_tail=self.long_texts == "head_tail")
             logits, cut = self._run_model(inputs)[LOGITS], inputs[CUT]
         return {**self._answer(logits), TRUNCATED: cut > 0}
 

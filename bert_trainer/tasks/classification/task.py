@@ -73,6 +73,9 @@ class SentenceClassificationTask(FinetuningTask):
                             f"{', '.join(sorted(classification_metrics.METRICS))}")
         self.best_metric = best if best in self.metric_names else self.metric_names[0]
         self.window_options = windows.config_options(self.config)
+        if self.window_options["long_texts"] == "head_tail" and task_data.is_pair:
+            raise UserError(f"FinetuneConfig.long_texts='head_tail' keeps the head and tail of "
+                            f"one text; task '{self.name}' reads pairs: use windows or truncate")
         self.windowed = self.window_options["long_texts"] == "windows"
 
     def _check_classes(self) -> None:

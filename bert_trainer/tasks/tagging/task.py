@@ -62,6 +62,9 @@ class TaggingTask(FinetuningTask):
             raise UserError(f"task '{self.name}' has the tags {list(self.label_names)}; tagging "
                             "needs at least 2 (check the tag column of the training file)")
         self.window_options = windows.config_options(self.config)
+        if self.window_options["long_texts"] == "head_tail":
+            raise UserError("FinetuneConfig.long_texts='head_tail' would cut words out of the "
+                            "middle of a tagged sentence; tagging uses windows or truncate")
         self.windowed = self.window_options["long_texts"] == "windows"
 
     def build_head_model(self, encoder: keras.Model) -> keras.Model:

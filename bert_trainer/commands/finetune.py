@@ -130,9 +130,8 @@ def main(argv):
                         "or Google BERT directory (or, to train from scratch, --vocab_file and "
                         "a --gin_file binding build_encoder.*)")
     gin_files = [*([family.recipe] if family.recipe else []), *settings.gin_files]
-    _register_family_configs(family)
     flag_bindings = functools.partial(settings.gin_bindings, family)
-    common.parse_gin(gin_files, settings.gin_params, flag_bindings())
+    parse_config(settings)
     if seeds is not None:
         single = finetune_seeds.SingleRun(
             flag_bindings=flag_bindings, plan=functools.partial(_plan, settings),
@@ -149,6 +148,32 @@ def _register_family_configs(family) -> None:
 
     for config_class in family.gin_configs.values():
         configurables.configurable(config_class)
+
+
+def parse_config(settings: FinetuneSettings) -> None:
+    """Parses gin as the command does: the family's recipe, then `settings.gin_files`, then
+    `settings.gin_params`, then the hyperparameter settings as bindings (the family's option
+    classes registered first)."""
+    from bert_trainer.tasks import registry  # noqa: PLC0415
+
+    family = registry.family_of(settings.task)
+    _register_family_configs(family)
+    common.parse_gin([*([family.recipe] if family.recipe else []), *settings.gin_files],
+                     settings.gin_params, settings.gin_bindings(family))
+
+
+def build_run(settings: FinetuneSettings, model_dir: str, strategy):
+    """The task and the `Trainer` (warm-started, or resumed from `model_dir`) that a run of
+    the command with `settings` trains, after `parse_config`: for a caller that drives the
+    steps itself (the fine-tuning benchmark, `scripts/bench/finetune_step.py`).
+
+    Args:
+      settings: the command's settings.
+      model_dir: the run's directory.
+      strategy: the `tf.distribute` strategy (the command's: --strategy/--tpu).
+    """
+    task, run_settings = _plan(settings)
+    return task, _build_trainer(task, model_dir, run_settings, strategy)
 
 
 def _run_one(settings: FinetuneSettings, model_dir: str, label: str = "") -> int:
@@ -259,7 +284,7 @@ def _derive_settings(settings: FinetuneSettings, task):
     return derived
 
 
-def _build_trainer(task, model_dir: str, run_settings):
+def _build_trainer(task, model_dir: str, run_settings, strategy=None):
     """The Trainer, with the derived settings passed to its configs (gin is left as parsed).
 
     Every format of --init_checkpoint warm-starts the same way: on a fresh run the trainer
@@ -275,7 +300,8 @@ def _build_trainer(task, model_dir: str, run_settings):
     return Trainer(task, model_dir,
                    config=configured(configurables.TrainerConfig, "TrainerConfig"),
                    optimizer=configured(configurables.OptimizerConfig, "OptimizerConfig"),
-                   strategy=common.get_strategy(), derived_bindings=run_settings.gin_bindings())
+                   strategy=strategy or common.get_strategy(),
+                   derived_bindings=run_settings.gin_bindings())
 
 
 def _print_warm_start(settings: FinetuneSettings, task, label: str = "") -> None:

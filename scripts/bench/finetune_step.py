@@ -5,11 +5,12 @@
 does before its loop (`bert_trainer/commands/finetune.py`): the task family's gin recipe
 (`Family.recipe`, configs/tasks/<family>.gin) with the flags as bindings, the task data with
 its label names, the encoder spec read from the Hugging Face directory,
-`registry.build_task`, the `Trainer` with the run length, warmup and best metric derived from
-the task, and the warm start of the encoder. Then run(n) trains n steps through
-`Trainer.run_steps` on the trainer's own training input (the task's `build_inputs`:
-tokenization, batching and whatever length bucketing the pipeline does), so the benchmark
-times whatever the command would run.
+`registry.build_task`, the `Trainer` with the run length and warmup derived from the task,
+and the warm start of the encoder: the command's own functions (`finetune.parse_config`,
+`finetune.build_run`), so the benchmark cannot drift from what the command runs. Then run(n)
+trains n steps through `Trainer.run_steps` on the trainer's own training input (the task's
+`build_inputs`: tokenization, batching and whatever length bucketing the pipeline does), so
+the benchmark times whatever the command would run.
 
 It also writes the raw training examples the task reads (decoded, one JSON object a line) so
 the PyTorch baseline (`torch_finetune.py`) trains on exactly the same examples in the same
@@ -52,47 +53,33 @@ def build_task_and_trainer(*, task: str, train_file: str, init_checkpoint: str,
                            max_train_examples: int, seq_length: int, batch_size: int,
                            train_steps: int, model_dir: str, skip_bad_rows: bool = False,
                            gin_params=()):
-    """The task and trainer of `bert-train finetune` with these flags (see the module doc).
+    """The task and trainer of `bert-train finetune` with these flags, built by the command's
+    own functions (`finetune.parse_config`, `finetune.build_run`: see the module doc).
+
+    The run does not evaluate (`TrainerConfig.eval_steps = 0`, no best checkpoint), so no
+    evaluation data is read; the trainer warm-starts the encoder from `init_checkpoint`.
 
     Returns:
       (task, trainer, optimizer_config).
     """
     import gin
+    import tensorflow as tf
 
-    from bert_trainer import configurables
-    from bert_trainer.commands import common
-    from bert_trainer.tasks import finetuning, registry
+    from bert_trainer.commands import finetune
+    from bert_trainer.commands.finetune_settings import FinetuneSettings
+    from bert_trainer.tasks import finetuning
 
     gin.clear_config()
-    family = registry.family_of(task)
-    bindings = [common.gin_binding(name, value) for name, value in (
-        ("FinetuneConfig.seq_length", seq_length),
-        ("FinetuneConfig.train_batch_size", batch_size),
-        ("TrainerConfig.train_steps", train_steps))]
-    common.parse_gin([family.recipe] if family.recipe else [], list(gin_params), bindings)
-    data = finetuning.DataConfig(train_file=train_file, max_train_examples=max_train_examples,
-                                 skip_bad_rows=skip_bad_rows)
-    task_data = registry.resolve_task_data(task, train_file=train_file,
-                                           skip_bad_rows=skip_bad_rows)
-    config = common.build_configured(configurables.FinetuneConfig, "FinetuneConfig")
-    spec = finetuning.spec_from_checkpoint(init_checkpoint)
-    built = registry.build_task(task_data, spec, config=config, data=data)
-    # As the command's _build_trainer: warmup and best metric from the task; the Hugging Face
-    # weights are loaded into the built model by the task (the trainer reads TF checkpoints).
-    warmup = built.config.warmup_steps(train_steps)
-    if warmup is not None:
-        gin.bind_parameter("OptimizerConfig.warmup_steps", warmup)
-    gin.bind_parameter("TrainerConfig.best_metric", built.best_metric)
-    gin.bind_parameter("TrainerConfig.best_metric_mode", built.best_metric_mode)
-    from bert_trainer.training.trainer import Trainer
-
-    optimizer = common.build_configured(configurables.OptimizerConfig, "OptimizerConfig")
-    trainer = Trainer(built, model_dir,
-                      config=common.build_configured(configurables.TrainerConfig,
-                                                     "TrainerConfig"),
-                      optimizer=optimizer)
-    built.initialize(trainer.model, init_checkpoint)
-    return built, trainer, optimizer
+    settings = FinetuneSettings(
+        task=task, init_checkpoint=init_checkpoint, seq_length=seq_length,
+        batch_size=batch_size, train_steps=train_steps,
+        data=finetuning.DataConfig(train_file=train_file, max_train_examples=max_train_examples,
+                                   skip_bad_rows=skip_bad_rows),
+        gin_params=("TrainerConfig.eval_steps = 0", "TrainerConfig.best_metric = None",
+                    *gin_params))
+    finetune.parse_config(settings)
+    built, trainer = finetune.build_run(settings, model_dir, tf.distribute.get_strategy())
+    return built, trainer, trainer.optimizer_config
 
 
 def _traces(step) -> int:

@@ -104,6 +104,7 @@ def test_compare_applies_the_tolerance():
     assert not bf16_curve_report.compare(_results(fp32, fp32, exit_code=1), 0.02, 200)["holds"]
 
 
+@pytest.mark.slow  # the benchmark end to end in a subprocess, as the other benchmarks' smokes
 def test_smoke_run_writes_both_curves_and_the_isa(tmp_path, pretraining_data):
     output, plot = tmp_path / "out" / "curve.json", tmp_path / "out" / "curve.png"
     done = subprocess.run(

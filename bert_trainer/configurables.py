@@ -14,8 +14,9 @@ from bert_trainer import config_files, gin_guard
 from bert_trainer.encoders import builder
 from bert_trainer.errors import UserError
 from bert_trainer.models import causal_lm
-from bert_trainer.tasks import finetuning, pretraining
+from bert_trainer.tasks import finetuning
 from bert_trainer.tasks.causal_lm import task as causal_lm_task
+from bert_trainer.tasks.masked_lm import task as pretraining
 from bert_trainer.tasks.squad import task as question_answering
 from bert_trainer.training import optimization, trainer
 
@@ -35,8 +36,9 @@ PretrainingConfig = gin.external_configurable(pretraining.PretrainingConfig,
                                               module="bert_trainer.tasks")
 CausalLMConfig = gin.external_configurable(causal_lm_task.CausalLMConfig,
                                            module="bert_trainer.tasks")
+# The objectives' names (`Family.objective`; tests/test_family_boundaries.py checks the two
+# agree), so that a typo is refused as the gin file is read.
 PRETRAINING_OBJECTIVES = ("masked_lm", "causal_lm")
-MASKED_LM, CAUSAL_LM = PRETRAINING_OBJECTIVES  # compared by name: "causal_lm" is also a family
 
 
 @gin.configurable(module="bert_trainer.tasks")

@@ -233,7 +233,7 @@ def test_smoke_training_entries_are_consistent(smoke):
     train = results["training"]
     groups = {e["group"] for e in train}
     assert groups == {"compare", "size_growth", "seq_growth"}
-    wired = importlib.util.find_spec("bert_trainer.tasks.pretraining") is not None
+    wired = importlib.util.find_spec("bert_trainer.tasks.masked_lm.task") is not None
     for e in train:
         if e["implementation"].startswith("bert_train") and not wired:
             assert e["status"] == "skipped" and e["note"].startswith("NotAvailable")

@@ -109,6 +109,24 @@ def test_per_replica_batch_size():
         input_utils.per_replica_batch_size(62, ctx)
 
 
+def test_one_options_object_or_its_fields(shared_dir, tokenizer):
+    """Every family's builder takes `PipelineOptions` (as the tasks pass them) or its fields."""
+    raw = _raw(shared_dir, "sst2", "sst2/dev.tsv").take(20)
+    options = input_utils.PipelineOptions(batch_size=8, is_training=False)
+    by_object = list(classification_dataset(raw, tokenizer, seq_length=32, options=options))
+    by_fields = list(classification_dataset(raw, tokenizer, seq_length=32, batch_size=8,
+                                            is_training=False))
+    assert [len(b[features.LABEL_IDS]) for b in by_object] == [8, 8, 4]
+    for a, b in zip(by_object, by_fields, strict=True):
+        np.testing.assert_array_equal(a[features.INPUT_WORD_IDS], b[features.INPUT_WORD_IDS])
+    with pytest.raises(TypeError, match=r"pass options= or its fields, not both \(\['seed'\]\)"):
+        classification_dataset(raw, tokenizer, seq_length=32, options=options, seed=3)
+    with pytest.raises(UserError, match="batch size 0 must be >= 1"):
+        input_utils.PipelineOptions(batch_size=0)
+    with pytest.raises(UserError, match="shuffle buffer 0 must be >= 1"):
+        input_utils.PipelineOptions(batch_size=8, shuffle_buffer=0)
+
+
 @pytest.mark.slow  # over a few seconds: left out of make test-fast
 def test_deterministic_mode_repeats_order(shared_dir, tokenizer):
     raw = _raw(shared_dir, "sst2", "sst2/dev.tsv")

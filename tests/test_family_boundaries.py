@@ -71,3 +71,25 @@ def test_every_built_in_family_is_one_registered_package():
             continue  # no fine-tuning tasks (causal_lm generates): no finetune recipe
         assert family.recipe == f"configs/tasks/{name}.gin"
         assert pathlib.Path(common.resolve_gin_file(family.recipe)).is_file()
+
+
+def test_pretraining_objectives_are_families_that_pretrain_asks():
+    """`bert-train pretrain` asks `registry.objective` (tasks/objective.py): each objective
+    is a built-in family's, named in configurables' list, with registered gin configurables."""
+    from bert_trainer import configurables
+
+    owners = {f.objective.name: f for f in registry.families() if f.objective is not None}
+    assert sorted(owners) == sorted(configurables.PRETRAINING_OBJECTIVES)
+    for name, family in owners.items():
+        assert family.name in registry.BUILT_IN and registry.objective(name) is family.objective
+        objective = family.objective
+        assert hasattr(configurables, objective.config_name), objective.config_name
+        assert callable(getattr(configurables, objective.builder_name)), objective.builder_name
+    assert owners["masked_lm"].exports_encoder and not owners["causal_lm"].exports_encoder
+    # What masked-LM model directories record ("pretraining") is read as its family.
+    assert registry.family_from_info({"family": "pretraining"}) is owners["masked_lm"]
+    pretrain = (PACKAGE / "commands" / "pretrain.py").read_text(encoding="utf-8")
+    assert "registry.objective(" in pretrain
+    for module in ("tasks.causal_lm", "tasks.masked_lm", "CausalLMTask", "PretrainingTask"):
+        assert module not in pretrain, f"commands/pretrain.py names {module}: ask the objective"
+

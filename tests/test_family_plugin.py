@@ -79,7 +79,8 @@ def test_a_name_or_a_dataset_of_another_family_is_refused(clean_registry):
 
 def test_plugins_from_the_environment_variable(clean_registry, monkeypatch):
     with pytest.raises(UserError, match="unknown task family 'length_parity'; known: "
-                                        "causal_lm, classification, regression, squad, tagging"):
+                                        "causal_lm, classification, masked_lm, regression, "
+                                        "squad, tagging"):
         registry.get_family("length_parity")
     monkeypatch.setattr(registry, "_plugins_loaded", False)
     monkeypatch.setenv(registry.ENV_VAR, f" {PLUGIN} ,")

@@ -9,9 +9,9 @@ import tensorflow as tf
 
 from bert_trainer import features
 from bert_trainer.data import create_pretraining_data as cpd
-from bert_trainer.data.pretraining_pipeline import pretraining_dataset
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import UserError
+from bert_trainer.tasks.masked_lm.data import pretraining_dataset
 
 SHARED = pathlib.Path(__file__).resolve().parents[2] / "shared"
 SEQ, P = 64, 10
@@ -167,9 +167,9 @@ def test_bad_input_is_a_user_error(data, tmp_path):
 
 
 def test_loose_glob_skips_the_summary_json(tmp_path):
-    from bert_trainer.data import pretraining_pipeline
+    from bert_trainer.data import record_files
 
     (tmp_path / "train-00000-of-00001.tfrecord").write_bytes(b"")
     (tmp_path / "train-summary.json").write_text("{}")
-    files = pretraining_pipeline.list_files(str(tmp_path / "train-*"))
+    files = record_files.list_files(str(tmp_path / "train-*"))
     assert [f.rsplit("/", 1)[-1] for f in files] == ["train-00000-of-00001.tfrecord"]

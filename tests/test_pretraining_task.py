@@ -17,7 +17,7 @@ from bert_trainer.checkpoints import model_dir
 from bert_trainer.encoders import build_encoder
 from bert_trainer.errors import UserError
 from bert_trainer.features import MLM_LOGITS, MLM_ROW_LOGITS, MLM_ROWS, NEXT_SENTENCE_LOGITS
-from bert_trainer.tasks.pretraining import PretrainingConfig, PretrainingTask
+from bert_trainer.tasks.masked_lm.task import PretrainingConfig, PretrainingTask
 from bert_trainer.training import optimization
 from bert_trainer.training.optimization import OptimizerConfig
 from bert_trainer.training.trainer import Trainer, TrainerConfig

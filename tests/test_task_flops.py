@@ -18,7 +18,7 @@ from bert_trainer.encoders import build_encoder
 from bert_trainer.tasks import registry
 from bert_trainer.tasks.base import Task
 from bert_trainer.tasks.finetuning import FinetuningTask
-from bert_trainer.tasks.pretraining import PretrainingConfig, PretrainingTask
+from bert_trainer.tasks.masked_lm.task import PretrainingConfig, PretrainingTask
 from bert_trainer.tasks.squad.task import SquadConfig
 from bert_trainer.training.optimization import OptimizerConfig
 from bert_trainer.training.trainer import Trainer, TrainerConfig

@@ -14,7 +14,7 @@ from bert_trainer import features as F
 from bert_trainer import ops
 from bert_trainer.encoders import build_encoder
 from bert_trainer.models import flops
-from bert_trainer.tasks.pretraining import PretrainingConfig, PretrainingTask
+from bert_trainer.tasks.masked_lm.task import PretrainingConfig, PretrainingTask
 from bert_trainer.training import throughput
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))

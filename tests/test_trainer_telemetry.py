@@ -13,7 +13,7 @@ from bert_trainer import features as F
 from bert_trainer import ops
 from bert_trainer.encoders import build_encoder
 from bert_trainer.models import bert_pretrainer
-from bert_trainer.tasks.pretraining import PretrainingConfig, PretrainingTask
+from bert_trainer.tasks.masked_lm.task import PretrainingConfig, PretrainingTask
 from bert_trainer.training import optimization, throughput
 from bert_trainer.training.trainer import Trainer, TrainerConfig
 

@@ -38,13 +38,15 @@ FLAGS = flags.FLAGS
 def _flag_bindings() -> list[str]:
     """The data flags as gin bindings, so that operative_config.gin records them.
 
-    They are bound for both objectives' configs (the objective is read from gin only after
+    They are bound for every objective's config (the objective is read from gin only after
     parsing); the operative config lists only the one the run builds.
     """
+    from bert_trainer.tasks import registry  # noqa: PLC0415 (imports TensorFlow)
+
     data = [("train_data", FLAGS.train_data), ("eval_data", FLAGS.eval_data),
             ("vocab_file", FLAGS.vocab_file)]
-    pairs = [(f"{config}.{name}", value) for config in ("PretrainingConfig", "CausalLMConfig")
-             for name, value in data]
+    pairs = [(f"{objective.config_name}.{name}", value)
+             for objective in registry.objectives().values() for name, value in data]
     pairs.append(("TrainerConfig.init_checkpoint", FLAGS.init_checkpoint))
     return [common.gin_binding(name, value) for name, value in pairs if value is not None]
 
@@ -73,19 +75,19 @@ def main(argv):
 def _build_trainer(model_dir: str):
     """Builds the task, the configs and the Trainer from the parsed gin config.
 
-    The objective (gin's `pretraining_objective`) picks the task, its config and its model
-    builder. The init checkpoint is resolved once: a bert-train model directory fixes the
-    model's architecture and (unless bound) the vocabulary, and the same resolved checkpoint
-    warm-starts the model. Settings the command derives (that vocabulary; no evaluation
-    without eval data) are passed to the configs as arguments, leaving gin as parsed, and are
-    recorded in the operative config.
+    The objective (gin's `pretraining_objective`, asked of the family that owns it:
+    `registry.objective`) names its data config and model builder, checks the init
+    checkpoint and builds its task. The init checkpoint is resolved once: a bert-train model
+    directory fixes the model's architecture and (unless bound) the vocabulary, and the same
+    resolved checkpoint warm-starts the model. Settings the command derives (that vocabulary;
+    no evaluation without eval data) are passed to the configs as arguments, leaving gin as
+    parsed, and are recorded in the operative config.
     """
     import functools  # noqa: PLC0415
 
     from bert_trainer import configurables  # noqa: PLC0415
-    from bert_trainer.interop import formats, resolve  # noqa: PLC0415
-    from bert_trainer.tasks.causal_lm.task import CausalLMTask  # noqa: PLC0415
-    from bert_trainer.tasks.pretraining import PretrainingTask  # noqa: PLC0415
+    from bert_trainer.interop import resolve  # noqa: PLC0415
+    from bert_trainer.tasks import registry  # noqa: PLC0415
     from bert_trainer.training.trainer import Trainer  # noqa: PLC0415
 
     def configured(configurable, what: str, **derived):
@@ -94,18 +96,14 @@ def _build_trainer(model_dir: str):
     config = common.build_configured(configurables.TrainerConfig, "TrainerConfig")
     checkpoint = (resolve.as_resolved(config.init_checkpoint) if config.init_checkpoint
                   else None)
-    causal = configurables.pretraining_objective() == configurables.CAUSAL_LM
-    config_name = "CausalLMConfig" if causal else "PretrainingConfig"
+    objective = registry.objective(configurables.pretraining_objective())
+    config_name = objective.config_name
     derived = {}
-    model_fn = configurables.build_causal_lm if causal else configurables.build_encoder
-    if checkpoint is not None and checkpoint.format == formats.GPT2 and not causal:
-        raise UserError(f"--init_checkpoint={checkpoint.path} is a GPT-2 (causal LM) "
-                        "checkpoint; it warm-starts pretraining_objective.name = 'causal_lm', "
-                        "not masked LM")
+    model_fn = getattr(configurables, objective.builder_name)
+    if checkpoint is not None:
+        objective.check_init_checkpoint(checkpoint)
     # A bert-train or GPT-2 directory fixes the architecture (Hugging Face / Google BERT
     # directories are checked against the gin-built encoder instead).
-    if checkpoint is not None and checkpoint.format == formats.BERT_TRAIN:
-        _check_objective(checkpoint, causal)
     if checkpoint is not None and checkpoint.fixes_architecture:
         logging.info("Model architecture from %s (build_encoder / build_causal_lm bindings "
                      "are ignored)", checkpoint.directory)
@@ -126,18 +124,6 @@ def _build_trainer(model_dir: str):
     optimizer = common.build_configured(configurables.OptimizerConfig, "OptimizerConfig")
     bindings = tuple(common.gin_binding(f"{what}.{name}", value)
                      for what, values in derived.items() for name, value in values.items())
-    task_class = CausalLMTask if causal else PretrainingTask
-    return Trainer(task_class(task_config, model_fn, checkpoint=checkpoint), model_dir,
+    return Trainer(objective.task(task_config, model_fn, checkpoint), model_dir,
                    config=config, optimizer=optimizer, strategy=common.get_strategy(),
                    derived_bindings=bindings)
-
-
-def _check_objective(checkpoint, causal: bool) -> None:
-    """Refuses an init checkpoint of the other objective's model (a CausalLM for masked LM)."""
-    held = checkpoint.encoder_class
-    if (held == "CausalLM") != causal:
-        objective = "causal_lm" if causal else "masked_lm"
-        wanted = "a CausalLM" if causal else "a BERT encoder"
-        raise UserError(f"--init_checkpoint={checkpoint.path} holds a {held}; the {objective} "
-                        f"objective warm-starts from {wanted} (pretraining_objective.name in "
-                        "the gin config picks the objective, e.g. configs/causal_lm/*.gin)")

@@ -10,6 +10,8 @@ so file-level sharding would leave input pipelines empty. Reading every example 
 pipeline and keeping one in N costs only the cheap read, never the tokenization.
 """
 
+import dataclasses
+
 import tensorflow as tf
 
 from bert_trainer.data import length_buckets as buckets_lib
@@ -18,6 +20,57 @@ from bert_trainer.errors import UserError
 AUTOTUNE = tf.data.AUTOTUNE
 DEFAULT_SHUFFLE_BUFFER = 10_000
 DEFAULT_SEED = 1234  # Used by deterministic mode when no seed is given.
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineOptions:
+    """How an input pipeline batches, shuffles and orders its examples: the one object every
+    family's data builder takes (`options=`), made by the task
+    (`FinetuningTask.pipeline_options`, the pretraining tasks' `build_inputs`).
+
+    Attributes:
+      batch_size: per-replica batch size (see `per_replica_batch_size`).
+      is_training: shuffle, repeat forever and drop the last partial batch so every step has
+        a static batch size; evaluation reads each example once, in order, keeping the
+        remainder.
+      input_context: `tf.distribute.InputContext` (shards the data over input pipelines), or
+        None.
+      shuffle_buffer: examples held by the shuffle buffer (training only).
+      seed: shuffle seed (each builder says what None means).
+      deterministic: fixed element order and seeded shuffling (reproducible runs).
+      length_buckets: cut batches to the smallest of at most this many widths chosen from the
+        data that holds their longest example; 0 or 1: every batch keeps the full length.
+      group_by_length: training batches hold examples of one width (fewer padded slots; but
+        where the length says something of the label, batches of one class).
+    """
+
+    batch_size: int
+    is_training: bool = True
+    input_context: object = None
+    shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER
+    seed: int | None = None
+    deterministic: bool = False
+    length_buckets: int = 0
+    group_by_length: bool = False
+
+    def __post_init__(self):
+        if self.batch_size < 1:
+            raise UserError(f"batch size {self.batch_size} must be >= 1")
+        if self.shuffle_buffer < 1:
+            raise UserError(f"shuffle buffer {self.shuffle_buffer} must be >= 1")
+
+
+def pipeline_options(options: PipelineOptions | None = None, **fields) -> PipelineOptions:
+    """`options`, or the `PipelineOptions` of `fields` given as keyword arguments instead.
+
+    Raises:
+      TypeError: both, or a field `PipelineOptions` has not.
+    """
+    if options is None:
+        return PipelineOptions(**fields)
+    if fields:
+        raise TypeError(f"pass options= or its fields, not both ({sorted(fields)})")
+    return options
 
 
 def per_replica_batch_size(global_batch_size: int, input_context=None) -> int:
@@ -76,11 +129,9 @@ def dataset_options(deterministic: bool) -> tf.data.Options:
     return options
 
 
-def batch_pipeline(examples: tf.data.Dataset, featurize=None, *, batch_size: int,
-                   is_training: bool, input_context=None, ragged: bool = False,
-                   shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER, seed: int | None = None,
-                   deterministic: bool = False, length_buckets: int = 0,
-                   group_by_length: bool = False) -> tf.data.Dataset:
+def batch_pipeline(examples: tf.data.Dataset, featurize=None,
+                   options: PipelineOptions | None = None, *, ragged: bool = False,
+                   **fields) -> tf.data.Dataset:
     """shard → (shuffle → repeat when training) → batch → featurize → (bucket) → prefetch.
 
     Featurizing after batching lets tokenization run once per batch (vectorized), which is
@@ -91,39 +142,28 @@ def batch_pipeline(examples: tf.data.Dataset, featurize=None, *, batch_size: int
     Args:
       examples: unbatched examples (dicts of tensors).
       featurize: function from a batch of examples to a dict of features, or None.
-      batch_size: per-replica batch size (see `per_replica_batch_size`).
-      is_training: shuffle, repeat forever and drop the last partial batch so every step has a
-        static batch size; evaluation reads each example once, in order (always
-        deterministic), keeping the remainder.
-      input_context: `tf.distribute.InputContext` or None.
+      options: the `PipelineOptions` (or their fields as keyword arguments); the evaluation
+        is always deterministic, and deterministic mode seeds with `DEFAULT_SEED` when the
+        seed is None.
       ragged: batch with `ragged_batch` (examples of different lengths, e.g. word lists).
-      shuffle_buffer: examples held by the shuffle buffer (training only).
-      seed: shuffle seed; deterministic mode uses `DEFAULT_SEED` when None.
-      deterministic: fixed element order and seeded shuffling (reproducible runs).
-      length_buckets: cut batches to the smallest of at most this many widths chosen from the
-        data that holds their longest example; 0 or 1: every batch keeps the full length.
-      group_by_length: training batches hold examples of one width (fewer padded slots; but
-        where the length says something of the label, batches of one class).
 
     Returns:
       Batched, prefetched `tf.data.Dataset`.
     """
-    if batch_size < 1:
-        raise UserError(f"batch size {batch_size} must be >= 1")
-    if shuffle_buffer < 1:
-        raise UserError(f"shuffle buffer {shuffle_buffer} must be >= 1")
-    if deterministic and seed is None:
+    o = pipeline_options(options, **fields)
+    batch_size, is_training, seed = o.batch_size, o.is_training, o.seed
+    if o.deterministic and seed is None:
         seed = DEFAULT_SEED
     # Evaluation output is matched to its examples by position: keep the order.
-    deterministic = deterministic or not is_training
-    grouped = is_training and group_by_length
+    deterministic = o.deterministic or not is_training
+    grouped = is_training and o.group_by_length
     buckets = buckets_lib.sample_buckets(
-        examples, featurize, ragged=ragged, max_buckets=length_buckets,
+        examples, featurize, ragged=ragged, max_buckets=o.length_buckets,
         batch_size=None if grouped else batch_size, shuffled=is_training,
         what="training" if is_training else "evaluation")
-    ds = shard(examples, input_context)
+    ds = shard(examples, o.input_context)
     if is_training:
-        ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True).repeat()
+        ds = ds.shuffle(o.shuffle_buffer, seed=seed, reshuffle_each_iteration=True).repeat()
     if ragged:
         ds = ds.ragged_batch(batch_size, drop_remainder=is_training)
     else:

@@ -10,7 +10,7 @@ import re
 
 import tensorflow as tf
 
-from bert_trainer.data.pretraining_pipeline import list_files
+from bert_trainer.data.record_files import list_files
 from bert_trainer.errors import UserError
 
 _AT = re.compile(r"(truncated|corrupted) record at (\d+)")

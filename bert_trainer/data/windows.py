@@ -230,11 +230,9 @@ def _chunks(raw: tf.data.Dataset, *, ragged: bool, input_context=None) -> tf.dat
     return examples.ragged_batch(_CHUNK) if ragged else examples.batch(_CHUNK)
 
 
-def window_pipeline(raw: tf.data.Dataset, to_rows, *, batch_size: int, is_training: bool,
-                    input_context=None, ragged: bool = False,
-                    shuffle_buffer: int = input_utils.DEFAULT_SHUFFLE_BUFFER,
-                    seed: int | None = None, deterministic: bool = False,
-                    length_buckets: int = 0, group_by_length: bool = False) -> tf.data.Dataset:
+def window_pipeline(raw: tf.data.Dataset, to_rows,
+                    options: input_utils.PipelineOptions | None = None, *,
+                    ragged: bool = False, **fields) -> tf.data.Dataset:
     """Batches of windows: every window of every text is one row.
 
     Texts are numbered, sharded (by text: all windows of a text stay in one input pipeline),
@@ -244,26 +242,22 @@ def window_pipeline(raw: tf.data.Dataset, to_rows, *, batch_size: int, is_traini
     Args:
       raw: unbatched raw examples.
       to_rows: a batch of raw examples (with EXAMPLE_INDEX) -> dict of [W, ...] window rows.
-      batch_size: windows per (per-replica) batch.
-      is_training: shuffle the windows, repeat, drop the remainder; the evaluation keys
-        (`EVAL_KEYS`) are dropped from training rows.
-      input_context, shuffle_buffer, seed, deterministic, length_buckets, group_by_length:
-        see `input_utils.batch_pipeline`.
+      options: the `input_utils.PipelineOptions` (or their fields as keyword arguments); its
+        batch_size counts windows; training drops the evaluation keys (`EVAL_KEYS`) from the
+        rows.
       ragged: `raw` has variable-length fields (word lists).
 
     Returns:
       Dataset of dicts of [batch, ...] tensors.
     """
-    rows = _chunks(raw, ragged=ragged, input_context=input_context).map(
+    options = input_utils.pipeline_options(options, **fields)
+    rows = _chunks(raw, ragged=ragged, input_context=options.input_context).map(
         to_rows, num_parallel_calls=input_utils.AUTOTUNE, deterministic=True).unbatch()
-    if is_training:
+    if options.is_training:
         rows = rows.map(lambda row: {k: v for k, v in row.items() if k not in EVAL_KEYS})
     # Already sharded by text above: batch_pipeline must not shard the windows again.
     return input_utils.batch_pipeline(
-        rows, lambda batch: batch, batch_size=batch_size, is_training=is_training,
-        input_context=None, shuffle_buffer=shuffle_buffer, seed=seed,
-        deterministic=deterministic, length_buckets=length_buckets,
-        group_by_length=group_by_length)
+        rows, lambda batch: batch, dataclasses.replace(options, input_context=None))
 
 
 def count_rows(raw: tf.data.Dataset, to_rows, *, ragged: bool = False) -> tuple[int, int]:

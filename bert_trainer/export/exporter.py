@@ -5,9 +5,9 @@ vocabulary and the task (`FinetuningTask.task_info()`: family, label_names, seq_
 text_keys, windows (how long texts are read), and the family's own options). The task's
 family (`bert_trainer/tasks/family.py`) rebuilds the task model (`head_model`), which is
 restored from a checkpoint with every variable required and wrapped in the family's serving
-module (`serving_module`); the export records the family in `FAMILY_FILE`. A pretraining
-directory (task family "pretraining", or no task) exports the encoder's `encode` signature
-only: there is no task to answer.
+module (`serving_module`); the export records the family in `FAMILY_FILE`. A pretrained
+encoder (a family that `exports_encoder`: masked-LM pretraining, or no task at all) exports
+the encoder's `encode` signature only: there is no task to answer.
 
 The encoder is rebuilt in float32 whatever policy it trained under: a SavedModel must run on
 any device (mixed float16 is slow or unsupported on CPUs), and the variables are float32 anyway.
@@ -28,7 +28,6 @@ from bert_trainer.errors import UserError
 from bert_trainer.serving import EncoderServing, ServingModule
 from bert_trainer.tasks import registry
 
-ENCODER_FAMILIES = (None, "pretraining")
 # Written into an export (TF Serving's place for files the graph does not use): the family
 # and its module, so that `predict --saved_model` formats answers with a plugin family too.
 FAMILY_FILE = os.path.join("assets.extra", "bert_train_family.json")
@@ -62,18 +61,20 @@ def build_serving_module(model_dir: str, *, checkpoint: str | None = None,
         else the encoder's `max_sequence_length`.
 
     Returns:
-      The family's `TaskServing`, or (pretraining) an `EncoderServing`.
+      The family's `TaskServing`, or (a pretrained encoder) an `EncoderServing`.
     """
     info = model_dir_lib.read_model_info(model_dir)
     where = os.path.join(model_dir, model_dir_lib.MODEL_INFO_FILE)
     task = info.task or {}
     family = None
-    if task.get("family") not in ENCODER_FAMILIES:
+    if task.get("family") is not None:
         try:
             family = registry.family_from_info(task, where)
         except UserError as e:
             raise UserError(f"{where}: task family {task.get('family')!r} cannot be exported "
                             f"({e})") from None
+        if family.exports_encoder:
+            family = None  # a pretrained encoder: the encode signature
     if info.vocab_file is None:
         from bert_trainer.interop import gpt2  # noqa: PLC0415 (only for this message)
 

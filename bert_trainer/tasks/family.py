@@ -51,6 +51,10 @@ class Family(ExampleReader):
         variant (e.g. (("text", "text_b"), ("text",))); a TSV without header follows it.
       answer_outputs: output names of `serving_default` that only this family returns; they
         identify an export that does not record its family.
+      objective: the family's pretraining objective (`tasks.objective.Objective`), or None:
+        what `bert-train pretrain` trains for its `pretraining_objective.name`.
+      exports_encoder: an export of its model directories is the bare encoder's (`encode`
+        signature only): a pretrained encoder, not a task model.
     """
 
     module: str | None = None
@@ -68,6 +72,8 @@ class Family(ExampleReader):
     gin_configs: dict = {}
     input_orders: tuple[tuple[str, ...], ...] = ()
     answer_outputs: tuple[str, ...] = ()
+    objective = None
+    exports_encoder: bool = False
 
     def module_name(self) -> str:
         """`module`, or the module defining the family's class."""

@@ -27,6 +27,7 @@ from absl import logging
 from bert_trainer.checkpoints import model_dir as model_dir_lib
 from bert_trainer.checkpoints import storage
 from bert_trainer.data import sources
+from bert_trainer.data.input_utils import PipelineOptions
 from bert_trainer.data.task_data import TaskData
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import UserError, require_positive_ints
@@ -305,8 +306,8 @@ class FinetuningTask(Task):
         """(texts, windows) of raw examples, for a `windowed` task (tokenizes them once)."""
         raise NotImplementedError
 
-    def pipeline_options(self, is_training: bool, input_context) -> dict:
-        """Keyword arguments of the `bert_trainer.data` dataset builders for one pipeline."""
+    def pipeline_options(self, is_training: bool, input_context) -> PipelineOptions:
+        """The `PipelineOptions` the family's dataset builder takes for one pipeline."""
         batch = self.global_batch_size(is_training)
         if input_context is not None:
             batch = input_context.get_per_replica_batch_size(batch)
@@ -316,10 +317,11 @@ class FinetuningTask(Task):
         if buckets > 1 and tf.config.list_logical_devices("TPU"):
             logging.info("Length buckets off: TPUs compile one static shape")
             buckets = 0
-        return dict(batch_size=batch, is_training=is_training, input_context=input_context,
-                    shuffle_buffer=self.config.shuffle_buffer, seed=self.config.seed,
-                    deterministic=True, length_buckets=buckets,
-                    group_by_length=self.config.group_by_length)
+        return PipelineOptions(batch_size=batch, is_training=is_training,
+                               input_context=input_context,
+                               shuffle_buffer=self.config.shuffle_buffer, seed=self.config.seed,
+                               deterministic=True, length_buckets=buckets,
+                               group_by_length=self.config.group_by_length)
 
     # -- model info ------------------------------------------------------------------------
 

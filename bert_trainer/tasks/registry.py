@@ -36,7 +36,11 @@ BUILT_IN = {
     "tagging": "bert_trainer.tasks.tagging",
     "translate": "bert_trainer.tasks.translate",
     "causal_lm": "bert_trainer.tasks.causal_lm",
+    "masked_lm": "bert_trainer.tasks.masked_lm",
 }
+# What a family's model directories record as "family", where it is not the family's name:
+# masked-LM pretraining has always written "pretraining".
+RECORDED_NAMES = {"pretraining": "masked_lm"}
 ENV_VAR = "BERT_TRAIN_FAMILIES"
 ENTRY_POINT_GROUP = "bert_train.families"
 
@@ -160,6 +164,25 @@ def registered(name: str | None) -> Family | None:
     return _families.get(name) if name else None
 
 
+def objectives() -> dict:
+    """{name: pretraining objective (`tasks.objective.Objective`)} of every family."""
+    return {f.objective.name: f.objective for f in families() if f.objective is not None}
+
+
+def objective(name: str):
+    """The pretraining objective of `pretraining_objective.name` `name`, from the family that
+    owns it.
+
+    Raises:
+      UserError: no family has it (the message lists the known ones).
+    """
+    owned = objectives()
+    if name not in owned:
+        raise UserError(f"pretraining_objective.name={name!r} is unknown; use one of "
+                        f"{', '.join(sorted(owned))}")
+    return owned[name]
+
+
 def family_from_info(task: dict, where: str = "model info") -> Family:
     """The family of a stored task entry.
 
@@ -170,6 +193,7 @@ def family_from_info(task: dict, where: str = "model info") -> Family:
     name = task.get("family")
     if not name:
         raise UserError(f"{where}: the task entry names no family; pass --task")
+    name = RECORDED_NAMES.get(name, name)
     if name not in _families and name not in BUILT_IN:
         load_plugins()
     module = task.get("family_module")
@@ -358,6 +382,10 @@ def task_from_info(info: dict, encoder: EncoderSpec, *, config: FinetuneConfig |
     if not name or not info.get("family"):
         raise UserError(f"{where}: the task entry lacks a name or a known family; pass --task")
     family = family_from_info(info, where)
+    if not (family.presets() or family.local_tasks):
+        raise UserError(f"{where}: a {family.name} model directory has no fine-tuning task to "
+                        "evaluate; fine-tune it first (bert-train finetune --init_checkpoint="
+                        "this directory), or pass a fine-tuned --model_dir")
     try:
         td = _base_task_data(name)
     except UserError:  # A task name this version does not know: rebuild it as local files.

@@ -28,7 +28,7 @@ class NotAvailable(RuntimeError):
 
 def _imports():
     try:
-        from bert_trainer.tasks import pretraining
+        from bert_trainer.tasks.masked_lm import task as pretraining
         from bert_trainer.training import optimization, trainer
     except ImportError as e:
         raise NotAvailable(f"bert-train's pretraining step is not wired yet ({e})") from None

@@ -16,7 +16,7 @@ from bert_trainer.data.create_pretraining_data import (
     PretrainingDataConfig,
     create_pretraining_data,
 )
-from bert_trainer.data.pretraining_pipeline import pretraining_dataset
+from bert_trainer.tasks.masked_lm.data import pretraining_dataset
 
 
 def build(inputs: str, vocab: str, workdir: str, seq_length: int = 128, batch_size: int = 32,

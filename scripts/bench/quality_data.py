@@ -143,9 +143,9 @@ def masked_examples(pattern: str, vocab: str, seq_length: int, max_predictions: 
                     limit: int) -> dict[str, np.ndarray]:
     """The first `limit` held-out examples masked once by bert-train's pipeline (seed 1)."""
     from bert_trainer import features  # noqa: PLC0415
-    from bert_trainer.data import pretraining_pipeline  # noqa: PLC0415
+    from bert_trainer.tasks.masked_lm import data as masked_lm_data  # noqa: PLC0415
 
-    dataset = pretraining_pipeline.pretraining_dataset(
+    dataset = masked_lm_data.pretraining_dataset(
         pattern, seq_length=seq_length, max_predictions_per_seq=max_predictions,
         batch_size=256, vocab=vocab, is_training=False, masking="dynamic", seed=1,
         deterministic=True, use_next_sentence_label=False)

@@ -1,7 +1,9 @@
 """Causal language modelling (GPT-style): next-token pretraining, generation and its export.
 
+  family.py    `CausalLMFamily`: its pretraining objective (`CausalLMObjective`, what
+               `pretrain` asks), the model rebuilt for export and generate, the answers
   task.py      `CausalLMTask`: next-token loss, perplexity, next-token accuracy (pretrain)
-  family.py    `CausalLMFamily`: rebuilds the model for export and generate, writes answers
+  data.py      the input pipeline: block TFRecords, shuffled and batched
   serving.py   `CausalLMServing`: prompt strings in, generated strings, ids and scores out
 
 `bert-train generate` (prompts from flags, a file or stdin to JSON lines) runs that serving

@@ -12,8 +12,10 @@ The task entry may hold "max_new_tokens": the export's static bound on generated
 """
 
 from bert_trainer.errors import UserError
+from bert_trainer.interop import formats
 from bert_trainer.tasks.causal_lm import serving
 from bert_trainer.tasks.family import Family, decode, finite, mark_truncated
+from bert_trainer.tasks.objective import Objective
 
 
 def check_causal(model, where: str) -> None:
@@ -25,10 +27,34 @@ def check_causal(model, where: str) -> None:
                         "--gin_file=configs/causal_lm/mini.gin")
 
 
+class CausalLMObjective(Objective):
+    """Next-token pretraining of a `CausalLM` (`pretraining_objective.name = 'causal_lm'`):
+    `CausalLMConfig` read from gin, the model from `build_causal_lm` (or an init checkpoint:
+    a bert-train causal model directory, or GPT-2 weights), the task `task.CausalLMTask`."""
+
+    name = "causal_lm"
+    config_name = "CausalLMConfig"
+    builder_name = "build_causal_lm"
+    model = "a CausalLM"
+
+    def holds_its_model(self, encoder_class):
+        return encoder_class == "CausalLM"
+
+    def check_init_checkpoint(self, checkpoint):
+        if checkpoint.format == formats.BERT_TRAIN:
+            super().check_init_checkpoint(checkpoint)
+
+    def task(self, config, model_fn, checkpoint):
+        from bert_trainer.tasks.causal_lm.task import CausalLMTask  # noqa: PLC0415
+
+        return CausalLMTask(config, model_fn, checkpoint=checkpoint)
+
+
 class CausalLMFamily(Family):
     """Decoder-only language models (see the module docstring)."""
 
     name = "causal_lm"
+    objective = CausalLMObjective()
     input_orders = ((serving.PROMPT,),)
     answer_outputs = (serving.GENERATED_TEXT, serving.GENERATED_IDS, serving.SCORE)
 

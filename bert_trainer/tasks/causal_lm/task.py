@@ -2,7 +2,7 @@
 
 The data are the blocks of `bert-train create_pretraining_data --objective=causal_lm`
 (`data.causal_lm_data`: documents packed into one stream, one [SEP] before each, cut into
-blocks of `block_size` tokens), read by `data.causal_lm_pipeline`. The model sees every token
+blocks of `block_size` tokens), read by `tasks.causal_lm.data`. The model sees every token
 of a block; the logits at position t are scored against token t + 1, so the last position has
 no target. The model is built by `model_fn` (gin's `build_causal_lm`, or an init checkpoint's
 model info) and trained as is: its checkpoint names are its own weights' paths.
@@ -18,11 +18,12 @@ import tensorflow as tf
 from bert_trainer import features as F
 from bert_trainer import losses as losses_lib
 from bert_trainer.checkpoints import model_dir as model_dir_lib
-from bert_trainer.data import causal_lm_pipeline
+from bert_trainer.data.input_utils import PipelineOptions
 from bert_trainer.data.tokenizer import load_vocab
 from bert_trainer.errors import UserError
 from bert_trainer.interop import resolve
 from bert_trainer.tasks.base import Task
+from bert_trainer.tasks.causal_lm import data as block_data
 
 TASK_NAME = "causal_lm"
 
@@ -196,10 +197,10 @@ class CausalLMTask(Task):
         batch_size = self.global_batch_size(is_training)
         if input_context is not None:
             batch_size = input_context.get_per_replica_batch_size(batch_size)
-        return causal_lm_pipeline.causal_lm_dataset(
-            patterns[split], block_size=c.block_size, batch_size=batch_size,
-            is_training=is_training, input_context=input_context,
-            shuffle_buffer=c.shuffle_buffer, seed=c.data_seed, deterministic=True)
+        return block_data.causal_lm_dataset(
+            patterns[split], block_size=c.block_size, options=PipelineOptions(
+                batch_size=batch_size, is_training=is_training, input_context=input_context,
+                shuffle_buffer=c.shuffle_buffer, seed=c.data_seed, deterministic=True))
 
     # -------------------------------------------------------------------- losses, metrics
 

@@ -127,52 +127,40 @@ def window_features(tokenizer, batch: dict, seq_length: int, *, doc_stride: int 
 
 
 def classification_dataset(raw: tf.data.Dataset, tokenizer, *, seq_length: int,
-                           batch_size: int, is_training: bool, regression: bool = False,
-                           input_context=None,
-                           shuffle_buffer: int = input_utils.DEFAULT_SHUFFLE_BUFFER,
-                           seed: int | None = None, deterministic: bool = False,
-                           length_buckets: int = 0, group_by_length: bool = False,
-                           long_texts: str = "truncate", doc_stride: int | None = None
-                           ) -> tf.data.Dataset:
+                           regression: bool = False, long_texts: str = "truncate",
+                           doc_stride: int | None = None,
+                           options: input_utils.PipelineOptions | None = None,
+                           **fields) -> tf.data.Dataset:
     """Batches of a classification (or regression) task.
 
     Args:
       raw: unbatched raw examples from `TaskData.load`.
       tokenizer: a `Tokenizer`.
       seq_length: packed sequence length.
-      batch_size: per-replica batch size.
-      is_training: shuffle, repeat and drop the remainder (see `input_utils.batch_pipeline`).
       regression: float32 labels (STS-B).
-      input_context, shuffle_buffer, seed, deterministic, length_buckets,
-        group_by_length: see `input_utils.batch_pipeline`.
       long_texts: "truncate" or "head_tail" (one row per example, see `text_features`) or
         "windows" (one row per window, see `window_features` and `windows.window_pipeline`).
       doc_stride: pieces between window starts (None: half a window).
+      options: the `input_utils.PipelineOptions` (or their fields as keyword arguments:
+        batch_size, is_training, ...); see `input_utils.batch_pipeline`.
 
     Returns:
       Dataset of dicts: ENCODER_INPUTS int32 [batch, seq_length], LABEL_IDS [batch], CUT; with
       windows, evaluation rows also carry windows.EXAMPLE_INDEX, NUM_WINDOWS, WINDOW_START.
     """
+    options = input_utils.pipeline_options(options, **fields)
     if long_texts == "windows":
         def to_rows(batch):
             return window_features(tokenizer, batch, seq_length, doc_stride=doc_stride,
                                    regression=regression, with_cut=True)
 
-        return windows.window_pipeline(
-            raw, to_rows, batch_size=batch_size, is_training=is_training,
-            input_context=input_context, shuffle_buffer=shuffle_buffer, seed=seed,
-            deterministic=deterministic, length_buckets=length_buckets,
-            group_by_length=group_by_length)
+        return windows.window_pipeline(raw, to_rows, options)
 
     def featurize(batch):
         return text_features(tokenizer, batch, seq_length, regression=regression,
                              with_cut=True, head_tail=long_texts == "head_tail")
 
-    return input_utils.batch_pipeline(
-        raw, featurize, batch_size=batch_size, is_training=is_training,
-        input_context=input_context, shuffle_buffer=shuffle_buffer, seed=seed,
-        deterministic=deterministic, length_buckets=length_buckets,
-        group_by_length=group_by_length)
+    return input_utils.batch_pipeline(raw, featurize, options)
 
 
 def count_windows(raw: tf.data.Dataset, tokenizer, *, seq_length: int,

@@ -101,7 +101,8 @@ class SentenceClassificationTask(FinetuningTask):
         return classification_data.classification_dataset(
             self.raw_examples(split), self.tokenizer, seq_length=self.config.seq_length,
             **self.label_options(), long_texts=self.window_options["long_texts"],
-            doc_stride=self.config.doc_stride, **self.pipeline_options(is_training, input_context))
+            doc_stride=self.config.doc_stride,
+            options=self.pipeline_options(is_training, input_context))
 
     def label_options(self) -> dict:
         """Label options of the `data` pipeline (regression: float scores)."""

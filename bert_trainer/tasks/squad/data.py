@@ -307,39 +307,36 @@ def _signature(seq_length: int, with_unique_id: bool) -> dict:
 
 
 def squad_dataset(raw: tf.data.Dataset, tokenizer, *, seq_length: int = 384,
-                  doc_stride: int = 128, max_query_length: int = 64, batch_size: int,
-                  is_training: bool = True, version_2: bool = False, input_context=None,
-                  shuffle_buffer: int = input_utils.DEFAULT_SHUFFLE_BUFFER,
-                  seed: int | None = None, deterministic: bool = False,
-                  length_buckets: int = 0, group_by_length: bool = False
-                  ) -> tf.data.Dataset:
+                  doc_stride: int = 128, max_query_length: int = 64, version_2: bool = False,
+                  options: input_utils.PipelineOptions | None = None,
+                  **fields) -> tf.data.Dataset:
     """Streaming batches of SQuAD windows (training; evaluation uses `squad_eval_data`).
 
-    Examples are sharded by `input_context` before windowing, so each input pipeline
-    tokenizes only its share. Each pass over the data re-runs the generator lazily.
+    Examples are sharded by the options' `input_context` before windowing, so each input
+    pipeline tokenizes only its share. Each pass over the data re-runs the generator lazily.
 
     Args:
       raw: raw SQuAD examples from `TaskData.load`.
       tokenizer: a `Tokenizer`.
       seq_length, doc_stride, max_query_length, version_2: see `squad_windows`.
-      batch_size: per-replica batch size.
-      is_training: training labels, shuffle, repeat, drop remainder; otherwise every window
-        once, in order, with `UNIQUE_IDS`.
-      input_context, shuffle_buffer, seed, deterministic, length_buckets,
-        group_by_length: see
-        `input_utils.batch_pipeline`.
+      options: the `input_utils.PipelineOptions` (or their fields as keyword arguments:
+        batch_size, is_training, ...; see `input_utils.batch_pipeline`). Training: training
+        labels, shuffle, repeat, drop the remainder; otherwise every window once, in order,
+        with `UNIQUE_IDS`.
 
     Returns:
       Dataset of dicts: ENCODER_INPUTS int32 [batch, seq_length], START_POSITIONS and
       END_POSITIONS int32 [batch] (and UNIQUE_IDS int32 [batch] when not training).
     """
-    raw = input_utils.shard(raw, input_context)
-    options = dict(seq_length=seq_length, doc_stride=doc_stride,
-                   max_query_length=max_query_length, is_training=is_training,
-                   version_2=version_2)
+    options = input_utils.pipeline_options(options, **fields)
+    is_training = options.is_training
+    raw = input_utils.shard(raw, options.input_context)
+    window_options = dict(seq_length=seq_length, doc_stride=doc_stride,
+                          max_query_length=max_query_length, is_training=is_training,
+                          version_2=version_2)
 
     def generate():  # Stacks of windows: from_generator costs ~1 ms per element.
-        windows = squad_windows(squad_examples(raw), tokenizer, **options)
+        windows = squad_windows(squad_examples(raw), tokenizer, **window_options)
         while chunk := list(itertools.islice(windows, _CHUNK)):
             dicts = [_feature_dict(w, with_unique_id=not is_training) for w in chunk]
             yield {k: np.stack([d[k] for d in dicts]) for k in dicts[0]}
@@ -347,10 +344,9 @@ def squad_dataset(raw: tf.data.Dataset, tokenizer, *, seq_length: int = 384,
     signature = {k: tf.TensorSpec([None, *spec.shape], spec.dtype)
                  for k, spec in _signature(seq_length, not is_training).items()}
     windows = tf.data.Dataset.from_generator(generate, output_signature=signature).unbatch()
-    return input_utils.batch_pipeline(
-        windows, batch_size=batch_size, is_training=is_training, shuffle_buffer=shuffle_buffer,
-        seed=seed, deterministic=deterministic, length_buckets=length_buckets,
-        group_by_length=group_by_length)
+    # Sharded above, by example: the windows are not sharded again.
+    return input_utils.batch_pipeline(windows, None,
+                                      dataclasses.replace(options, input_context=None))
 
 
 @dataclasses.dataclass
@@ -363,23 +359,25 @@ class SquadEvalData:
 
 
 def squad_eval_data(raw: tf.data.Dataset, tokenizer, *, seq_length: int = 384,
-                    doc_stride: int = 128, max_query_length: int = 64, batch_size: int,
-                    version_2: bool = False, input_context=None,
-                    length_buckets: int = 0) -> SquadEvalData:
+                    doc_stride: int = 128, max_query_length: int = 64, version_2: bool = False,
+                    options: input_utils.PipelineOptions | None = None,
+                    **fields) -> SquadEvalData:
     """Every window of an evaluation split, in order, plus its examples and windows.
 
     Args:
       raw: raw SQuAD examples from `TaskData.load`.
       tokenizer: a `Tokenizer`.
       seq_length, doc_stride, max_query_length, version_2: see `squad_windows`.
-      batch_size: per-replica batch size (the last batch may be smaller).
-      input_context: shard the examples; the lists then hold this pipeline's share.
-      length_buckets: cut each batch to one of this many widths (`input_utils.batch_pipeline`).
+      options: the `input_utils.PipelineOptions` (or their fields as keyword arguments) of
+        its batch_size (the last batch may be smaller), input_context (shard the examples;
+        the lists then hold this pipeline's share) and length_buckets; it reads as an
+        evaluation (in order, every window once) whatever their is_training says.
 
     Returns:
       `SquadEvalData`; batches carry UNIQUE_IDS (index into `features`) and gold positions.
     """
-    examples = list(squad_examples(input_utils.shard(raw, input_context)))
+    options = input_utils.pipeline_options(options, **fields)
+    examples = list(squad_examples(input_utils.shard(raw, options.input_context)))
     windows = list(squad_windows(examples, tokenizer, seq_length=seq_length,
                                  doc_stride=doc_stride, max_query_length=max_query_length,
                                  is_training=False, version_2=version_2))
@@ -388,8 +386,9 @@ def squad_eval_data(raw: tf.data.Dataset, tokenizer, *, seq_length: int = 384,
     dicts = [_feature_dict(w, with_unique_id=True) for w in windows]
     stacked = {k: np.stack([d[k] for d in dicts]) for k in dicts[0]}
     dataset = input_utils.batch_pipeline(
-        tf.data.Dataset.from_tensor_slices(stacked), batch_size=batch_size, is_training=False,
-        deterministic=True, length_buckets=length_buckets)
+        tf.data.Dataset.from_tensor_slices(stacked), None, input_utils.PipelineOptions(
+            batch_size=options.batch_size, is_training=False, deterministic=True,
+            length_buckets=options.length_buckets))
     return SquadEvalData(dataset, examples, windows)
 
 

@@ -85,14 +85,14 @@ class QuestionAnsweringTask(FinetuningTask):
         if is_training:
             return squad_data.squad_dataset(
                 self.raw_examples(split), self.tokenizer, **self._window_options(),
-                **self.pipeline_options(True, input_context))
+                options=self.pipeline_options(True, input_context))
         # Every input pipeline reads every question: each host then holds all the windows that
         # `aggregate_eval` decodes. Duplicate windows gathered from several workers carry the
         # same logits, so they change no score.
-        options = self.pipeline_options(False, input_context)
+        options = dataclasses.replace(self.pipeline_options(False, input_context),
+                                      input_context=None)
         self._eval_data = squad_data.squad_eval_data(
-            self.raw_examples(split), self.tokenizer, batch_size=options["batch_size"],
-            length_buckets=options["length_buckets"], **self._window_options())
+            self.raw_examples(split), self.tokenizer, **self._window_options(), options=options)
         return self._eval_data.dataset
 
     def build_losses(self, features, outputs):

@@ -166,51 +166,40 @@ def window_tag_features(tokenizer, words: tf.RaggedTensor, tags: tf.RaggedTensor
     return inputs
 
 
-def tagging_dataset(raw: tf.data.Dataset, tokenizer, *, seq_length: int, batch_size: int,
-                    is_training: bool, input_context=None,
-                    shuffle_buffer: int = input_utils.DEFAULT_SHUFFLE_BUFFER,
-                    seed: int | None = None, deterministic: bool = False,
-                    length_buckets: int = 0, group_by_length: bool = False,
-                    long_texts: str = "truncate", doc_stride: int | None = None
-                    ) -> tf.data.Dataset:
+def tagging_dataset(raw: tf.data.Dataset, tokenizer, *, seq_length: int,
+                    long_texts: str = "truncate", doc_stride: int | None = None,
+                    options: input_utils.PipelineOptions | None = None,
+                    **fields) -> tf.data.Dataset:
     """Batches of a tagging task from raw examples {"tokens", "tags"} (`TaskData.load`).
 
     Args:
       raw: unbatched raw examples; "tags" may be absent (prediction).
       tokenizer: a `Tokenizer`.
       seq_length: packed sequence length.
-      batch_size: per-replica batch size.
-      is_training, input_context, shuffle_buffer, seed, deterministic, length_buckets,
-        group_by_length: see `input_utils.batch_pipeline`.
       long_texts: "truncate" (one row per sentence) or "windows" (one row per window, see
         `window_tag_features` and `windows.window_pipeline`).
       doc_stride: pieces between window starts (None: half a window).
+      options: the `input_utils.PipelineOptions` (or their fields as keyword arguments:
+        batch_size, is_training, ...); see `input_utils.batch_pipeline`.
 
     Returns:
       Dataset of dicts: ENCODER_INPUTS and LABEL_IDS, int32 [batch, seq_length]; with
       windows, evaluation rows also carry the `windows.EVAL_KEYS`.
     """
+    options = input_utils.pipeline_options(options, **fields)
     if long_texts == "windows":
         def to_rows(batch):
             return window_tag_features(tokenizer, batch["tokens"], batch.get("tags"),
                                        seq_length, doc_stride=doc_stride,
                                        example_index=batch[windows.EXAMPLE_INDEX])
 
-        return windows.window_pipeline(
-            raw, to_rows, batch_size=batch_size, is_training=is_training,
-            input_context=input_context, ragged=True, shuffle_buffer=shuffle_buffer,
-            seed=seed, deterministic=deterministic, length_buckets=length_buckets,
-            group_by_length=group_by_length)
+        return windows.window_pipeline(raw, to_rows, options, ragged=True)
 
     def featurize(batch):
         return tag_features(tokenizer, batch["tokens"], batch.get("tags"), seq_length,
                             with_cut=True)
 
-    return input_utils.batch_pipeline(
-        raw, featurize, batch_size=batch_size, is_training=is_training,
-        input_context=input_context, ragged=True, shuffle_buffer=shuffle_buffer, seed=seed,
-        deterministic=deterministic, length_buckets=length_buckets,
-        group_by_length=group_by_length)
+    return input_utils.batch_pipeline(raw, featurize, options, ragged=True)
 
 
 def count_windows(raw: tf.data.Dataset, tokenizer, *, seq_length: int,

@@ -76,7 +76,7 @@ class TaggingTask(FinetuningTask):
         return tagging_data.tagging_dataset(
             self.raw_examples(split), self.tokenizer, seq_length=self.config.seq_length,
             long_texts=self.window_options["long_texts"], doc_stride=self.config.doc_stride,
-            **self.pipeline_options(is_training, input_context))
+            options=self.pipeline_options(is_training, input_context))
 
     def count_windows(self, raw):
         return tagging_data.count_windows(raw, self.tokenizer,

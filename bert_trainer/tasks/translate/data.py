@@ -26,7 +26,6 @@ from absl import logging
 from bert_trainer import features
 from bert_trainer.data import input_utils
 from bert_trainer.data import length_buckets as buckets_lib
-from bert_trainer.errors import UserError
 
 SOURCE, TARGET = "source", "target"
 EXAMPLE_INDEX = "example_index"  # int32 [batch]: the pair's position in its split
@@ -169,12 +168,9 @@ def _grouped(examples: tf.data.Dataset, buckets: PairBuckets, batch_size: int):
 
 
 def translate_dataset(raw: tf.data.Dataset, tokenizer, *, seq_length: int,
-                      max_target_length: int, batch_size: int, is_training: bool,
-                      input_context=None,
-                      shuffle_buffer: int = input_utils.DEFAULT_SHUFFLE_BUFFER,
-                      seed: int | None = None, deterministic: bool = False,
-                      length_buckets: int = 0, group_by_length: bool = False
-                      ) -> tf.data.Dataset:
+                      max_target_length: int,
+                      options: input_utils.PipelineOptions | None = None,
+                      **fields) -> tf.data.Dataset:
     """Batches of a translation task.
 
     Args:
@@ -182,32 +178,32 @@ def translate_dataset(raw: tf.data.Dataset, tokenizer, *, seq_length: int,
       tokenizer: the joint `Tokenizer` of source and target.
       seq_length: encoder (source) length.
       max_target_length: decoder (target) length.
-      batch_size: per-replica batch size.
-      is_training, input_context, shuffle_buffer, seed, deterministic, length_buckets,
-        group_by_length: see `input_utils.batch_pipeline`.
+      options: the `input_utils.PipelineOptions` (or their fields as keyword arguments:
+        batch_size, is_training, ...); see `input_utils.batch_pipeline`.
 
     Returns:
       Dataset of dicts: ENCODER_INPUTS int32 [batch, <= seq_length], DECODER_INPUT_IDS and
       TARGET_IDS int32 [batch, <= max_target_length]; evaluation batches also carry
       EXAMPLE_INDEX int32 [batch] (the pair's position in the split, for its reference text).
     """
-    if batch_size < 1:
-        raise UserError(f"batch size {batch_size} must be >= 1")
-    if deterministic and seed is None:
+    options = input_utils.pipeline_options(options, **fields)
+    batch_size, is_training, seed = options.batch_size, options.is_training, options.seed
+    if options.deterministic and seed is None:
         seed = input_utils.DEFAULT_SEED
-    deterministic = deterministic or not is_training
+    deterministic = options.deterministic or not is_training
 
     def featurize(batch):
         return pair_features(tokenizer, batch, seq_length, max_target_length)
 
-    grouped = is_training and group_by_length
-    buckets = sample_pair_buckets(raw, featurize, max_buckets=length_buckets,
+    grouped = is_training and options.group_by_length
+    buckets = sample_pair_buckets(raw, featurize, max_buckets=options.length_buckets,
                                   batch_size=1 if grouped else batch_size, shuffled=is_training)
     if not is_training:
         raw = raw.enumerate().map(lambda i, pair: {**pair, EXAMPLE_INDEX: i})
-    ds = input_utils.shard(raw, input_context)
+    ds = input_utils.shard(raw, options.input_context)
     if is_training:
-        ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True).repeat()
+        ds = ds.shuffle(options.shuffle_buffer, seed=seed,
+                        reshuffle_each_iteration=True).repeat()
     ds = ds.batch(batch_size, drop_remainder=is_training)
     ds = ds.map(featurize, num_parallel_calls=input_utils.AUTOTUNE, deterministic=deterministic)
     if buckets is not None and grouped:

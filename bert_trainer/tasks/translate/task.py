@@ -233,7 +233,7 @@ class TranslationTask(FinetuningTask):
         return translate_data.translate_dataset(
             self.raw_examples(split), self.tokenizer, seq_length=self.config.seq_length,
             max_target_length=self.translate.max_target_length,
-            **self.pipeline_options(is_training, input_context))
+            options=self.pipeline_options(is_training, input_context))
 
     def build_losses(self, features, outputs):
         """Per example: the mean label-smoothed cross-entropy over its target tokens.

@@ -1,4 +1,4 @@
-"""Pretraining input pipeline: TFRecord shards -> shuffled, batched, masked feature dicts.
+"""Masked-LM pretraining input pipeline: TFRecord shards -> shuffled, batched, masked dicts.
 
 Reads both what `create_pretraining_data` writes - unmasked examples with our feature names,
 masked here on the fly ("dynamic") - and static-masked examples with google-research/bert's
@@ -13,48 +13,15 @@ import numpy as np
 import tensorflow as tf
 
 from bert_trainer import features
+from bert_trainer.data import input_utils
 from bert_trainer.data.masking import MaskingVocab, mask_batch
+from bert_trainer.data.record_files import inspect_records, list_files, record_dataset
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import UserError
 
 MASKING_MODES = ("auto", "dynamic", "static")
 _GOOGLE_TO_OURS = features.GOOGLE_BERT_NAMES
 _OURS_TO_GOOGLE = {ours: google for google, ours in _GOOGLE_TO_OURS.items()}
-
-
-def list_files(file_pattern) -> list[str]:
-    """The TFRecord files of glob(s) `file_pattern` (comma list allowed), sorted; JSON left out."""
-    patterns = [file_pattern] if isinstance(file_pattern, str) else list(file_pattern)
-    patterns = [p.strip() for part in patterns for p in str(part).split(",") if p.strip()]
-    # create_pretraining_data writes DIR/train-summary.json beside DIR/train-*.tfrecord, so a
-    # loose glob like 'DIR/train-*' matches it too: it is JSON, never records.
-    files = sorted({f for p in patterns for f in tf.io.gfile.glob(p)
-                    if not f.endswith(".json")})
-    if not files:
-        raise UserError(f"pretraining data '{file_pattern}' matches no file; "
-                        "make it with 'bert-train create_pretraining_data'")
-    return files
-
-
-def inspect_records(path: str) -> dict:
-    """Feature name -> length of the first record of a TFRecord file.
-
-    Raises:
-      UserError: the file is empty or not a TFRecord of tf.train.Example.
-    """
-    try:
-        raw = next(iter(tf.data.TFRecordDataset(path).take(1)), None)
-    except tf.errors.DataLossError:
-        raise UserError(f"{path} is not a TFRecord file; pass the shards written by "
-                        "create_pretraining_data") from None
-    if raw is None:
-        raise UserError(f"{path} holds no records; re-run create_pretraining_data")
-    example = tf.train.Example.FromString(raw.numpy())
-    out = {}
-    for name, feat in example.features.feature.items():
-        kind = feat.WhichOneof("kind")
-        out[name] = len(getattr(feat, kind).value) if kind else 0
-    return out
 
 
 def _detect(path: str, masking: str, seq_length: int, max_predictions_per_seq: int) -> str:
@@ -124,66 +91,27 @@ def _masking_vocab(vocab) -> MaskingVocab:
                     f"MaskingVocab, got {type(vocab).__name__}")
 
 
-def record_dataset(files: list[str], file_pattern, *, is_training: bool,
-                   input_context: tf.distribute.InputContext | None, shuffle_buffer: int,
-                   seed: int, deterministic: bool) -> tuple[tf.data.Dataset, int]:
-    """Serialized records of `files`: sharded over input pipelines, shuffled with `seed`.
-
-    Args:
-      files: the TFRecord files (`list_files`).
-      file_pattern: what the user gave, for error messages.
-      is_training: shuffle the files and the records, and repeat forever.
-      input_context: shards the files across input pipelines.
-      shuffle_buffer: records in the shuffle buffer (training).
-      seed: seeds the file order and the shuffle (the same order in every run: exact resume).
-      deterministic: keep element order fixed across runs (slower interleave).
-
-    Returns:
-      (dataset of scalar tf.string records, this input pipeline's id).
-    """
-    dataset = tf.data.Dataset.from_tensor_slices(files)
-    pipeline_id = 0
-    if input_context and input_context.num_input_pipelines > 1:
-        if len(files) < input_context.num_input_pipelines:
-            raise UserError(f"'{file_pattern}' has {len(files)} file(s) for "
-                            f"{input_context.num_input_pipelines} input pipelines; write at "
-                            "least that many shards (--num_shards)")
-        pipeline_id = input_context.input_pipeline_id
-        dataset = dataset.shard(input_context.num_input_pipelines, pipeline_id)
-    if is_training:
-        dataset = dataset.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
-    dataset = dataset.interleave(
-        tf.data.TFRecordDataset, cycle_length=min(len(files), 8),
-        num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
-    if is_training:
-        dataset = dataset.shuffle(shuffle_buffer, seed=seed).repeat()
-    return dataset, pipeline_id
-
-
 def pretraining_dataset(file_pattern, *, seq_length: int, max_predictions_per_seq: int,
-                        batch_size: int, vocab=None, is_training: bool = True,
-                        input_context: tf.distribute.InputContext | None = None,
-                        masking: str = "auto", whole_word: bool = False,
-                        masked_lm_prob: float = 0.15, shuffle_buffer: int = 10_000,
-                        seed: int | None = None, deterministic: bool = False,
-                        use_next_sentence_label: bool = True) -> tf.data.Dataset:
+                        vocab=None, masking: str = "auto", whole_word: bool = False,
+                        masked_lm_prob: float = 0.15, use_next_sentence_label: bool = True,
+                        options: input_utils.PipelineOptions | None = None,
+                        **fields) -> tf.data.Dataset:
     """Batches of masked pretraining features.
 
     Args:
       file_pattern: TFRecord glob(s): a string (comma list allowed) or a list.
       seq_length: sequence length of the records (checked against the first record).
       max_predictions_per_seq: P, masked positions per sequence.
-      batch_size: per-replica batch size.
       vocab: for dynamic masking: a `Tokenizer`, a vocab.txt path or a `MaskingVocab`.
-      is_training: shuffle, repeat forever and drop the last partial batch.
-      input_context: shards the files across input pipelines.
       masking: "auto" (from the feature names), "dynamic" or "static".
       whole_word: whole-word dynamic masking.
       masked_lm_prob: fraction of real tokens masked (dynamic).
-      shuffle_buffer: examples in the shuffle buffer (training).
-      seed: seeds file order, shuffling and masks; None draws one at random.
-      deterministic: keep element order fixed across runs (slower interleave).
       use_next_sentence_label: emit features.NEXT_SENTENCE_LABELS.
+      options: the `input_utils.PipelineOptions` (or their fields as keyword arguments):
+        training shuffles (`shuffle_buffer` examples), repeats forever and drops the last
+        partial batch; `input_context` shards the files across input pipelines; the seed
+        orders the files and seeds the shuffle and the masks (None draws one at random);
+        `deterministic` keeps the element order fixed across runs (a slower interleave).
 
     Returns:
       tf.data.Dataset of dicts: ENCODER_INPUTS int32 [b, seq_length]; MASKED_LM_POSITIONS,
@@ -192,17 +120,15 @@ def pretraining_dataset(file_pattern, *, seq_length: int, max_predictions_per_se
     """
     if masking not in MASKING_MODES:
         raise UserError(f"masking='{masking}' is unknown; use one of {MASKING_MODES}")
-    if batch_size < 1:
-        raise UserError(f"batch_size={batch_size} must be >= 1")
+    options = input_utils.pipeline_options(options, **fields)
+    is_training, deterministic = options.is_training, options.deterministic
     files = list_files(file_pattern)
     static = _detect(files[0], masking, seq_length, max_predictions_per_seq) == "static"
     mask_vocab = None if static else _masking_vocab(vocab)
-    seed = random.SystemRandom().randrange(2**31) if seed is None else seed
-    dataset, pipeline_id = record_dataset(
-        files, file_pattern, is_training=is_training, input_context=input_context,
-        shuffle_buffer=shuffle_buffer, seed=seed, deterministic=deterministic)
+    seed = random.SystemRandom().randrange(2**31) if options.seed is None else options.seed
+    dataset, pipeline_id = record_dataset(files, file_pattern, options, seed)
     # Batching before parsing lets parse_example decode a whole batch in one op.
-    dataset = dataset.batch(batch_size, drop_remainder=is_training)
+    dataset = dataset.batch(options.batch_size, drop_remainder=is_training)
     dataset = dataset.map(_parse_fn(static, seq_length, max_predictions_per_seq,
                                     use_next_sentence_label),
                           num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)

@@ -2,7 +2,7 @@
 
 The data are the TFRecords of `bert-train create_pretraining_data` (masked on the fly,
 "dynamic") or static-masked records with google-research/bert's feature names; the pipeline
-(`data.pretraining_pipeline`) detects which. The model is `models.BertPretrainer` around any
+(`tasks.masked_lm.data`) detects which. The model is `models.BertPretrainer` around any
 encoder, built by `encoder_fn` (gin's `build_encoder`, or an init checkpoint's model info).
 """
 
@@ -17,7 +17,7 @@ from keras import ops
 from bert_trainer import features as F
 from bert_trainer import losses as losses_lib
 from bert_trainer.checkpoints import model_dir as model_dir_lib
-from bert_trainer.data import pretraining_pipeline
+from bert_trainer.data.input_utils import PipelineOptions
 from bert_trainer.data.masking import MaskingVocab
 from bert_trainer.data.tokenizer import Tokenizer, load_vocab
 from bert_trainer.errors import UserError
@@ -25,6 +25,7 @@ from bert_trainer.features import MLM_LOGITS, MLM_ROW_LOGITS, MLM_ROWS, NEXT_SEN
 from bert_trainer.interop import resolve
 from bert_trainer.models import BertPretrainer, bert_pretrainer
 from bert_trainer.tasks.base import Task
+from bert_trainer.tasks.masked_lm import data as masked_lm_data
 
 TASK_NAME = "pretraining"
 
@@ -88,9 +89,9 @@ class PretrainingConfig:
         if self.eval_batch_size is not None and self.eval_batch_size < 1:
             raise UserError(f"PretrainingConfig.eval_batch_size={self.eval_batch_size} must "
                             "be >= 1 (or None: the training batch)")
-        if self.masking not in pretraining_pipeline.MASKING_MODES:
+        if self.masking not in masked_lm_data.MASKING_MODES:
             raise UserError(f"PretrainingConfig.masking={self.masking!r} is unknown; use one of "
-                            f"{pretraining_pipeline.MASKING_MODES}")
+                            f"{masked_lm_data.MASKING_MODES}")
         if not 0.0 < self.masked_lm_prob < 1.0:
             raise UserError(f"PretrainingConfig.masked_lm_prob={self.masked_lm_prob} must be "
                             "in (0, 1)")
@@ -195,13 +196,13 @@ class PretrainingTask(Task):
         batch_size = self.global_batch_size(is_training)
         if input_context is not None:
             batch_size = input_context.get_per_replica_batch_size(batch_size)
-        return pretraining_pipeline.pretraining_dataset(
+        return masked_lm_data.pretraining_dataset(
             patterns[split], seq_length=c.seq_length,
-            max_predictions_per_seq=c.max_predictions_per_seq, batch_size=batch_size,
-            vocab=self._vocab(), is_training=is_training, input_context=input_context,
+            max_predictions_per_seq=c.max_predictions_per_seq, vocab=self._vocab(),
             masking=c.masking, whole_word=c.whole_word_masking, masked_lm_prob=c.masked_lm_prob,
-            shuffle_buffer=c.shuffle_buffer, seed=c.data_seed, deterministic=True,
-            use_next_sentence_label=c.use_next_sentence_label)
+            use_next_sentence_label=c.use_next_sentence_label, options=PipelineOptions(
+                batch_size=batch_size, is_training=is_training, input_context=input_context,
+                shuffle_buffer=c.shuffle_buffer, seed=c.data_seed, deterministic=True))
 
     def _vocab(self) -> MaskingVocab | None:
         if self._masking_vocab is None and self.config.vocab_file is not None:

@@ -2,9 +2,8 @@
 
 Reads what `create_pretraining_data --objective=causal_lm` writes (`data.causal_lm_data`):
 one feature, `input_word_ids` int64 [block_size], every token real. File sharding over input
-pipelines and the seeded shuffle are the masked-LM pipeline's (`pretraining_pipeline.
-record_dataset`), so the order is the same in every run and a resumed run skips to exactly
-where it stopped.
+pipelines and the seeded shuffle are `data.record_files.record_dataset`'s (as the masked LM's),
+so the order is the same in every run and a resumed run skips to exactly where it stopped.
 """
 
 import random
@@ -12,7 +11,7 @@ import random
 import tensorflow as tf
 
 from bert_trainer import features
-from bert_trainer.data import pretraining_pipeline
+from bert_trainer.data import input_utils, record_files
 from bert_trainer.errors import UserError
 
 _MAKE_IT = "make it with 'bert-train create_pretraining_data --objective=causal_lm'"
@@ -25,7 +24,7 @@ def check_records(path: str, block_size: int) -> None:
       UserError: not TFRecords of tf.train.Example, masked-LM examples (or anything else
         than blocks), or blocks of another length.
     """
-    lengths = pretraining_pipeline.inspect_records(path)
+    lengths = record_files.inspect_records(path)
     if set(lengths) != {features.INPUT_WORD_IDS}:
         kind = ("masked-LM examples" if features.INPUT_MASK in lengths or "input_ids" in lengths
                 else f"features {sorted(lengths)}")
@@ -37,38 +36,32 @@ def check_records(path: str, block_size: int) -> None:
                         f"data with --block_size={block_size}")
 
 
-def causal_lm_dataset(file_pattern, *, block_size: int, batch_size: int,
-                      is_training: bool = True,
-                      input_context: tf.distribute.InputContext | None = None,
-                      shuffle_buffer: int = 10_000, seed: int | None = None,
-                      deterministic: bool = False) -> tf.data.Dataset:
+def causal_lm_dataset(file_pattern, *, block_size: int,
+                      options: input_utils.PipelineOptions | None = None,
+                      **fields) -> tf.data.Dataset:
     """Batches of causal-LM blocks.
 
     Args:
       file_pattern: TFRecord glob(s): a string (comma list allowed) or a list.
       block_size: tokens per block (checked against the first record).
-      batch_size: per-replica batch size.
-      is_training: shuffle, repeat forever and drop the last partial batch.
-      input_context: shards the files across input pipelines.
-      shuffle_buffer: blocks in the shuffle buffer (training).
-      seed: seeds the file order and the shuffle; None draws one at random.
-      deterministic: keep element order fixed across runs (slower interleave).
+      options: the `input_utils.PipelineOptions` (or their fields as keyword arguments):
+        training shuffles (`shuffle_buffer` blocks), repeats forever and drops the last
+        partial batch; `input_context` shards the files across input pipelines; the seed
+        orders the files and the shuffle (None draws one at random); `deterministic` keeps
+        the element order fixed across runs (a slower interleave).
 
     Returns:
       tf.data.Dataset of dicts: input_word_ids int32 [batch, block_size] and input_mask
       (all ones) of the same shape.
     """
-    if batch_size < 1:
-        raise UserError(f"batch_size={batch_size} must be >= 1")
+    options = input_utils.pipeline_options(options, **fields)
     try:
-        files = pretraining_pipeline.list_files(file_pattern)
+        files = record_files.list_files(file_pattern)
     except UserError:
         raise UserError(f"causal-LM data '{file_pattern}' matches no file; {_MAKE_IT}") from None
     check_records(files[0], block_size)
-    seed = random.SystemRandom().randrange(2**31) if seed is None else seed
-    dataset, _ = pretraining_pipeline.record_dataset(
-        files, file_pattern, is_training=is_training, input_context=input_context,
-        shuffle_buffer=shuffle_buffer, seed=seed, deterministic=deterministic)
+    seed = random.SystemRandom().randrange(2**31) if options.seed is None else options.seed
+    dataset, _ = record_files.record_dataset(files, file_pattern, options, seed)
     spec = {features.INPUT_WORD_IDS: tf.io.FixedLenFeature([block_size], tf.int64)}
 
     def parse(serialized):  # (batch,) strings -> dict of (batch, block_size) int32
@@ -78,7 +71,7 @@ def causal_lm_dataset(file_pattern, *, block_size: int, batch_size: int,
         return {features.INPUT_WORD_IDS: ids, features.INPUT_MASK: tf.ones_like(ids)}
 
     # Batching before parsing lets parse_example decode a whole batch in one op.
-    dataset = dataset.batch(batch_size, drop_remainder=is_training)
+    dataset = dataset.batch(options.batch_size, drop_remainder=options.is_training)
     dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE,
-                          deterministic=deterministic)
+                          deterministic=options.deterministic)
     return dataset.prefetch(tf.data.AUTOTUNE)

@@ -1,0 +1,13 @@
+"""Masked-LM pretraining (BERT): the default objective of `bert-train pretrain`.
+
+  family.py   `MaskedLMFamily` and its `MaskedLMObjective`: what `pretrain` asks
+  task.py     `PretrainingTask`: masked LM (+ next sentence) losses and metrics
+  data.py     the input pipeline: TFRecord shards, masked on the fly or statically
+
+The examples are written by `bert-train create_pretraining_data` (`data/create_pretraining_data`).
+"""
+
+from bert_trainer.tasks.masked_lm.family import MaskedLMFamily
+from bert_trainer.tasks.registry import register_family
+
+FAMILY = register_family(MaskedLMFamily())

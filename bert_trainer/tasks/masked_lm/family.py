@@ -1,0 +1,51 @@
+"""The masked_lm family: BERT's pretraining (masked LM, optionally next sentence).
+
+`bert-train pretrain` trains it through its objective (`MaskedLMObjective`, the default
+`pretraining_objective.name`): `PretrainingConfig` read from gin, the encoder from
+`build_encoder` (or an init checkpoint), the task `task.PretrainingTask`, the input pipeline
+`data.pretraining_dataset`. Its model directories record the task family "pretraining" (as
+they always have); they hold a pretrained encoder, which `bert-train export` writes as the
+bare encoder (`encode` signature) and `bert-train finetune --init_checkpoint` starts from. It
+has no fine-tuning tasks.
+"""
+
+from bert_trainer.errors import UserError
+from bert_trainer.interop import formats
+from bert_trainer.tasks.family import Family
+from bert_trainer.tasks.objective import Objective
+
+# The encoder classes of other objectives' models (a causal LM is not a BERT encoder).
+_OTHER_MODELS = ("CausalLM",)
+
+
+class MaskedLMObjective(Objective):
+    """Masked LM + next sentence on a `BertPretrainer` (see the module docstring)."""
+
+    name = "masked_lm"
+    config_name = "PretrainingConfig"
+    builder_name = "build_encoder"
+    model = "a BERT encoder"
+
+    def holds_its_model(self, encoder_class):
+        return encoder_class not in _OTHER_MODELS
+
+    def check_init_checkpoint(self, checkpoint):
+        if checkpoint.format == formats.GPT2:
+            raise UserError(f"--init_checkpoint={checkpoint.path} is a GPT-2 (causal LM) "
+                            "checkpoint; it warm-starts pretraining_objective.name = "
+                            "'causal_lm', not masked LM")
+        if checkpoint.format == formats.BERT_TRAIN:
+            super().check_init_checkpoint(checkpoint)
+
+    def task(self, config, model_fn, checkpoint):
+        from bert_trainer.tasks.masked_lm.task import PretrainingTask  # noqa: PLC0415
+
+        return PretrainingTask(config, model_fn, checkpoint=checkpoint)
+
+
+class MaskedLMFamily(Family):
+    """BERT pretraining (see the module docstring)."""
+
+    name = "masked_lm"
+    objective = MaskedLMObjective()
+    exports_encoder = True

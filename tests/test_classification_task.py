@@ -190,6 +190,24 @@ def test_task_info_rebuilds_a_local_task_with_its_columns(tiny_pretrained, tmp_p
     assert again.task_info() == info
 
 
+def test_mean_pooling_is_recorded_and_rebuilt_by_evaluate_and_export(tiny_pretrained):
+    spec = finetuning.spec_from_checkpoint(tiny_pretrained["dir"])
+    task = registry.build_task(
+        registry.resolve_task_data("sst2", train_file=shared_file("sst2/dev.tsv")), spec,
+        config=finetuning.FinetuneConfig(seq_length=32, pooling="mean"))
+    assert task.build_model().pooling == "mean"
+    info = task.task_info()
+    assert info["pooling"] == "mean"
+    assert registry.task_from_info(info, task.encoder_spec).build_model().pooling == "mean"
+    family = registry.get_family("classification")
+    assert family.head_model(task.encoder_spec.build(), info, "here").pooling == "mean"
+    old = {k: v for k, v in info.items() if k != "pooling"}  # written before the option
+    assert family.head_model(task.encoder_spec.build(), old, "here").pooling == "cls"
+    with pytest.raises(UserError, match="FinetuneConfig.pooling='max' is unknown; use cls or "
+                                        "mean"):
+        finetuning.FinetuneConfig(pooling="max")
+
+
 def test_epochs_give_the_number_of_steps_and_the_warmup():
     config = finetuning.FinetuneConfig(train_batch_size=32, num_epochs=3.0, warmup_fraction=0.1)
     assert config.train_steps(100) == 10  # ceil(300 / 32)

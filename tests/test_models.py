@@ -37,6 +37,7 @@ CASES = [
     (BertPretrainer, {}, {MLM_LOGITS: (2, 3, 40), NEXT_SENTENCE_LOGITS: (2, 2)}),
     (BertPretrainer, dict(num_next_sentence_labels=0), {MLM_LOGITS: (2, 3, 40)}),
     (BertClassifier, dict(num_classes=3), {LOGITS: (2, 3)}),
+    (BertClassifier, dict(num_classes=3, pooling="mean"), {LOGITS: (2, 3)}),
     (BertSpanLabeler, {}, {START_LOGITS: (2, 8), END_LOGITS: (2, 8)}),
     (BertTokenClassifier, dict(num_classes=5), {LOGITS: (2, 8, 5)}),
 ]
@@ -163,6 +164,20 @@ def test_span_labeler_masks_padding():
     for key in (START_LOGITS, END_LOGITS):
         assert (outputs[key].numpy()[1, 5:] == PADDING_LOGIT).all()
         assert (outputs[key].numpy()[0] > PADDING_LOGIT).all()
+
+
+def test_mean_pooling_reads_the_mean_of_the_real_tokens():
+    encoder = BertEncoder(**TINY, output_dropout=0.0, attention_dropout=0.0)
+    model = BertClassifier(encoder, num_classes=3, pooling="mean")
+    tokens = encoder(FEATURES)[features.SEQUENCE_OUTPUT].numpy()  # the full (unpacked) call
+    expected = np.stack([tokens[row, :MASK[row].sum()].mean(axis=0) for row in range(2)])
+    kernel, bias = (w.numpy() for w in model.classifier.weights)
+    assert_close(model(FEATURES)[LOGITS], expected @ kernel + bias, atol=1e-5)
+    cls = BertClassifier(encoder, num_classes=3)
+    cls.classifier.set_weights(model.classifier.get_weights())
+    assert np.abs(cls(FEATURES)[LOGITS].numpy() - model(FEATURES)[LOGITS].numpy()).max() > 1e-4
+    with pytest.raises(ValueError, match="pooling='max' is unknown; use one of cls, mean"):
+        BertClassifier(encoder, num_classes=3, pooling="max")
 
 
 def test_albert_pretrainer_and_classifier():

@@ -87,7 +87,6 @@ def _isdir(path: str) -> bool:
 
 def _build_task(model_dir: str, info, name: str | None, data, *, batch_size: int):
     """The task stored in the model directory (or --task `name`), reading `data`."""
-    from bert_trainer.data import windows  # noqa: PLC0415
     from bert_trainer.errors import UserError  # noqa: PLC0415
     from bert_trainer.tasks import finetuning, registry  # noqa: PLC0415
 
@@ -105,7 +104,7 @@ def _build_task(model_dir: str, info, name: str | None, data, *, batch_size: int
     spec = finetuning.spec_from_checkpoint(model_dir, flag="--model_dir")
     config = finetuning.FinetuneConfig(seq_length=int(stored.get("seq_length", 128)),
                                        eval_batch_size=batch_size,
-                                       **windows.stored_options(stored))
+                                       **finetuning.stored_config_options(stored))
     return registry.task_from_info(stored, spec, config=config, data=data, where=where)
 
 

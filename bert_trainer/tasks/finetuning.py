@@ -26,7 +26,7 @@ from absl import logging
 
 from bert_trainer.checkpoints import model_dir as model_dir_lib
 from bert_trainer.checkpoints import storage
-from bert_trainer.data import sources
+from bert_trainer.data import sources, windows
 from bert_trainer.data.input_utils import PipelineOptions
 from bert_trainer.data.task_data import TaskData
 from bert_trainer.data.tokenizer import Tokenizer
@@ -101,6 +101,9 @@ class FinetuneConfig:
       doc_stride: pieces between window starts; None: half a window.
       window_pooling: how a text's window logits combine (classification, regression):
         "mean" or "max".
+      pooling: what a classification or regression head reads: "cls" (the encoder's pooled
+        [CLS] output, BERT's) or "mean" (the mean of the tokens' outputs; see
+        `models.BertClassifier`).
     """
 
     seq_length: int = 128
@@ -117,8 +120,12 @@ class FinetuneConfig:
     long_texts: str = "windows"
     doc_stride: int | None = None
     window_pooling: str = "mean"
+    pooling: str = "cls"
 
     def __post_init__(self):
+        if self.pooling not in ("cls", "mean"):
+            raise UserError(f"FinetuneConfig.pooling={self.pooling!r} is unknown; use cls or "
+                            "mean")
         if self.length_buckets < 0:
             raise UserError(f"length_buckets={self.length_buckets} must be >= 0 (0: off)")
         require_positive_ints(self, ("seq_length", "train_batch_size", "eval_batch_size",
@@ -141,6 +148,12 @@ class FinetuneConfig:
         if self.warmup_fraction is None:
             return None
         return int(self.warmup_fraction * train_steps)
+
+
+def stored_config_options(task: dict | None) -> dict:
+    """The `FinetuneConfig` fields a model directory's task entry records about how its
+    model reads text (the windowing options, the head's pooling), for rebuilding the task."""
+    return {**windows.stored_options(task), "pooling": (task or {}).get("pooling", "cls")}
 
 
 class FinetuningTask(Task):

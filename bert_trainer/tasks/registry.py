@@ -22,12 +22,17 @@ import os
 from importlib import metadata
 
 from bert_trainer.data import task_data as task_data_lib
-from bert_trainer.data import windows
 from bert_trainer.data.sources import TextColumns
 from bert_trainer.data.task_data import TaskData
 from bert_trainer.errors import UserError
 from bert_trainer.tasks.family import Family
-from bert_trainer.tasks.finetuning import DataConfig, EncoderSpec, FinetuneConfig, FinetuningTask
+from bert_trainer.tasks.finetuning import (
+    DataConfig,
+    EncoderSpec,
+    FinetuneConfig,
+    FinetuningTask,
+    stored_config_options,
+)
 
 BUILT_IN = {
     "classification": "bert_trainer.tasks.classification",
@@ -401,5 +406,5 @@ def task_from_info(info: dict, encoder: EncoderSpec, *, config: FinetuneConfig |
         file_format=info.get("file_format", td.file_format))
     if config is None:
         config = FinetuneConfig(seq_length=int(info.get("seq_length", 128)),
-                                **windows.stored_options(info))
+                                **stored_config_options(info))
     return build_task(td, encoder, config=config, data=data, **family.options_from_info(info))

@@ -149,7 +149,8 @@ class ClassificationFamily(Family):
         return {"metrics": tuple(info["metrics"])} if info.get("metrics") else {}
 
     def head_model(self, encoder, task, where):
-        return BertClassifier(encoder, num_classes=num_classes(task, where))
+        return BertClassifier(encoder, num_classes=num_classes(task, where),
+                              pooling=task.get("pooling", "cls"))
 
     def serving_options(self, task: dict) -> dict:
         """`ClassifierServing` arguments of a stored task entry (pair, windows)."""

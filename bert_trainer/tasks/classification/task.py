@@ -95,7 +95,8 @@ class SentenceClassificationTask(FinetuningTask):
 
     def build_head_model(self, encoder: keras.Model) -> keras.Model:
         return BertClassifier(encoder, num_classes=self.num_classes,
-                              dropout_rate=self.config.dropout_rate, name="bert_classifier")
+                              dropout_rate=self.config.dropout_rate,
+                              pooling=self.config.pooling, name="bert_classifier")
 
     def build_inputs(self, split, input_context, *, is_training):
         return classification_data.classification_dataset(
@@ -160,11 +161,16 @@ class SentenceClassificationTask(FinetuningTask):
 
     def task_info(self) -> dict:
         return {**super().task_info(), "metrics": list(self.metric_names),
-                "windows": dict(self.window_options)}
+                "windows": dict(self.window_options), "pooling": self.config.pooling}
 
     def check_resume(self, model_dir: str) -> None:
         """`FinetuningTask.check_resume`, and the windowing too: a resumed run must read the
         same rows (a directory written before windows records none and is not compared)."""
         super().check_resume(model_dir)
-        windows.check_resume(model_dir, model_dir_lib.trained_task(model_dir),
-                             self.task_info())
+        stored = model_dir_lib.trained_task(model_dir)
+        windows.check_resume(model_dir, stored, self.task_info())
+        if stored and stored.get("pooling", "cls") != self.config.pooling:
+            raise UserError(f"{model_dir} was trained with FinetuneConfig.pooling="
+                            f"{stored.get('pooling', 'cls')!r}, this run asks for "
+                            f"{self.config.pooling!r}; keep the pooling or use another "
+                            "--model_dir")

@@ -48,7 +48,7 @@ class RegressionFamily(ClassificationFamily):
         return number
 
     def head_model(self, encoder, task, where):
-        return BertClassifier(encoder, num_classes=1)
+        return BertClassifier(encoder, num_classes=1, pooling=task.get("pooling", "cls"))
 
     def serving_module(self, model, task, **common):
         return RegressionServing(model, **common, **self.serving_options(task))

@@ -140,6 +140,30 @@ def test_table_rows_and_the_readme_block_is_replaced_in_place(tmp_path):
     assert "second" in text and "first" not in text and "| 10 |" not in text
 
 
+def _run(system, minutes, mlm, sst2):
+    return {"system": system, "minutes": minutes, "steps": 1, "mlm_accuracy": mlm,
+            "sst2_accuracy": {"mean": sst2, "std": 0.0, "seeds": [sst2]}}
+
+
+def test_targets_take_the_best_recipe_at_each_budget():
+    runs = [_run("none", 0, 0.0, 0.70), _run("bert-train bert", 10, 0.14, 0.72),
+            _run("bert-train cram", 10, 0.16, 0.74), _run("pytorch", 10, 0.05, 0.71),
+            _run("keras-hub", 10, 0.08, 0.70), _run("bert-train cram", 20, 0.2, 0.76),
+            _run("bert-train bert", 20, 0.18, 0.77), _run("pytorch", 20, 0.21, 0.76)]
+    got = {t["name"]: (round(t["value"], 6), t["met"])
+           for t in quality_report.targets(record(runs))}
+    assert got == {
+        "10 min: bert-train cram minus pytorch, SST-2 points": (3.0, True),
+        "10 min: bert-train cram minus pytorch, masked-LM points": (11.0, True),
+        "10 min: bert-train cram minus keras-hub, SST-2 points": (4.0, True),
+        "20 min: bert-train bert minus pytorch, SST-2 points": (1.0, False),
+        "20 min: bert-train bert minus pytorch, masked-LM points": (-3.0, False),
+        "20 min: bert-train bert minus none, SST-2 points": (7.0, True)}
+    lines = quality_report.target_lines(record(runs))
+    assert lines[2] == "| 10 min: bert-train cram minus pytorch, SST-2 points | +3.0 | >= 2 | yes |"
+    assert lines[5].endswith("| +1.0 | >= 2 | **no** |")
+
+
 def test_plot_writes_a_png(tmp_path):
     path = tmp_path / "quality.png"
     quality_report.plot(record(RUNS), str(path))

@@ -29,12 +29,69 @@ def table_lines(record: dict) -> list[str]:
     return lines
 
 
+def _at(record: dict, system: str, minutes: float) -> dict | None:
+    return next((r for r in record["runs"]
+                 if r["system"] == system and r["minutes"] == minutes), None)
+
+
+def _sst2_mean(run: dict | None) -> float | None:
+    sst2 = (run or {}).get("sst2_accuracy")
+    return None if not sst2 else sst2["mean"]
+
+
+def targets(record: dict) -> list[dict]:
+    """The issue's targets, checked on `record`: at each budget of 10 and 20 minutes, the best
+    bert-train recipe (by SST-2) against `pytorch` (>= 2 points of SST-2, and a higher
+    masked-LM accuracy) and against `keras-hub` (by more than over pytorch); at 20 minutes,
+    that recipe against `none` (>= 5 points). Each {"name", "value" (points, or None when a
+    run is missing), "target", "met"}."""
+    out = []
+    ours = sorted({r["system"] for r in record["runs"] if r["system"].startswith("bert-train")})
+    none = _sst2_mean(next((r for r in record["runs"] if r["system"] == "none"), None))
+    for minutes in (10, 20):
+        best = max((_at(record, s, minutes) for s in ours if _sst2_mean(_at(record, s, minutes))
+                    is not None), key=_sst2_mean, default=None)
+        name = best["system"] if best else "bert-train (best recipe)"
+        torch, hub = _at(record, "pytorch", minutes), _at(record, "keras-hub", minutes)
+        over_torch = over_hub = None
+        if best and _sst2_mean(torch) is not None:
+            over_torch = 100 * (_sst2_mean(best) - _sst2_mean(torch))
+            out.append({"name": f"{minutes} min: {name} minus pytorch, SST-2 points",
+                        "value": over_torch, "target": ">= 2", "met": over_torch >= 2})
+            mlm = (best.get("mlm_accuracy"), torch.get("mlm_accuracy"))
+            if None not in mlm:
+                out.append({"name": f"{minutes} min: {name} minus pytorch, masked-LM points",
+                            "value": 100 * (mlm[0] - mlm[1]), "target": "> 0",
+                            "met": mlm[0] > mlm[1]})
+        if best and _sst2_mean(hub) is not None:
+            over_hub = 100 * (_sst2_mean(best) - _sst2_mean(hub))
+            out.append({"name": f"{minutes} min: {name} minus keras-hub, SST-2 points",
+                        "value": over_hub, "target": "> the margin over pytorch",
+                        "met": over_torch is not None and over_hub > over_torch})
+        if minutes == 20 and best and none is not None:
+            gain = 100 * (_sst2_mean(best) - none)
+            out.append({"name": f"20 min: {name} minus none, SST-2 points", "value": gain,
+                        "target": ">= 5", "met": gain >= 5})
+    return out
+
+
+def target_lines(record: dict) -> list[str]:
+    """The targets as Markdown rows."""
+    lines = ["| target | value | wanted | met |", "|---|---:|---|---|"]
+    for t in targets(record):
+        value = "-" if t["value"] is None else f"{t['value']:+.1f}"
+        lines.append(f"| {t['name']} | {value} | {t['target']} | "
+                     f"{'yes' if t['met'] else '**no**'} |")
+    return lines
+
+
 def replace_table(readme: str, record: dict, caption: str) -> None:
     """Puts the table (with `caption` above it) between the markers of `readme`; appends the
     block when the file has none."""
     with open(readme, encoding="utf-8") as f:
         text = f.read()
-    block = "\n".join([TABLE_START, caption, "", *table_lines(record), TABLE_END])
+    block = "\n".join([TABLE_START, caption, "", *table_lines(record), "",
+                       *target_lines(record), TABLE_END])
     if TABLE_START in text and TABLE_END in text:
         head, rest = text.split(TABLE_START, 1)
         text = head + block + rest.split(TABLE_END, 1)[1]

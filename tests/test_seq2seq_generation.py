@@ -334,11 +334,13 @@ def test_one_source_row_decodes_in_the_compiled_loop(beam_size, transformer):
 def test_the_default_is_the_compiled_loop_kept_per_model_and_settings():
     from bert_trainer.models.generation import compiled_loops  # noqa: PLC0415
 
+    # Greedy (the cheapest loop to compile); beam search's compiled loop is checked against
+    # the graph's in test_real_model_xla_compiled_translation_equals_the_uncompiled_one.
     model, inputs = _tiny_transformer(), _sources(8, vocab=REAL_VOCAB)  # sources 6 wide
-    plain = _translate(model, inputs, max_decode_length=10, jit_compile=False)
+    plain = _translate(model, inputs, max_decode_length=10, beam_size=1, jit_compile=False)
     assert model not in compiled_loops._COMPILED  # noqa: SLF001
     for _ in range(2):  # eager calls: the second reuses the first's loop
-        ids, scores = _translate(model, inputs, max_decode_length=10)
+        ids, scores = _translate(model, inputs, max_decode_length=10, beam_size=1)
         np.testing.assert_array_equal(ids, plain[0])
         np.testing.assert_allclose(scores, plain[1], rtol=1e-4, atol=1e-4)
         assert len(compiled_loops._COMPILED[model]) == 1  # noqa: SLF001
@@ -346,7 +348,8 @@ def test_the_default_is_the_compiled_loop_kept_per_model_and_settings():
     # sources given 13 wide (padded to the encoder's 16 positions) decode the same.
     assert seq2seq_generation.SOURCE_BUCKET == 8
     wide = {name: np.pad(np.asarray(value), [[0, 0], [0, 7]]) for name, value in inputs.items()}
-    np.testing.assert_array_equal(_translate(model, wide, max_decode_length=10)[0], plain[0])
+    np.testing.assert_array_equal(
+        _translate(model, wide, max_decode_length=10, beam_size=1)[0], plain[0])
     _translate(model, inputs, max_decode_length=10, beam_size=2)  # other settings: a new loop
     assert len(compiled_loops._COMPILED[model]) == 2  # noqa: SLF001
     padded = compiled_loops.bucket_width(tf.constant(inputs[features.INPUT_WORD_IDS]), 16, 8)

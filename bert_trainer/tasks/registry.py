@@ -170,8 +170,12 @@ def registered(name: str | None) -> Family | None:
 
 
 def objectives() -> dict:
-    """{name: pretraining objective (`tasks.objective.Objective`)} of every family."""
-    return {f.objective.name: f.objective for f in families() if f.objective is not None}
+    """{name: pretraining objective (`tasks.objective.Objective`)} of the built-in families
+    (and of any family registered so far: no plugin is imported for it)."""
+    for name in BUILT_IN:
+        _built_in(name)
+    return {f.objective.name: f.objective for f in _families.values()
+            if f.objective is not None}
 
 
 def objective(name: str):

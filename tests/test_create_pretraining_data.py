@@ -282,29 +282,6 @@ def test_two_workers_write_the_same_bytes_as_one(corpus, vocab_file, tmp_path):
         rate["examples_per_second"] / 2, abs=0.1)
 
 
-def _whose(state, chunk):
-    """A chunk's 'result': the chunk and the process that made it (`map_chunks`' work)."""
-    import os
-
-    return chunk, os.getpid()
-
-
-@pytest.mark.slow  # starts two TensorFlow worker processes
-def test_the_parent_makes_chunks_no_worker_has_started_while_it_waits():
-    import os
-
-    from bert_trainer.data import chunk_workers
-
-    with chunk_workers.map_chunks(_whose, dict, (), range(12), 2) as results:
-        made = list(results)
-    assert [chunk for chunk, _ in made] == list(range(12))  # in order, whoever made them
-    by_parent = sum(pid == os.getpid() for _, pid in made)
-    # The workers start in a fork of a process that imports TensorFlow: meanwhile the parent
-    # takes back the chunks they have not started.
-    assert by_parent == results.parent_chunks and 1 <= by_parent < 12
-    assert not chunk_workers.prestart(1, 1 << 30) and not chunk_workers.prestart(2, 1000)
-
-
 @pytest.mark.slow  # starts two TensorFlow worker processes
 def test_a_dead_worker_stops_the_run_and_keeps_the_old_set(corpus, vocab_file, tmp_path,
                                                            monkeypatch):

@@ -22,8 +22,6 @@ with an Apache Beam pipeline (pip install 'bert-trainer[beam]'); --beam_options 
 runner's own options, e.g. --beam_options='--direct_num_workers=4'. See docs/data.md.
 """
 
-import os
-
 from absl import flags
 
 from bert_trainer.commands import shared_flags
@@ -94,7 +92,6 @@ _CAUSAL_LM_FLAGS = ("block_size",)
 
 def main(argv):
     del argv
-    _prestart_workers()  # before this process imports TensorFlow (the next line)
     from bert_trainer.data import create_pretraining_data as cpd  # noqa: PLC0415 (TensorFlow)
 
     beam.check_runner(FLAGS.runner, FLAGS.beam_options, import_beam=False)
@@ -139,23 +136,6 @@ def _inputs():
 
     return tfds_sources.TfdsText(FLAGS.tfds, FLAGS.tfds_split, FLAGS.tfds_text_key,
                                  FLAGS.data_dir)
-
-
-def _prestart_workers() -> None:
-    """Starts the workers' forkserver early for a local run over a large text corpus, so that
-    its TensorFlow import overlaps this process's (`chunk_workers.prestart`). Anything odd
-    (no --input yet, a bad pattern, remote files) is left to the checks below."""
-    from bert_trainer.data import chunk_workers  # noqa: PLC0415
-
-    if FLAGS.runner != beam.LOCAL or FLAGS.tfds or not FLAGS.input:
-        return
-    try:
-        files = text_corpus.expand_inputs(FLAGS.input)
-    except UserError:
-        return
-    if any(text_corpus.is_url(f) for f in files):
-        return
-    chunk_workers.prestart(_num_workers(), sum(os.path.getsize(f) for f in files))
 
 
 def _num_workers() -> int:

@@ -12,10 +12,6 @@ TensorFlow once per worker instead); each holds its own `state` (a tokenizer) bu
 worker are in flight, so memory stays bounded whatever the corpus size. A worker that raises
 stops the run with its exception; a worker that dies (killed, out of memory) stops it with a
 one-line `UserError`. With one worker everything runs in this process.
-
-The parent helps: while the next result in order is not ready (the workers are still starting,
-or busy), it takes back a chunk no worker has started and makes it itself. `prestart` starts
-the forkserver early, so that its import of TensorFlow overlaps the parent's own.
 """
 
 import collections
@@ -32,9 +28,6 @@ from bert_trainer.errors import UserError
 
 _WORKER = {}  # The state of this worker process (set by `_start_worker`).
 PRELOAD = "bert_trainer.data.worker_preload"  # What the forkserver imports before any fork.
-# A corpus of at least this many bytes starts the forkserver early (`prestart`); a smaller one
-# may be a single chunk, which runs in this process without any worker.
-PRESTART_BYTES = 4 << 20
 
 
 def default_num_workers() -> int:
@@ -46,20 +39,6 @@ def check_num_workers(num_workers: int) -> None:
     if num_workers < 1:
         raise UserError(f"--num_workers={num_workers} must be >= 1 (default: the "
                         f"{default_num_workers()} cores of this machine)")
-
-
-def prestart(num_workers: int, corpus_bytes: int) -> bool:
-    """Starts the workers' forkserver now, when `num_workers > 1` and the corpus has at least
-    `PRESTART_BYTES`: its import of TensorFlow (seconds) runs while this process imports its
-    own, instead of after. `map_chunks` forks its workers from it. Returns whether it started.
-    """
-    if num_workers < 2 or corpus_bytes < PRESTART_BYTES:
-        return False
-    from multiprocessing import forkserver  # noqa: PLC0415
-
-    multiprocessing.get_context("forkserver").set_forkserver_preload([PRELOAD])
-    forkserver.ensure_running()
-    return True
 
 
 def _start_worker(pickled_state: bytes) -> None:
@@ -87,20 +66,15 @@ def _start_worker(pickled_state: bytes) -> None:
 
 
 class Results:
-    """The results in chunk order, how many processes made them (`num_workers`: 1 when the
-    corpus was one chunk, whatever was asked) and how many chunks this process made itself
-    (`parent_chunks`, counted as the results are read)."""
+    """The results in chunk order, and how many processes made them (`num_workers`: 1 when
+    the corpus was one chunk, whatever was asked)."""
 
     def __init__(self, results, num_workers: int):
         self._results = results
         self.num_workers = num_workers
-        self.parent_chunks = 0
 
     def __iter__(self):
         return self._results
-
-
-_NONE = object()  # a pending chunk's result before this process made it
 
 
 def _run(work, chunk):
@@ -136,43 +110,25 @@ def map_chunks(work, make_state, state_args: tuple, chunks, num_workers: int,
     executor = futures.ProcessPoolExecutor(
         num_workers, mp_context=context,
         initializer=_start_worker, initargs=(pickle.dumps((make_state, state_args)),))
-    pending = collections.deque()  # [chunk, future, result]: in chunk order
-    parent_state = []  # this process's own state, made the first time it helps
-
-    def next_result():
-        """The oldest pending chunk's result; while it is not ready, this process makes the
-        newest chunk no worker has started (a cancelled future), if any."""
-        head = pending[0]
-        while head[2] is _NONE and not head[1].done():
-            spare = next((p for p in reversed(pending)
-                          if p[2] is _NONE and p[1].cancel()), None)
-            if spare is None:
-                break
-            if not parent_state:
-                parent_state.append(make_state(*state_args))
-            spare[2] = work(parent_state[0], spare[0])
-            out.parent_chunks += 1
-        pending.popleft()
-        return head[2] if head[2] is not _NONE else head[1].result()
+    pending = collections.deque()
 
     def results():
         try:
             for chunk in chunks:
-                pending.append([chunk, executor.submit(_run, work, chunk), _NONE])
+                pending.append(executor.submit(_run, work, chunk))
                 if len(pending) >= window * num_workers:
-                    yield next_result()
+                    yield pending.popleft().result()
             while pending:
-                yield next_result()
+                yield pending.popleft().result()
         except BrokenProcessPool:
             raise UserError(
                 f"a worker process of --num_workers={num_workers} died (killed, or out of "
                 "memory?); nothing was written: run again, with a smaller --num_workers if "
                 "memory is short") from None
 
-    out = Results(results(), num_workers)
     try:
-        yield out
+        yield Results(results(), num_workers)
     finally:
-        for entry in pending:
-            entry[1].cancel()
+        for future in pending:
+            future.cancel()
         executor.shutdown(wait=True, cancel_futures=True)

@@ -159,6 +159,9 @@ def test_targets_take_the_best_recipe_at_each_budget():
         "20 min: bert-train bert minus pytorch, SST-2 points": (1.0, False),
         "20 min: bert-train bert minus pytorch, masked-LM points": (-3.0, False),
         "20 min: bert-train bert minus none, SST-2 points": (7.0, True)}
+    behind = [_run("bert-train cram", 20, 0.3, 0.73), _run("pytorch", 20, 0.15, 0.75),
+              _run("keras-hub", 20, 0.14, 0.74)]  # behind both: not "by more" than pytorch
+    assert [t["met"] for t in quality_report.targets(record(behind))] == [False, True, False]
     lines = quality_report.target_lines(record(runs))
     assert lines[2] == "| 10 min: bert-train cram minus pytorch, SST-2 points | +3.0 | >= 2 | yes |"
     assert lines[5].endswith("| +1.0 | >= 2 | **no** |")

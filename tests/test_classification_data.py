@@ -121,6 +121,11 @@ def test_one_options_object_or_its_fields(shared_dir, tokenizer):
         np.testing.assert_array_equal(a[features.INPUT_WORD_IDS], b[features.INPUT_WORD_IDS])
     with pytest.raises(TypeError, match=r"pass options= or its fields, not both \(\['seed'\]\)"):
         classification_dataset(raw, tokenizer, seq_length=32, options=options, seed=3)
+    # Also a mapping of its fields, as pipeline_options' dict was (plugin families read it).
+    assert dict(**options)["batch_size"] == options["batch_size"] == 8
+    assert not options["is_training"] and set(options.keys()) >= {"seed", "length_buckets"}
+    with pytest.raises(KeyError):
+        options["batch"]
     with pytest.raises(UserError, match="batch size 0 must be >= 1"):
         input_utils.PipelineOptions(batch_size=0)
     with pytest.raises(UserError, match="shuffle buffer 0 must be >= 1"):

@@ -155,5 +155,6 @@ def test_wrong_format_and_missing_source(tmp_path):
                                         "with --train_file"):
         registry.local_task_data("mine", "regression").load("train")
     with pytest.raises(UserError, match="unknown task family 'ner'; known: causal_lm, "
-                                        "classification, regression, squad, tagging, translate"):
+                                        "classification, masked_lm, regression, squad, tagging, "
+                                        "translate"):
         registry.local_task_data("mine", "ner")

@@ -59,6 +59,17 @@ class PipelineOptions:
         if self.shuffle_buffer < 1:
             raise UserError(f"shuffle buffer {self.shuffle_buffer} must be >= 1")
 
+    # Also a read-only mapping of its fields (`options["seed"]`, `**options`), as
+    # `FinetuningTask.pipeline_options` returned a dict before: a plugin family's
+    # `build_inputs` written against that keeps working.
+    def keys(self):
+        return [field.name for field in dataclasses.fields(self)]
+
+    def __getitem__(self, name: str):
+        if name not in self.keys():
+            raise KeyError(name)
+        return getattr(self, name)
+
 
 def pipeline_options(options: PipelineOptions | None = None, **fields) -> PipelineOptions:
     """`options`, or the `PipelineOptions` of `fields` given as keyword arguments instead.

@@ -203,6 +203,9 @@ def test_mean_pooling_is_recorded_and_rebuilt_by_evaluate_and_export(tiny_pretra
     assert family.head_model(task.encoder_spec.build(), info, "here").pooling == "mean"
     old = {k: v for k, v in info.items() if k != "pooling"}  # written before the option
     assert family.head_model(task.encoder_spec.build(), old, "here").pooling == "cls"
+    with pytest.raises(UserError, match="here: task.pooling='max' is unknown; use one of cls, "
+                                        "mean"):
+        family.head_model(task.encoder_spec.build(), {**info, "pooling": "max"}, "here")
     with pytest.raises(UserError, match="FinetuneConfig.pooling='max' is unknown; use cls or "
                                         "mean"):
         finetuning.FinetuneConfig(pooling="max")

@@ -13,6 +13,7 @@ from bert_trainer.data.sources import TextColumns
 from bert_trainer.data.task_data import TRAIN_EVAL, TaskData, validated_stream
 from bert_trainer.errors import UserError
 from bert_trainer.models import BertClassifier
+from bert_trainer.models.bert_classifier import POOLINGS
 from bert_trainer.tasks.classification.serving import ClassifierServing
 from bert_trainer.tasks.classification.task import SentenceClassificationTask
 from bert_trainer.tasks.family import Family, decode, mark_truncated, num_classes
@@ -36,6 +37,16 @@ def _label_index(label_names) -> dict:
     index = {} if numeric else {str(i): i for i in range(len(label_names))}
     index.update({name: i for i, name in enumerate(label_names)})
     return index
+
+
+def stored_pooling(task: dict, where: str) -> str:
+    """The head's pooling a task entry records ("cls" when it records none); a value this
+    version does not know is one line naming the file."""
+    pooling = task.get("pooling", "cls")
+    if pooling not in POOLINGS:
+        raise UserError(f"{where}: task.pooling={pooling!r} is unknown; use one of "
+                        f"{', '.join(POOLINGS)}")
+    return pooling
 
 
 class ClassificationFamily(Family):
@@ -150,7 +161,7 @@ class ClassificationFamily(Family):
 
     def head_model(self, encoder, task, where):
         return BertClassifier(encoder, num_classes=num_classes(task, where),
-                              pooling=task.get("pooling", "cls"))
+                              pooling=stored_pooling(task, where))
 
     def serving_options(self, task: dict) -> dict:
         """`ClassifierServing` arguments of a stored task entry (pair, windows)."""

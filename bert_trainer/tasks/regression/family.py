@@ -13,7 +13,7 @@ import tensorflow as tf
 from bert_trainer.data.sources import TextColumns
 from bert_trainer.errors import UserError
 from bert_trainer.models import BertClassifier
-from bert_trainer.tasks.classification.family import ClassificationFamily, glue
+from bert_trainer.tasks.classification.family import ClassificationFamily, glue, stored_pooling
 from bert_trainer.tasks.family import finite, mark_truncated
 from bert_trainer.tasks.regression.serving import RegressionServing
 from bert_trainer.tasks.regression.task import RegressionTask
@@ -48,7 +48,7 @@ class RegressionFamily(ClassificationFamily):
         return number
 
     def head_model(self, encoder, task, where):
-        return BertClassifier(encoder, num_classes=1, pooling=task.get("pooling", "cls"))
+        return BertClassifier(encoder, num_classes=1, pooling=stored_pooling(task, where))
 
     def serving_module(self, model, task, **common):
         return RegressionServing(model, **common, **self.serving_options(task))

@@ -22,8 +22,8 @@ Default output is unmasked (our feature names, for dynamic masking in the input 
 
 import collections
 import dataclasses
-import hashlib
 import itertools
+import os
 import random
 import struct
 import sys
@@ -32,13 +32,12 @@ import tensorflow as tf
 
 from bert_trainer import features
 from bert_trainer.data import chunk_workers, masking, pretraining_run
-from bert_trainer.data import pretraining_data_report as report
+from bert_trainer.data.corpus_chunks import chunk_rng, chunk_stats, read_chunks, tokenize_documents
 from bert_trainer.data.example_wire import example_bytes, float_feature, int64_feature, varint_table
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import UserError
 
 Instance = collections.namedtuple("Instance", "tokens_a tokens_b is_random_next truncated")
-_TOKENIZE_BATCH = 4096  # Sentences per in-graph tokenizer call.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -213,44 +212,6 @@ def instance_to_example(instance: Instance, tokenizer: Tokenizer, config: Pretra
                                                           vocab))
 
 
-def tokenize_documents(documents: list[list[str]], tokenizer: Tokenizer,
-                       as_lists: bool = False) -> list[list]:
-    """Tokenizes every sentence of a chunk of documents in a few in-graph calls.
-
-    Returns:
-      Documents as lists of int32 numpy arrays (views into one buffer), or with `as_lists` of
-      lists of Python ints; sentences with no tokens and documents with no sentences are
-      dropped.
-    """
-    flat = [s for doc in documents for s in doc]
-    pieces = []
-    for start in range(0, len(flat), _TOKENIZE_BATCH):
-        ids = tokenizer.tokenize(flat[start:start + _TOKENIZE_BATCH])
-        values, splits = ids.flat_values.numpy(), ids.row_splits.numpy()
-        if as_lists:  # One conversion for the batch, then list slices.
-            values, splits = values.tolist(), splits.tolist()
-        pieces.extend(values[splits[i]:splits[i + 1]] for i in range(len(splits) - 1))
-    out, k = [], 0
-    for doc in documents:
-        sentences = [p for p in pieces[k:k + len(doc)] if len(p)]
-        k += len(doc)
-        if sentences:
-            out.append(sentences)
-    return out
-
-
-def chunk_rng(seed: int, chunk_index: int) -> random.Random:
-    """The random generator of one chunk: a function of the seed and the chunk's index only."""
-    digest = hashlib.sha256(f"{seed}:{chunk_index}".encode()).digest()
-    return random.Random(int.from_bytes(digest[:8], "big"))
-
-
-def chunk_stats(docs: list) -> collections.Counter:
-    """Counts of tokenized documents, their sentences and tokens."""
-    return collections.Counter(documents=len(docs), sentences=sum(len(d) for d in docs),
-                               corpus_tokens=sum(len(s) for d in docs for s in d))
-
-
 def _process_chunk(docs, config, rng, tokenizer, vocab, stats) -> list[bytes]:
     """The serialized examples of one chunk of tokenized documents, shuffled."""
     instances = []
@@ -296,11 +257,6 @@ def make_chunk(state: tuple, chunk: tuple) -> tuple[list[bytes], collections.Cou
     return records, stats
 
 
-def read_chunks(documents, chunk_documents: int):
-    """(index, list of `chunk_documents` documents) for consecutive pieces of `documents`."""
-    return enumerate(iter(lambda: list(itertools.islice(documents, chunk_documents)), []))
-
-
 def create_pretraining_data(inputs, vocab_file: str, output: str,
                             config: PretrainingDataConfig = PretrainingDataConfig(), *,
                             lower_case: bool = True, input_format: str = "auto",
@@ -342,7 +298,7 @@ def create_pretraining_data(inputs, vocab_file: str, output: str,
         if not run.stats["examples"]:
             raise UserError(f"--input={inputs} produced no examples ({run.stats['documents']} "
                             "documents); it needs text with at least two sentences")
-        return report.summary(run.stats, shards, run.files, config, vocab_file, lower_case,
+        return _summary(run.stats, shards, run.files, config, vocab_file, lower_case,
                               run.throughput())
 
     if run.runner != "local":
@@ -366,3 +322,34 @@ def create_pretraining_data(inputs, vocab_file: str, output: str,
                 run.tick(run.stats)
 
     return pretraining_run.write_shard_set(run, write, summarize)
+
+
+def _summary(stats, shards: list[str], files: list[str], config, vocab_file: str,
+            lower_case: bool, throughput: dict) -> dict:
+    """The summary of a masked-LM run, written as JSON next to its shards.
+
+    Args:
+      stats: the run's Counter (documents, sentences, corpus_tokens, examples, tokens,
+        truncated, random_next, bad_utf8_lines); `examples` must be > 0.
+      shards: the shard paths written.
+      files: the input files read.
+      config: the `PretrainingDataConfig` used.
+      vocab_file, lower_case: the tokenizer's settings.
+      throughput: from `throughput`.
+
+    Returns:
+      The summary dict.
+    """
+    return {
+        "documents": stats["documents"], "sentences": stats["sentences"],
+        "corpus_tokens": stats["corpus_tokens"], "examples": stats["examples"],
+        "tokens": stats["tokens"], "shards": [os.path.basename(s) for s in shards],
+        "fraction_truncated": stats["truncated"] / stats["examples"],
+        "fraction_random_next": stats["random_next"] / stats["examples"],
+        "bad_utf8_lines": stats["bad_utf8_lines"], **throughput,
+        "input_files": len(files), "vocab_file": (vocab_file if "://" in vocab_file
+                                                     else os.path.abspath(vocab_file)),
+        "lower_case": lower_case,
+        "feature_names": "google-research/bert" if config.static_masking else "bert_trainer",
+        "config": dataclasses.asdict(config),
+    }

@@ -1,10 +1,10 @@
-"""Progress lines and the JSON summary of `create_pretraining_data`.
+"""Progress lines, throughput and the JSON summary file of `create_pretraining_data`.
 
-Kept apart from the example-making algorithm (create_pretraining_data.py): what a run reports
-about itself is not part of how examples are made.
+Kept apart from the example-making algorithms (each objective's corpus writer, which also
+says what its summary holds): what a run reports about itself is not part of how examples are
+made.
 """
 
-import dataclasses
 import json
 import os
 import sys
@@ -34,37 +34,6 @@ class Progress:
         rate = stats["examples"] / max(now - self.start, 1e-9)
         print(f"create_pretraining_data: {stats['documents']:,} documents, "
               f"{stats['examples']:,} examples ({rate:,.0f}/s)", file=self.stream, flush=True)
-
-
-def summary(stats, shards: list[str], files: list[str], config, vocab_file: str,
-            lower_case: bool, throughput: dict) -> dict:
-    """The summary of a masked-LM run, written as JSON next to its shards.
-
-    Args:
-      stats: the run's Counter (documents, sentences, corpus_tokens, examples, tokens,
-        truncated, random_next, bad_utf8_lines); `examples` must be > 0.
-      shards: the shard paths written.
-      files: the input files read.
-      config: the `PretrainingDataConfig` used.
-      vocab_file, lower_case: the tokenizer's settings.
-      throughput: from `throughput`.
-
-    Returns:
-      The summary dict.
-    """
-    return {
-        "documents": stats["documents"], "sentences": stats["sentences"],
-        "corpus_tokens": stats["corpus_tokens"], "examples": stats["examples"],
-        "tokens": stats["tokens"], "shards": [os.path.basename(s) for s in shards],
-        "fraction_truncated": stats["truncated"] / stats["examples"],
-        "fraction_random_next": stats["random_next"] / stats["examples"],
-        "bad_utf8_lines": stats["bad_utf8_lines"], **throughput,
-        "input_files": len(files), "vocab_file": (vocab_file if "://" in vocab_file
-                                                     else os.path.abspath(vocab_file)),
-        "lower_case": lower_case,
-        "feature_names": "google-research/bert" if config.static_masking else "bert_trainer",
-        "config": dataclasses.asdict(config),
-    }
 
 
 # Keys of a summary that measure the run rather than describe its output: they differ between

@@ -9,11 +9,10 @@ import pytest
 import tensorflow as tf
 
 from bert_trainer import cli, features
-from bert_trainer.data import causal_lm_data as cld
-from bert_trainer.data import create_pretraining_data as cpd
-from bert_trainer.data import text_corpus
+from bert_trainer.data import corpus_chunks, text_corpus
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import UserError
+from bert_trainer.tasks.causal_lm import corpus as cld
 
 
 @pytest.fixture
@@ -72,7 +71,7 @@ def test_blocks_cover_every_token_exactly_once(corpus, vocab_file, tmp_path):
     # ... and the packer, in stream order, is the stream cut into blocks: concatenated they
     # give back every token once, the last partial block left over.
     tokenizer = Tokenizer(vocab_file)
-    docs = cpd.tokenize_documents(list(text_corpus.read_documents(
+    docs = corpus_chunks.tokenize_documents(list(text_corpus.read_documents(
         text_corpus.expand_inputs(corpus))), tokenizer)
     packer = cld.BlockPacker(100)
     packed = [packer.add(cld.document_stream(docs[i:i + 2], tokenizer.sep_id))

@@ -93,3 +93,67 @@ def test_pretraining_objectives_are_families_that_pretrain_asks():
     for module in ("tasks.causal_lm", "tasks.masked_lm", "CausalLMTask", "PretrainingTask"):
         assert module not in pretrain, f"commands/pretrain.py names {module}: ask the objective"
 
+
+
+# Each pretraining objective's corpus writer (what `create_pretraining_data --objective` runs).
+# Masked LM's still lives in data/ while the shared test fixture (tests/conftest.py) imports it
+# there; causal LM's is its family's.
+CORPUS_WRITERS = {"masked_lm": "bert_trainer.data.create_pretraining_data",
+                  "causal_lm": "bert_trainer.tasks.causal_lm.corpus"}
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(source: str) -> set[str]:
+    """Every module an `import` or `from ... import` in `source` may load (module level or in
+    a function): `from a.b import c` gives both "a.b" and "a.b.c"."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def test_the_check_finds_imports_of_a_module():
+    source = ("import a.b.corpus\n"
+              "def f():\n"
+              "    from a.b import corpus as c\n"
+              "    from a.c.corpus import write\n")
+    assert {"a.b.corpus", "a.c.corpus"} <= imported_modules(source)
+    assert "a.corpus" not in imported_modules(source)
+
+
+def test_only_its_family_imports_an_objectives_corpus_writer():
+    """`create_pretraining_data` asks the objective (`registry.objective(name).write_corpus`);
+    the Beam pipeline and the worker pool receive the writer's functions as arguments. No
+    other module (another family's writer included) imports a corpus writer."""
+    assert set(CORPUS_WRITERS) == set(registry.objectives())
+    checked, offenders = 0, []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = _module_name(path)
+        imported = imported_modules(path.read_text(encoding="utf-8"))
+        checked += 1
+        for name, writer in CORPUS_WRITERS.items():
+            if module == writer or PACKAGE / "tasks" / name in path.parents:
+                continue
+            if writer in imported:
+                offenders.append(f"{path.relative_to(PACKAGE.parent)} imports {writer}")
+    assert checked > 50
+    assert offenders == [], "ask registry.objective(name) instead:\n" + "\n".join(offenders)
+    command = (PACKAGE / "commands" / "create_pretraining_data.py").read_text(encoding="utf-8")
+    assert "registry.objective(" in command
+
+
+def test_create_pretraining_data_offers_every_objective():
+    """Its --objective choices are spelled out (no TensorFlow for --help): the objectives',
+    the default first."""
+    from bert_trainer.commands import create_pretraining_data as command  # noqa: PLC0415
+
+    assert sorted(command.OBJECTIVES) == sorted(registry.objectives())
+    assert command.OBJECTIVES[0] == "masked_lm"

@@ -2,7 +2,9 @@
 
 --objective=masked_lm (the default) writes BERT's sentence-pair examples; --objective=causal_lm
 packs the documents into blocks of --block_size tokens for next-token pretraining (one [SEP]
-before each document, documents spanning blocks, the final partial block dropped).
+before each document, documents spanning blocks, the final partial block dropped). The
+objective's family writes them (`registry.objective(name)`: its `corpus_config`,
+`write_corpus` and `corpus_report` run the family's corpus writer); this module names none.
 
 Input is text files (--input) or a TFDS text dataset (--tfds, one example a document). Files
 are in google-research/bert's format (one sentence per line, blank line between documents)
@@ -47,10 +49,10 @@ flags.DEFINE_string("tfds", None, "A TFDS text dataset instead of --input, e.g. 
                     "wikipedia/20230601.en: each example is a document.")
 flags.DEFINE_string("tfds_split", "train", "The --tfds split (slices such as train[:10%] too).")
 flags.DEFINE_string("tfds_text_key", "text", "The --tfds feature holding the text.")
-# The objectives (configurables.PRETRAINING_OBJECTIVES, not imported: it loads TensorFlow);
-# compared by name, since "causal_lm" is also a task family's.
-MASKED_LM, CAUSAL_LM = "masked_lm", "causal_lm"
-flags.DEFINE_enum("objective", MASKED_LM, (MASKED_LM, CAUSAL_LM),
+# The pretraining objectives' names (`registry.objectives()`, not imported here: it loads
+# TensorFlow, and --help should not); each family's objective writes its own data.
+OBJECTIVES = ("masked_lm", "causal_lm")
+flags.DEFINE_enum("objective", OBJECTIVES[0], OBJECTIVES,
                   "masked_lm: BERT's sentence pairs; causal_lm: documents packed into blocks "
                   "of --block_size tokens for next-token prediction.")
 flags.DEFINE_integer("block_size", 256, "Tokens per block (causal_lm): the model's training "
@@ -84,15 +86,11 @@ flags.DEFINE_string("beam_options", "", "The Beam runner's pipeline options, as 
                     "'--spark_master_url=spark://HOST:7077' (SparkRunner).")
 
 FLAGS = flags.FLAGS
-# Flags of the sentence-pair examples only, and of the causal blocks only.
-_MASKED_LM_FLAGS = ("max_seq_length", "short_seq_prob", "dupe_factor", "static_masking",
-                    "max_predictions_per_seq", "masked_lm_prob", "whole_word_masking")
-_CAUSAL_LM_FLAGS = ("block_size",)
 
 
 def main(argv):
     del argv
-    from bert_trainer.data import create_pretraining_data as cpd  # noqa: PLC0415 (TensorFlow)
+    from bert_trainer.tasks import registry  # noqa: PLC0415 (TensorFlow)
 
     beam.check_runner(FLAGS.runner, FLAGS.beam_options, import_beam=False)
     if FLAGS.runner != beam.LOCAL:
@@ -110,21 +108,16 @@ def main(argv):
         if not FLAGS[name].value:
             raise UserError(f"--{name} is required (see "
                             "'bert-train create_pretraining_data --help')")
-    _check_objective_flags()
-    if FLAGS.objective == CAUSAL_LM:
-        return _causal_lm()
-    config = cpd.PretrainingDataConfig(
-        max_seq_length=FLAGS.max_seq_length, short_seq_prob=FLAGS.short_seq_prob,
-        dupe_factor=FLAGS.dupe_factor, seed=FLAGS.seed, static_masking=FLAGS.static_masking,
-        max_predictions_per_seq=FLAGS.max_predictions_per_seq,
-        masked_lm_prob=FLAGS.masked_lm_prob, whole_word_masking=FLAGS.whole_word_masking)
-    summary = cpd.create_pretraining_data(
-        _inputs(), FLAGS.vocab, FLAGS.output, config, lower_case=FLAGS.lower_case,
+    objective = registry.objective(FLAGS.objective)
+    _check_objective_flags(objective, registry.objectives().values())
+    config = objective.corpus_config(
+        seed=FLAGS.seed, **{name: FLAGS[name].value for name in objective.corpus_flags})
+    summary = objective.write_corpus(
+        config, _inputs(), FLAGS.vocab, FLAGS.output, lower_case=FLAGS.lower_case,
         input_format=FLAGS.input_format, encoding_errors=FLAGS.encoding_errors,
         num_shards=FLAGS.num_shards, examples_per_shard=FLAGS.examples_per_shard,
         overwrite=FLAGS.overwrite, num_workers=_num_workers(), **_runner())
-    print(f"wrote {summary['examples']:,} examples from {summary['documents']:,} documents "
-          f"to {len(summary['shards'])} shard(s) in {summary['seconds']:.1f}s; {_rate(summary)}")
+    print(f"{objective.corpus_report(summary)}; {_rate(summary)}")
     return 0
 
 
@@ -158,26 +151,12 @@ def _rate(summary: dict) -> str:
             f"{t['examples_per_second_per_worker']:,.0f} examples/s per worker)")
 
 
-def _check_objective_flags() -> None:
-    """Refuses a flag given on the command line that the chosen objective does not read."""
-    other = _MASKED_LM_FLAGS if FLAGS.objective == CAUSAL_LM else _CAUSAL_LM_FLAGS
-    given = [name for name in other if FLAGS[name].present]
+def _check_objective_flags(objective, objectives) -> None:
+    """Refuses a flag given on the command line that another objective reads and the chosen
+    one does not."""
+    others = [name for other in objectives if other is not objective
+              for name in other.corpus_flags if name not in objective.corpus_flags]
+    given = [name for name in others if FLAGS[name].present]
     if given:
         raise UserError(f"--{given[0]} does not apply to --objective={FLAGS.objective}; "
                         "drop it (or pick the other --objective)")
-
-
-def _causal_lm() -> int:
-    from bert_trainer.data import causal_lm_data  # noqa: PLC0415 (TensorFlow)
-
-    config = causal_lm_data.CausalDataConfig(block_size=FLAGS.block_size, seed=FLAGS.seed)
-    summary = causal_lm_data.create_causal_lm_data(
-        _inputs(), FLAGS.vocab, FLAGS.output, config, lower_case=FLAGS.lower_case,
-        input_format=FLAGS.input_format, encoding_errors=FLAGS.encoding_errors,
-        num_shards=FLAGS.num_shards, examples_per_shard=FLAGS.examples_per_shard,
-        overwrite=FLAGS.overwrite, num_workers=_num_workers(), **_runner())
-    print(f"wrote {summary['examples']:,} blocks of {summary['block_size']} tokens from "
-          f"{summary['documents']:,} documents to {len(summary['shards'])} shard(s) in "
-          f"{summary['seconds']:.1f}s ({summary['tokens_dropped']} tokens of the final "
-          f"partial block dropped); {_rate(summary)}")
-    return 0

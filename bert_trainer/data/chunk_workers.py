@@ -1,9 +1,11 @@
 """Chunks of documents turned into records on worker processes, results in chunk order.
 
 `create_pretraining_data` cuts the corpus into chunks of consecutive documents and hands each
-chunk, with its index, to `work(state, chunk)`; a chunk's result depends only on the chunk, its
-index and the seed, never on which process made it, so the output is the same for any number of
-workers. The parent reads the text and writes the shards; the workers tokenize and make examples.
+chunk, with its index, to `work(state, chunk)` (the objective's, from its family's corpus
+writer, which passes it in: this module imports none); a chunk's result depends only on the
+chunk, its index and the seed, never on which process made it, so the output is the same for
+any number of workers. The parent reads the text and writes the shards; the workers tokenize
+and make examples.
 
 Workers are processes forked from a `forkserver` that has imported TensorFlow but run nothing
 (TensorFlow's runtime and `fork` do not mix; starting each worker with `spawn` would import
@@ -106,7 +108,10 @@ def map_chunks(work, make_state, state_args: tuple, chunks, num_workers: int,
         yield Results((work(state, chunk) for chunk in chunks), 1)
         return
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([PRELOAD])
+    # The generic pieces quietly first, then the modules of `work` and `make_state` (a
+    # family's corpus writer, which this layer does not import): the workers fork with them.
+    context.set_forkserver_preload(list(dict.fromkeys(
+        [PRELOAD, work.__module__, make_state.__module__])))
     executor = futures.ProcessPoolExecutor(
         num_workers, mp_context=context,
         initializer=_start_worker, initargs=(pickle.dumps((make_state, state_args)),))

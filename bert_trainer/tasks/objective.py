@@ -6,6 +6,11 @@
 names the gin configurables of its data config and its model builder (registered in
 `bert_trainer.configurables`), builds its task, and refuses a warm start from another
 objective's model; `bert-train pretrain` asks it, and never branches on its name.
+
+It also writes its pretraining data: `bert-train create_pretraining_data --objective=NAME`
+asks it for its corpus writer's config (`corpus_config`, from the flags it reads:
+`corpus_flags`), runs the writer (`write_corpus`: its family's `corpus.py`, on the generic
+machinery of `bert_trainer/data/`) and prints its one-line report (`corpus_report`).
 """
 
 from bert_trainer.errors import UserError
@@ -19,12 +24,15 @@ class Objective:
       config_name: the gin name of its data and loss config, e.g. "PretrainingConfig".
       builder_name: the gin name of its model builder, e.g. "build_encoder".
       model: what its model is, for messages, e.g. "a BERT encoder".
+      corpus_flags: the `create_pretraining_data` flags that only its corpus writer reads
+        (given with another objective, they are refused), e.g. ("block_size",).
     """
 
     name: str = ""
     config_name: str = ""
     builder_name: str = ""
     model: str = ""
+    corpus_flags: tuple[str, ...] = ()
 
     def holds_its_model(self, encoder_class: str) -> bool:
         """Whether a bert-train model directory whose encoder is `encoder_class` holds a
@@ -47,4 +55,31 @@ class Objective:
     def task(self, config, model_fn, checkpoint):
         """Its `Task`, on `config` (from gin's `config_name`), building its model with
         `model_fn`, warm-started from the resolved `checkpoint` (or None)."""
+        raise NotImplementedError
+
+    def corpus_config(self, seed: int, **flags):
+        """Its corpus writer's typed config, from `seed` and the values of `corpus_flags`
+        (keyword arguments of those names)."""
+        raise NotImplementedError
+
+    def write_corpus(self, config, inputs, vocab_file: str, output: str, **options) -> dict:
+        """Writes its pretraining TFRecords and their summary JSON from text.
+
+        Args:
+          config: from `corpus_config`.
+          inputs: text files (a comma list and/or globs), or a `tfds_sources.TfdsText`.
+          vocab_file: the WordPiece vocab.txt.
+          output: the shard pattern with one `*`.
+          **options: lower_case, input_format, encoding_errors, num_shards,
+            examples_per_shard, overwrite, num_workers, runner, beam_options, progress (as
+            every corpus writer takes them).
+
+        Returns:
+          The summary (also written as JSON next to the shards).
+        """
+        raise NotImplementedError
+
+    def corpus_report(self, summary: dict) -> str:
+        """What `create_pretraining_data` prints of `write_corpus`'s summary (it adds the
+        throughput)."""
         raise NotImplementedError

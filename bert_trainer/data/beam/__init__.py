@@ -1,10 +1,11 @@
 """create_pretraining_data on Apache Beam: `--runner=DirectRunner|SparkRunner|FlinkRunner|...`.
 
 The pipeline (`pipeline.py`) makes the same chunks of documents as the local path, runs the
-same per-chunk function on them (`create_pretraining_data.make_chunk`, or
-`causal_lm_data.chunk_stream`), and writes the same shards in the same order, so its output is
-byte for byte the local output for the same seed and inputs. This module only names the
-runners and checks that Apache Beam is installed: it does not import Beam (an optional extra).
+same per-chunk function on them (the objective's, passed in by its family's corpus writer:
+masked LM's `make_chunk`, causal LM's `chunk_stream`), and writes the same shards in the same
+order, so its output is byte for byte the local output for the same seed and inputs. This
+module only names the runners and checks that Apache Beam is installed: it does not import
+Beam (an optional extra).
 """
 
 import logging

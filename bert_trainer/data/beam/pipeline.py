@@ -10,9 +10,9 @@ sends its documents, in runs of consecutive ones, to their chunk (a `GroupByKey`
 index); (4) a chunk's runs are put back in document order: the local path's chunk, whole.
 
 Work. Each chunk goes through the local path's own per-chunk function (masked LM:
-`create_pretraining_data.make_chunk`; causal LM: `causal_lm_data.chunk_stream`), whose result
-depends only on the chunk's documents, its index and the seed. The callers pass these
-functions in (keyword arguments below), so this module imports neither.
+`make_chunk`; causal LM: `chunk_stream`), whose result depends only on the chunk's documents,
+its index and the seed. The callers (the families' corpus writers) pass these functions in
+(keyword arguments below), so this module imports neither.
 
 Order. The local path writes chunk 0's records, then chunk 1's, and so on, and record g of
 that sequence goes to shard `shard_set.shard_of(g, ...)`. The records of each chunk (one
@@ -22,7 +22,7 @@ as the local `ShardWriter`. Causal LM: the local path appends each chunk's token
 leftover of the previous one and cuts blocks; here the streams' lengths give each chunk its
 offset in the whole stream, each block is assembled from the pieces of the chunks it spans and
 belongs to the chunk that completes it, and each chunk shuffles its blocks with the same
-generator (`create_pretraining_data.chunk_rng(seed, chunk)`) as the local path.
+generator (`corpus_chunks.chunk_rng(seed, chunk)`) as the local path.
 
 Writing. A worker writes each shard aside in the run's hidden staging directory and renames
 it when complete (a retried bundle writes the same bytes); the driver then moves the set into
@@ -61,9 +61,9 @@ def masked_lm(run, config, vocab_file: str, lower_case: bool, input_format: str,
 
     Args:
       run: from `pretraining_run.start_run` (its files, output, sharding, runner, options).
-      config: a `create_pretraining_data.PretrainingDataConfig`.
-      vocab_file, lower_case, input_format, encoding_errors: as `create_pretraining_data`.
-      make_chunk, worker_state: `create_pretraining_data`'s own.
+      config: the masked-LM corpus writer's `PretrainingDataConfig`.
+      vocab_file, lower_case, input_format, encoding_errors: as its `create_pretraining_data`.
+      make_chunk, worker_state: that writer's own.
     """
     def build(pipeline):
         chunks, counted = _chunks(pipeline, run.files, input_format, encoding_errors,
@@ -88,10 +88,10 @@ def causal_lm(run, config, vocab_file: str, lower_case: bool, input_format: str,
 
     Args:
       run: from `pretraining_run.start_run`.
-      config: a `causal_lm_data.CausalDataConfig`.
-      vocab_file, lower_case, input_format, encoding_errors: as `create_causal_lm_data`.
-      chunk_stream, stream_state, block_to_example: `causal_lm_data`'s own; chunk_rng:
-        `create_pretraining_data.chunk_rng`.
+      config: the causal-LM corpus writer's `CausalDataConfig`.
+      vocab_file, lower_case, input_format, encoding_errors: as its `create_causal_lm_data`.
+      chunk_stream, stream_state, block_to_example: that writer's own; chunk_rng:
+        `corpus_chunks.chunk_rng`.
     """
     block_size = config.block_size
 

@@ -3,6 +3,8 @@
   family.py    `CausalLMFamily`: its pretraining objective (`CausalLMObjective`, what
                `pretrain` asks), the model rebuilt for export and generate, the answers
   task.py      `CausalLMTask`: next-token loss, perplexity, next-token accuracy (pretrain)
+  corpus.py    its corpus writer: documents packed into block TFRecords
+               (`create_pretraining_data --objective=causal_lm`, through the objective)
   data.py      the input pipeline: block TFRecords, shuffled and batched
   serving.py   `CausalLMServing`: prompt strings in, generated strings, ids and scores out
 

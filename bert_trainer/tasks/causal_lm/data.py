@@ -1,6 +1,6 @@
 """Causal-LM input pipeline: block TFRecords -> shuffled, batched `input_word_ids`.
 
-Reads what `create_pretraining_data --objective=causal_lm` writes (`data.causal_lm_data`):
+Reads what `create_pretraining_data --objective=causal_lm` writes (`corpus.py`):
 one feature, `input_word_ids` int64 [block_size], every token real. File sharding over input
 pipelines and the seeded shuffle are `data.record_files.record_dataset`'s (as the masked LM's),
 so the order is the same in every run and a resumed run skips to exactly where it stopped.

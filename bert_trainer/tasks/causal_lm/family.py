@@ -30,12 +30,14 @@ def check_causal(model, where: str) -> None:
 class CausalLMObjective(Objective):
     """Next-token pretraining of a `CausalLM` (`pretraining_objective.name = 'causal_lm'`):
     `CausalLMConfig` read from gin, the model from `build_causal_lm` (or an init checkpoint:
-    a bert-train causal model directory, or GPT-2 weights), the task `task.CausalLMTask`."""
+    a bert-train causal model directory, or GPT-2 weights), the task `task.CausalLMTask`; its
+    data written by `corpus.create_causal_lm_data` (documents packed into blocks)."""
 
     name = "causal_lm"
     config_name = "CausalLMConfig"
     builder_name = "build_causal_lm"
     model = "a CausalLM"
+    corpus_flags = ("block_size",)
 
     def holds_its_model(self, encoder_class):
         return encoder_class == "CausalLM"
@@ -48,6 +50,22 @@ class CausalLMObjective(Objective):
         from bert_trainer.tasks.causal_lm.task import CausalLMTask  # noqa: PLC0415
 
         return CausalLMTask(config, model_fn, checkpoint=checkpoint)
+
+    def corpus_config(self, seed, block_size):
+        from bert_trainer.tasks.causal_lm import corpus  # noqa: PLC0415 (TensorFlow)
+
+        return corpus.CausalDataConfig(block_size=block_size, seed=seed)
+
+    def write_corpus(self, config, inputs, vocab_file, output, **options):
+        from bert_trainer.tasks.causal_lm import corpus  # noqa: PLC0415 (TensorFlow)
+
+        return corpus.create_causal_lm_data(inputs, vocab_file, output, config, **options)
+
+    def corpus_report(self, summary):
+        return (f"wrote {summary['examples']:,} blocks of {summary['block_size']} tokens from "
+                f"{summary['documents']:,} documents to {len(summary['shards'])} shard(s) in "
+                f"{summary['seconds']:.1f}s ({summary['tokens_dropped']} tokens of the final "
+                "partial block dropped)")
 
 
 class CausalLMFamily(Family):

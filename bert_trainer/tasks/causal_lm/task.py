@@ -1,7 +1,7 @@
 """Causal language modelling: next-token pretraining of a `CausalLM` (GPT-style).
 
 The data are the blocks of `bert-train create_pretraining_data --objective=causal_lm`
-(`data.causal_lm_data`: documents packed into one stream, one [SEP] before each, cut into
+(`tasks.causal_lm.corpus`: documents packed into one stream, one [SEP] before each, cut into
 blocks of `block_size` tokens), read by `tasks.causal_lm.data`. The model sees every token
 of a block; the logits at position t are scored against token t + 1, so the last position has
 no target. The model is built by `model_fn` (gin's `build_causal_lm`, or an init checkpoint's

@@ -25,6 +25,8 @@ class MaskedLMObjective(Objective):
     config_name = "PretrainingConfig"
     builder_name = "build_encoder"
     model = "a BERT encoder"
+    corpus_flags = ("max_seq_length", "short_seq_prob", "dupe_factor", "static_masking",
+                    "max_predictions_per_seq", "masked_lm_prob", "whole_word_masking")
 
     def holds_its_model(self, encoder_class):
         return encoder_class not in _OTHER_MODELS
@@ -41,6 +43,20 @@ class MaskedLMObjective(Objective):
         from bert_trainer.tasks.masked_lm.task import PretrainingTask  # noqa: PLC0415
 
         return PretrainingTask(config, model_fn, checkpoint=checkpoint)
+
+    def corpus_config(self, seed, **flags):
+        from bert_trainer.data import create_pretraining_data as corpus  # noqa: PLC0415
+
+        return corpus.PretrainingDataConfig(seed=seed, **flags)
+
+    def write_corpus(self, config, inputs, vocab_file, output, **options):
+        from bert_trainer.data import create_pretraining_data as corpus  # noqa: PLC0415
+
+        return corpus.create_pretraining_data(inputs, vocab_file, output, config, **options)
+
+    def corpus_report(self, summary):
+        return (f"wrote {summary['examples']:,} examples from {summary['documents']:,} "
+                f"documents to {len(summary['shards'])} shard(s) in {summary['seconds']:.1f}s")
 
 
 class MaskedLMFamily(Family):

@@ -31,7 +31,7 @@ import tensorflow as tf
 
 from bert_trainer import features
 from bert_trainer.data import chunk_workers, pretraining_run
-from bert_trainer.data import create_pretraining_data as cpd
+from bert_trainer.data.corpus_chunks import chunk_rng, chunk_stats, read_chunks, tokenize_documents
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import UserError
 
@@ -120,15 +120,17 @@ def create_causal_lm_data(inputs, vocab_file: str, output: str,
       inputs: text files: comma list / globs (see `text_corpus.expand_inputs`), or a
         `tfds_sources.TfdsText` dataset.
       vocab_file: the WordPiece `vocab.txt` (it must hold `[SEP]`).
-      output: shard pattern with one `*` (see `create_pretraining_data`).
+      output: shard pattern with one `*`, e.g. `DIR/causal-*.tfrecord`; `*` becomes
+        `SSSSS-of-NNNNN` and the summary goes to `DIR/causal-summary.json`.
       config: see `CausalDataConfig`.
-      lower_case, input_format, encoding_errors: as `create_pretraining_data`.
+      lower_case: uncased tokenization.
+      input_format, encoding_errors: see `text_corpus.read_documents`.
       num_shards / examples_per_shard: at most one; default 100,000 blocks per shard.
       overwrite: replace the shards and summary an earlier run wrote at `output`, once the
-        new set is complete (see `create_pretraining_data`).
+        new set is complete (see `pretraining_run.write_shard_set`).
       num_workers: processes tokenizing the text; the output is the same for any number.
       runner, beam_options: "local" or a Beam runner, and its pipeline options (see
-        `create_pretraining_data`): the same output.
+        `data.beam`): the same output.
       progress: stream for progress lines, or None.
 
     Returns:
@@ -155,20 +157,20 @@ def create_causal_lm_data(inputs, vocab_file: str, output: str,
 
         return pretraining_run.publish_shard_set(run, pipeline.causal_lm(
             run, config, vocab_file, lower_case, input_format, encoding_errors,
-            chunk_stream=chunk_stream, stream_state=stream_state, chunk_rng=cpd.chunk_rng,
+            chunk_stream=chunk_stream, stream_state=stream_state, chunk_rng=chunk_rng,
             block_to_example=block_to_example), summarize)
     documents = run.documents(input_format, encoding_errors)
     packer = BlockPacker(config.block_size)
 
     def write(writer):
         with chunk_workers.map_chunks(chunk_stream, stream_state, (vocab_file, lower_case),
-                                      cpd.read_chunks(documents, config.chunk_documents),
+                                      read_chunks(documents, config.chunk_documents),
                                       num_workers) as results:
             run.num_workers = results.num_workers  # what the summary reports
             for index, (stream, counts) in enumerate(results):
                 blocks = packer.add(stream)
                 order = list(range(len(blocks)))
-                cpd.chunk_rng(config.seed, index).shuffle(order)
+                chunk_rng(config.seed, index).shuffle(order)
                 for i in order:
                     writer.write(block_to_example(blocks[i]))
                 run.stats.update(counts)
@@ -186,8 +188,8 @@ def stream_state(vocab_file: str, lower_case: bool) -> Tokenizer:
 def chunk_stream(tokenizer: Tokenizer, chunk: tuple) -> tuple[np.ndarray, collections.Counter]:
     """One chunk of documents (index, sentence strings) as its token stream, and its counts."""
     _, documents = chunk
-    docs = cpd.tokenize_documents(documents, tokenizer)
-    return document_stream(docs, tokenizer.sep_id), cpd.chunk_stats(docs)
+    docs = tokenize_documents(documents, tokenizer)
+    return document_stream(docs, tokenizer.sep_id), chunk_stats(docs)
 
 
 def _summary(stats, dropped: int, shards: list[str], files: list[str],

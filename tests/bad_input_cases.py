@@ -883,8 +883,8 @@ def write_untrusted_dirs(root, pretrained: str) -> dict[str, str]:
 def truncated_shards(root, vocab: str) -> dict[str, str]:
     """{truncated_blocks, truncated_mlm}: globs of 2 causal-LM / masked-LM shards (block and
     sequence length 32), the second cut 7 bytes short."""
-    from bert_trainer.data import create_pretraining_data as cpd  # noqa: PLC0415
     from bert_trainer.tasks.causal_lm import corpus as causal_lm_data  # noqa: PLC0415
+    from bert_trainer.tasks.masked_lm import corpus as cpd  # noqa: PLC0415
 
     text = root / "shard_corpus.txt"
     text.write_text("".join(f"the film {i} was good . it was fine .\nthe end {i} .\n\n"

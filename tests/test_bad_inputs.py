@@ -281,7 +281,7 @@ TEMPORARY = re.compile(r"\.tmp-\d+$|\.old-\d+$")
 @pytest.fixture(scope="module")
 def output_paths(paths, tmp_path_factory):
     """The placeholders of OUTPUT_CASES: `paths` plus earlier outputs the cases must keep."""
-    from bert_trainer.data import create_pretraining_data as cpd  # noqa: PLC0415
+    from bert_trainer.tasks.masked_lm import corpus as cpd  # noqa: PLC0415
 
     root = tmp_path_factory.mktemp("outputs_root")
     (root / "old.jsonl").write_text('{"line": 1, "text": "fine", "label": "positive"}\n')
@@ -721,8 +721,8 @@ def test_gpt2_checkpoints_refused_before_anything_is_written(case, args, expecte
 @pytest.fixture(scope="module")
 def causal_paths(inputs, tmp_path_factory):
     """`inputs` plus causal blocks, masked-LM examples and an output directory to keep empty."""
-    from bert_trainer.data import create_pretraining_data as cpd  # noqa: PLC0415
     from bert_trainer.tasks.causal_lm import corpus as causal_lm_data  # noqa: PLC0415
+    from bert_trainer.tasks.masked_lm import corpus as cpd  # noqa: PLC0415
 
     root = tmp_path_factory.mktemp("causal_inputs")
     text = root / "corpus.txt"

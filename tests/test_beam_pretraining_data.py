@@ -17,10 +17,10 @@ import tensorflow as tf
 from absl import flags
 
 from bert_trainer import cli
-from bert_trainer.data import create_pretraining_data as cpd
 from bert_trainer.data import pretraining_data_report as report
 from bert_trainer.errors import UserError
 from bert_trainer.tasks.causal_lm import corpus as causal_lm_data
+from bert_trainer.tasks.masked_lm import corpus as cpd
 
 # Beam's in-process runner with two worker threads: chunks made and shards written in bundles
 # on both, in whatever order they finish.

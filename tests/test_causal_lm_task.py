@@ -11,12 +11,12 @@ import tensorflow as tf
 
 from bert_trainer import features as F
 from bert_trainer.checkpoints import model_dir as model_dir_lib
-from bert_trainer.data import create_pretraining_data as cpd
 from bert_trainer.errors import UserError
 from bert_trainer.models.causal_lm import CausalLM
 from bert_trainer.tasks.causal_lm import corpus as causal_lm_data
 from bert_trainer.tasks.causal_lm import data as causal_lm_pipeline
 from bert_trainer.tasks.causal_lm.task import CausalLMConfig, CausalLMTask, Perplexity
+from bert_trainer.tasks.masked_lm import corpus as cpd
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *"abcdefghijklmnopqrstuvwxyz.",
          *(f"w{i}" for i in range(21))]  # 53 tokens

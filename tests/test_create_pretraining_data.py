@@ -10,9 +10,9 @@ import tensorflow as tf
 from absl import flags
 
 from bert_trainer import cli, features
-from bert_trainer.data import create_pretraining_data as cpd
 from bert_trainer.data import example_wire
 from bert_trainer.errors import UserError
+from bert_trainer.tasks.masked_lm import corpus as cpd
 
 UNMASKED = {features.INPUT_WORD_IDS, features.INPUT_MASK, features.INPUT_TYPE_IDS,
             features.NEXT_SENTENCE_LABELS}

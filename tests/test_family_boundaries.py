@@ -95,11 +95,10 @@ def test_pretraining_objectives_are_families_that_pretrain_asks():
 
 
 
-# Each pretraining objective's corpus writer (what `create_pretraining_data --objective` runs).
-# Masked LM's still lives in data/ while the shared test fixture (tests/conftest.py) imports it
-# there; causal LM's is its family's.
-CORPUS_WRITERS = {"masked_lm": "bert_trainer.data.create_pretraining_data",
-                  "causal_lm": "bert_trainer.tasks.causal_lm.corpus"}
+# Each pretraining objective's corpus writer (what `create_pretraining_data --objective` runs):
+# its family's corpus.py.
+CORPUS_WRITERS = {f.objective.name: f"bert_trainer.tasks.{f.name}.corpus"
+                  for f in registry.families() if f.objective is not None}
 
 
 def _module_name(path: pathlib.Path) -> str:
@@ -134,6 +133,8 @@ def test_only_its_family_imports_an_objectives_corpus_writer():
     the Beam pipeline and the worker pool receive the writer's functions as arguments. No
     other module (another family's writer included) imports a corpus writer."""
     assert set(CORPUS_WRITERS) == set(registry.objectives())
+    for name in CORPUS_WRITERS:
+        assert (PACKAGE / "tasks" / name / "corpus.py").is_file(), name
     checked, offenders = 0, []
     for path in sorted(PACKAGE.rglob("*.py")):
         module = _module_name(path)

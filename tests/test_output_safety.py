@@ -54,7 +54,7 @@ def vocab_file(tiny_pretrained):
 # ----------------------------------------------------------------- create_pretraining_data
 
 def make_data(corpus, vocab_file, pattern, num_shards, seed=1, **kwargs):
-    from bert_trainer.data import create_pretraining_data as cpd  # noqa: PLC0415
+    from bert_trainer.tasks.masked_lm import corpus as cpd  # noqa: PLC0415
 
     return cpd.create_pretraining_data(
         corpus, vocab_file, str(pattern), cpd.PretrainingDataConfig(max_seq_length=16, seed=seed),
@@ -74,7 +74,7 @@ def test_overwrite_replaces_the_whole_shard_set(corpus, vocab_file, tmp_path):
 @pytest.mark.parametrize("where", ["writing", "swapping"])
 def test_an_interrupt_leaves_the_old_set_and_summary(corpus, vocab_file, tmp_path, monkeypatch,
                                                      where):
-    from bert_trainer.data import create_pretraining_data as cpd  # noqa: PLC0415
+    from bert_trainer.tasks.masked_lm import corpus as cpd  # noqa: PLC0415
 
     data = tmp_path / "data"
     make_data(corpus, vocab_file, data / "train-*.tfrecord", 3)
@@ -103,7 +103,7 @@ def test_an_interrupt_leaves_the_old_set_and_summary(corpus, vocab_file, tmp_pat
 def test_a_refused_write_mid_run_is_one_line(corpus, vocab_file, tmp_path, monkeypatch):
     import tensorflow as tf  # noqa: PLC0415
 
-    from bert_trainer.data import create_pretraining_data as cpd  # noqa: PLC0415
+    from bert_trainer.tasks.masked_lm import corpus as cpd  # noqa: PLC0415
 
     data = tmp_path / "data"
     make_data(corpus, vocab_file, data / "train-*.tfrecord", 2)

@@ -8,9 +8,9 @@ import pytest
 import tensorflow as tf
 
 from bert_trainer import features
-from bert_trainer.data import create_pretraining_data as cpd
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import UserError
+from bert_trainer.tasks.masked_lm import corpus as cpd
 from bert_trainer.tasks.masked_lm.data import pretraining_dataset
 
 SHARED = pathlib.Path(__file__).resolve().parents[2] / "shared"

@@ -179,9 +179,9 @@ def review_dataset(tmp_path_factory):
 
 def test_tfds_text_makes_the_same_data_as_the_same_text_in_a_file(review_dataset, minilm_dir,
                                                                   tmp_path):
-    from bert_trainer.data import create_pretraining_data as cpd
     from bert_trainer.data import text_corpus
     from bert_trainer.data.tfds_sources import TfdsText
+    from bert_trainer.tasks.masked_lm import corpus as cpd
 
     data_dir, reviews = review_dataset
     source = TfdsText("movie_review_text", "train", "text", data_dir)

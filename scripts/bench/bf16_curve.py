@@ -72,7 +72,7 @@ def make_data(args) -> tuple[str, dict | None]:
     """The training TFRecords: --train_data as given, or made once into --data_dir."""
     if args.train_data:
         return args.train_data, None
-    from bert_trainer.data import create_pretraining_data as cpd  # noqa: PLC0415
+    from bert_trainer.tasks.masked_lm import corpus as cpd  # noqa: PLC0415
 
     pattern = os.path.join(args.data_dir, "train-*.tfrecord")
     summary_path = os.path.join(args.data_dir, "train-summary.json")

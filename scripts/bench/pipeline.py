@@ -12,7 +12,7 @@ import os
 import tensorflow as tf
 
 from bert_trainer import features
-from bert_trainer.data.create_pretraining_data import (
+from bert_trainer.tasks.masked_lm.corpus import (
     PretrainingDataConfig,
     create_pretraining_data,
 )

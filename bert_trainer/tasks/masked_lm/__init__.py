@@ -2,9 +2,9 @@
 
   family.py   `MaskedLMFamily` and its `MaskedLMObjective`: what `pretrain` asks
   task.py     `PretrainingTask`: masked LM (+ next sentence) losses and metrics
+  corpus.py   its corpus writer: sentence-pair examples from text (`bert-train
+              create_pretraining_data`, through the objective)
   data.py     the input pipeline: TFRecord shards, masked on the fly or statically
-
-The examples are written by `bert-train create_pretraining_data` (`data/create_pretraining_data`).
 """
 
 from bert_trainer.tasks.masked_lm.family import MaskedLMFamily

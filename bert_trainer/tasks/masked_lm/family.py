@@ -3,10 +3,11 @@
 `bert-train pretrain` trains it through its objective (`MaskedLMObjective`, the default
 `pretraining_objective.name`): `PretrainingConfig` read from gin, the encoder from
 `build_encoder` (or an init checkpoint), the task `task.PretrainingTask`, the input pipeline
-`data.pretraining_dataset`. Its model directories record the task family "pretraining" (as
-they always have); they hold a pretrained encoder, which `bert-train export` writes as the
-bare encoder (`encode` signature) and `bert-train finetune --init_checkpoint` starts from. It
-has no fine-tuning tasks.
+`data.pretraining_dataset`, its data written by `corpus.create_pretraining_data` (for
+`bert-train create_pretraining_data`). Its model directories record the task family
+"pretraining" (as they always have); they hold a pretrained encoder, which `bert-train export`
+writes as the bare encoder (`encode` signature) and `bert-train finetune --init_checkpoint`
+starts from. It has no fine-tuning tasks.
 """
 
 from bert_trainer.errors import UserError
@@ -45,12 +46,12 @@ class MaskedLMObjective(Objective):
         return PretrainingTask(config, model_fn, checkpoint=checkpoint)
 
     def corpus_config(self, seed, **flags):
-        from bert_trainer.data import create_pretraining_data as corpus  # noqa: PLC0415
+        from bert_trainer.tasks.masked_lm import corpus  # noqa: PLC0415 (TensorFlow)
 
         return corpus.PretrainingDataConfig(seed=seed, **flags)
 
     def write_corpus(self, config, inputs, vocab_file, output, **options):
-        from bert_trainer.data import create_pretraining_data as corpus  # noqa: PLC0415
+        from bert_trainer.tasks.masked_lm import corpus  # noqa: PLC0415 (TensorFlow)
 
         return corpus.create_pretraining_data(inputs, vocab_file, output, config, **options)
 

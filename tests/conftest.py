@@ -221,7 +221,7 @@ def pretraining_data(tmp_path_factory):
     corpus = SHARED / "data" / "corpus" / "inaugural"
     if not corpus.is_dir():
         pytest.skip(f"{corpus} is absent (it holds the real test data; CI provides it)")
-    from bert_trainer.data import create_pretraining_data as cpd  # noqa: PLC0415
+    from bert_trainer.tasks.masked_lm import corpus as cpd  # noqa: PLC0415
 
     root = tmp_path_factory.mktemp("pretraining_data")
     train_files = sorted(corpus.glob("18*.txt"))

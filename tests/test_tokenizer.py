@@ -283,7 +283,9 @@ def test_real_reviews_match_tokenizers(minilm_tokenizer, minilm_dir, shared_dir)
 def test_normalizer_table_on_every_character(lower_case):
     # FastBertNormalizer with the table equals bert_normalizer.normalize_char on every
     # codepoint, so the darts-clone trie, the flatbuffer and the private-use regex are right.
-    model = bert_normalizer.normalizer_model(lower_case)
+    # The table is computed here; the one a tokenizer reads (from the user cache) is the same.
+    model = bert_normalizer.build_normalizer_model(lower_case)
+    assert bert_normalizer.normalizer_model(lower_case) == model
     normalizer = tf_text.FastBertNormalizer(model_buffer=model)
     chars = [chr(cp) for cp in range(0x110000) if not 0xD800 <= cp <= 0xDFFF]
     texts = tf.strings.regex_replace([f"a{c}b" for c in chars],

@@ -22,14 +22,23 @@ differ, both as Hugging Face's `tokenizers` does:
 The private-use planes 15-16 (deleted) would make the trie 10x larger; `PRIVATE_USE_PLANES` is a
 regex class the tokenizer first rewrites to `DELETE_MARK` (the same UTF-8 length, so offsets do
 not move; deleted by the table).
+
+Computing a table walks a quarter of a million characters in Python (about a CPU second), which
+every process that builds a tokenizer would pay; `normalizer_model` keeps each table in the
+user cache (`user_cache`, `normalizer/`), named by the casing, Python's Unicode version and a
+digest of this file, so a change to any of them computes a new one.
 """
 
 import functools
+import hashlib
 import itertools
+import pathlib
 import unicodedata
 
 import flatbuffers
 import numpy as np
+
+from bert_trainer import user_cache
 
 PRIVATE_USE_PLANES = r"[\x{f0000}-\x{ffffd}\x{100000}-\x{10fffd}]"  # Not the noncharacters.
 DELETE_MARK = "\U000e0001"  # LANGUAGE TAG (Cf, 4 UTF-8 bytes, like the plane 15-16 ones).
@@ -196,6 +205,24 @@ def normalizer_model(lower_case: bool) -> bytes:
       Bytes for `FastBertTokenizer(fast_bert_normalizer_model_buffer=...)`; the text must
       first have `PRIVATE_USE_PLANES` replaced by `DELETE_MARK`.
     """
+    path = cache_path(lower_case)
+    model = user_cache.read(path)
+    if model is None:
+        model = build_normalizer_model(lower_case)
+        user_cache.write(path, model)
+    return model
+
+
+def cache_path(lower_case: bool) -> pathlib.Path:
+    """Where `normalizer_model` keeps the table: named by all it depends on."""
+    source = hashlib.sha256(pathlib.Path(__file__).read_bytes()).hexdigest()[:16]
+    casing = "uncased" if lower_case else "cased"
+    return (user_cache.cache_dir("normalizer")
+            / f"bert-{casing}-unicode{unicodedata.unidata_version}-{source}.fb")
+
+
+def build_normalizer_model(lower_case: bool) -> bytes:
+    """`normalizer_model`'s table, computed (no cache)."""
     values, zero, pool = _encode(_changes(lower_case))
     trie = _build_trie(values)
     builder = flatbuffers.Builder(4 * len(trie) + len(pool) + 64)

@@ -9,8 +9,9 @@ warnings its headers raise themselves are TensorFlow's, not ours. The instructio
 `targets.py`'s choice: this CPU's own (`-march=native` minus the extensions TensorFlow's
 bundled Eigen cannot compile), else the CPU's x86-64 psABI level (or `armv8-a`).
 
-The library is cached under `$BERT_TRAIN_KERNEL_CACHE` (default
-`$XDG_CACHE_HOME/bert_train/kernels`, else `~/.cache/bert_train/kernels`), named by a hash of
+The library is cached under `$BERT_TRAIN_KERNEL_CACHE` (default: the user cache's `kernels/`,
+`user_cache.cache_dir`: `$XDG_CACHE_HOME/bert_train/kernels`, else
+`~/.cache/bert_train/kernels`), named by a hash of
 the sources and headers, the compile policy, the TensorFlow version and the CPU's feature
 flags, so a change to any of them builds a new library and a cache shared between different
 machines never loads code compiled for another CPU. Concurrent processes (parallel tests,
@@ -40,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 
+from bert_trainer import user_cache
 from bert_trainer.kernels import targets
 
 KERNEL_DIR = pathlib.Path(__file__).parent
@@ -85,8 +87,7 @@ def headers() -> list[pathlib.Path]:
 def cache_dir() -> pathlib.Path:
     if os.environ.get(CACHE_ENV):
         return pathlib.Path(os.environ[CACHE_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return pathlib.Path(base) / "bert_train" / "kernels"
+    return user_cache.cache_dir("kernels")
 
 
 def compiler() -> str:

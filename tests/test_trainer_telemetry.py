@@ -12,6 +12,7 @@ from summary_testing import read_scalars
 from bert_trainer import features as F
 from bert_trainer import ops
 from bert_trainer.encoders import build_encoder
+from bert_trainer.errors import UserError
 from bert_trainer.models import bert_pretrainer
 from bert_trainer.tasks.masked_lm.task import PretrainingConfig, PretrainingTask
 from bert_trainer.training import optimization, throughput
@@ -86,9 +87,18 @@ def test_tensorboard_gets_padding_fraction_model_flops_and_mfu(tmp_path, monkeyp
         assert train["mfu"][step] == pytest.approx(gflops / 2.0, rel=1e-5)
 
 
-def test_peak_is_measured_when_not_configured_and_scaled_by_replicas():
+def test_peak_is_measured_when_not_configured_and_scaled_by_replicas(monkeypatch):
     strategy = tf.distribute.get_strategy()
-    assert throughput.peak_flops(strategy, 5e12, None) == 5e12 * strategy.num_replicas_in_sync
+    replicas = strategy.num_replicas_in_sync
+    monkeypatch.setenv(throughput.PEAK_ENV, "3e12")
+    assert throughput.peak_flops(strategy, 5e12, None) == 5e12 * replicas  # the config first
+    assert throughput.peak_flops(strategy, None, None) == 3e12 * replicas  # then the variable
+    for bad in ("fast", "0", "-1e12", "inf", "nan"):
+        monkeypatch.setenv(throughput.PEAK_ENV, bad)
+        with pytest.raises(UserError, match=rf"^BERT_TRAIN_PEAK_FLOPS='{bad}' must be a number "
+                                            r"> 0: one device's peak FLOP/s .* e\.g\. 1e12"):
+            throughput.peak_flops(strategy, None, None)
+    monkeypatch.setenv(throughput.PEAK_ENV, " ")  # blank: as if unset
     measured = throughput.peak_flops(strategy, None, None)
     assert 1e8 < measured < 1e13  # a CPU matmul, not the configured number
 

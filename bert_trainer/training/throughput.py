@@ -5,15 +5,21 @@ is the model's business (`bert_trainer.models.flops` for the BERT models), so th
 any task and reports FLOP rates where the task can count them.
 
 MFU = achieved model FLOP/s / peak FLOP/s. The peak is the datasheet number when the user gives
-one (`TrainerConfig.peak_flops`), else a short `tf.matmul` measured on the training device in
-the run's compute precision at the start of the run.
+one (`TrainerConfig.peak_flops`, else `$BERT_TRAIN_PEAK_FLOPS` for every run of a shell or a
+cluster job), else a short `tf.matmul` measured on the training device in the run's compute
+precision at the start of the run (about half a second).
 """
 
 import dataclasses
+import os
 import time
 
 import tensorflow as tf
 from absl import logging
+
+from bert_trainer.errors import UserError
+
+PEAK_ENV = "BERT_TRAIN_PEAK_FLOPS"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,7 +104,8 @@ def peak_flops(strategy: tf.distribute.Strategy, configured: float | None,
 
     Args:
         strategy: the run's strategy (its first device is measured; replicas are assumed alike).
-        configured: `TrainerConfig.peak_flops`, one device's peak (None: measure it).
+        configured: `TrainerConfig.peak_flops`, one device's peak (None: `$BERT_TRAIN_PEAK_FLOPS`
+            if set, else measure it).
         mixed_precision: the run's precision (None, "bfloat16" or "float16"): the matmul is
             measured in the compute dtype, as bfloat16 units are often several times faster.
 
@@ -106,6 +113,8 @@ def peak_flops(strategy: tf.distribute.Strategy, configured: float | None,
         Peak FLOP/s per replica x replicas in sync.
     """
     peak, source = configured, "TrainerConfig.peak_flops"
+    if peak is None and os.environ.get(PEAK_ENV, "").strip():
+        peak, source = _peak_from_env(), f"${PEAK_ENV}"
     if peak is None:
         dtype = mixed_precision or "float32"
         device = _first_device(strategy)
@@ -116,6 +125,18 @@ def peak_flops(strategy: tf.distribute.Strategy, configured: float | None,
     logging.info("Peak for MFU: %.1f GFLOP/s per replica x %d replica(s) (%s)", peak / 1e9,
                  replicas, source)
     return peak * replicas
+
+
+def _peak_from_env() -> float:
+    text = os.environ[PEAK_ENV].strip()
+    try:
+        peak = float(text)
+    except ValueError:
+        peak = None
+    if peak is None or not peak > 0 or peak == float("inf"):
+        raise UserError(f"{PEAK_ENV}={text!r} must be a number > 0: one device's peak FLOP/s "
+                        f"in the run's precision, e.g. 1e12 (or unset it to measure the peak)")
+    return peak
 
 
 def _first_device(strategy: tf.distribute.Strategy) -> str:

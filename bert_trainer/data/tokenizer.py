@@ -31,7 +31,10 @@ import os
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from bert_trainer import features
+from bert_trainer import (
+    autograph_rules,  # noqa: F401 (AutoGraph leaves tensorflow_text as is)
+    features,
+)
 from bert_trainer.data import bert_normalizer
 from bert_trainer.errors import UserError
 

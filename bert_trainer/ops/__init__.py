@@ -18,6 +18,7 @@ Questions for the models' speed choices: `dynamic_shapes_are_free()` (the CPU ou
 and `token_packing_is_free()` (compute the real tokens only).
 """
 
+from bert_trainer import autograph_rules  # noqa: F401 (AutoGraph leaves these modules as written)
 from bert_trainer.ops.adamw import apply_adamw
 from bert_trainer.ops.attention import (
     attention_probabilities,

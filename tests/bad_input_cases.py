@@ -883,6 +883,7 @@ def write_untrusted_dirs(root, pretrained: str) -> dict[str, str]:
 def truncated_shards(root, vocab: str) -> dict[str, str]:
     """{truncated_blocks, truncated_mlm}: globs of 2 causal-LM / masked-LM shards (block and
     sequence length 32), the second cut 7 bytes short."""
+    from bert_trainer.data.corpus_options import CorpusOptions  # noqa: PLC0415
     from bert_trainer.tasks.causal_lm import corpus as causal_lm_data  # noqa: PLC0415
     from bert_trainer.tasks.masked_lm import corpus as cpd  # noqa: PLC0415
 
@@ -891,9 +892,11 @@ def truncated_shards(root, vocab: str) -> dict[str, str]:
                             for i in range(120)), encoding="utf-8")
     causal_lm_data.create_causal_lm_data(
         str(text), vocab, str(root / "cut_blocks" / "b-*.tfrecord"),
-        causal_lm_data.CausalDataConfig(block_size=32), num_shards=2, progress=None)
+        causal_lm_data.CausalDataConfig(block_size=32), options=CorpusOptions(num_shards=2),
+        progress=None)
     cpd.create_pretraining_data(str(text), vocab, str(root / "cut_mlm" / "m-*.tfrecord"),
-                                cpd.PretrainingDataConfig(max_seq_length=32), num_shards=2,
+                                cpd.PretrainingDataConfig(max_seq_length=32),
+                                options=CorpusOptions(num_shards=2),
                                 progress=None)
     for kind in ("cut_blocks", "cut_mlm"):
         last = sorted((root / kind).glob("*-of-*.tfrecord"))[-1]

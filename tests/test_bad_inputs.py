@@ -281,6 +281,7 @@ TEMPORARY = re.compile(r"\.tmp-\d+$|\.old-\d+$")
 @pytest.fixture(scope="module")
 def output_paths(paths, tmp_path_factory):
     """The placeholders of OUTPUT_CASES: `paths` plus earlier outputs the cases must keep."""
+    from bert_trainer.data.corpus_options import CorpusOptions  # noqa: PLC0415
     from bert_trainer.tasks.masked_lm import corpus as cpd  # noqa: PLC0415
 
     root = tmp_path_factory.mktemp("outputs_root")
@@ -296,7 +297,8 @@ def output_paths(paths, tmp_path_factory):
     for name in ("data", "mixed_data", "odd_summary"):
         cpd.create_pretraining_data(
             str(corpus), paths["vocab"], str(root / name / "train-*.tfrecord"),
-            cpd.PretrainingDataConfig(max_seq_length=16, seed=1), num_shards=2, progress=None)
+            cpd.PretrainingDataConfig(max_seq_length=16, seed=1),
+            options=CorpusOptions(num_shards=2), progress=None)
     (root / "mixed_data" / "train-notes.tfrecord").write_bytes(b"mine")
     (root / "odd_summary" / "train-summary.json").write_text('{"mine": true}\n')
     parent = pathlib.Path(paths["existing"]).parent

@@ -18,6 +18,7 @@ from absl import flags
 
 from bert_trainer import cli
 from bert_trainer.data import pretraining_data_report as report
+from bert_trainer.data.corpus_options import CorpusOptions
 from bert_trainer.errors import UserError
 from bert_trainer.tasks.causal_lm import corpus as causal_lm_data
 from bert_trainer.tasks.masked_lm import corpus as cpd
@@ -65,8 +66,8 @@ def test_direct_runner_writes_the_local_masked_lm_bytes(beam, corpus, vocab_file
     summaries, files = {}, {}
     for name, kwargs in runs.items():
         summaries[name] = cpd.create_pretraining_data(
-            corpus, vocab_file, str(tmp_path / name / "t-*.tfrecord"), config, num_shards=3,
-            progress=None, **kwargs)
+            corpus, vocab_file, str(tmp_path / name / "t-*.tfrecord"), config,
+            options=CorpusOptions(num_shards=3, **kwargs), progress=None)
         files[name] = _files(tmp_path / name)
     local = files["local"]
     assert sorted(local) == [f"t-0000{i}-of-00003.tfrecord" for i in range(3)] + [
@@ -89,7 +90,7 @@ def test_direct_runner_writes_the_local_causal_lm_bytes(beam, corpus, vocab_file
     for name, kwargs in runs.items():
         summaries[name] = causal_lm_data.create_causal_lm_data(
             corpus, vocab_file, str(tmp_path / name / "c-*.tfrecord"), config,
-            examples_per_shard=100, progress=None, **kwargs)
+            options=CorpusOptions(examples_per_shard=100, **kwargs), progress=None)
         files[name] = _files(tmp_path / name)
     local = summaries["local"]
     assert local["examples"] > 200 and 0 < local["tokens_dropped"] < 64
@@ -119,11 +120,14 @@ def test_a_failing_pipeline_keeps_the_old_set(beam, corpus, vocab_file, tmp_path
     bad.parent.mkdir()
     bad.write_bytes(b"A first sentence.\nA second one.\n\nNot \xff UTF-8.\nEnd.\n")
     pattern = tmp_path / "data" / "t-*.tfrecord"
-    cpd.create_pretraining_data(corpus, vocab_file, str(pattern), num_shards=2, progress=None)
+    cpd.create_pretraining_data(corpus, vocab_file, str(pattern),
+                                options=CorpusOptions(num_shards=2), progress=None)
     old = {p.name: p.read_bytes() for p in (tmp_path / "data").iterdir()}
     with pytest.raises(UserError) as e:
-        cpd.create_pretraining_data([corpus, str(bad)], vocab_file, str(pattern), num_shards=2,
-                                    overwrite=True, runner="DirectRunner", progress=None)
+        cpd.create_pretraining_data(
+            [corpus, str(bad)], vocab_file, str(pattern),
+            options=CorpusOptions(num_shards=2, overwrite=True, runner="DirectRunner"),
+            progress=None)
     # The worker's one-line error, without Beam's step name; the old set as it was.
     assert str(e.value) == (f"{bad}: line 4 is not UTF-8 (invalid start byte at byte 4); "
                             "convert the file to UTF-8 or pass --encoding_errors=replace|skip")
@@ -136,7 +140,7 @@ def test_without_apache_beam_a_runner_fails_in_one_line(corpus, vocab_file, tmp_
     with pytest.raises(UserError, match=r"^--runner=DirectRunner needs Apache Beam, which is "
                        r"not installed: pip install 'bert-trainer\[beam\]'$"):
         cpd.create_pretraining_data(corpus, vocab_file, str(tmp_path / "d" / "t-*.tfrecord"),
-                                    runner="DirectRunner", progress=None)
+                                    options=CorpusOptions(runner="DirectRunner"), progress=None)
     flags.FLAGS.unparse_flags()
     rc = cli.main(["bert-train", "create_pretraining_data", f"--input={corpus}",
                    f"--vocab={vocab_file}", f"--output={tmp_path}/d/t-*.tfrecord",
@@ -211,15 +215,16 @@ def test_direct_runner_reads_and_writes_through_tf_io_gfile(beam, corpus, vocab_
     config = cpd.PretrainingDataConfig(max_seq_length=64, seed=11, chunk_documents=10,
                                        static_masking=True)
     local = cpd.create_pretraining_data(corpus, vocab_file, str(tmp_path / "local" / "t-*.tf"),
-                                        config, num_shards=3, progress=None)
+                                        config, options=CorpusOptions(num_shards=3), progress=None)
     expected = _files(tmp_path / "local")
     del expected["t-summary.json"]["vocab_file"]
     runs = {"all-ram": (ram_corpus, ram_vocab, TWO_WORKERS),  # Text, vocab and output on ram://.
             "local-text": (corpus, vocab_file, "")}  # Local text and vocab, output on ram://.
     for name, (inputs, vocab, options) in runs.items():
         summary = cpd.create_pretraining_data(inputs, vocab, f"{root}/{name}/t-*.tf", config,
-                                              num_shards=3, runner="DirectRunner",
-                                              beam_options=options, progress=None)
+                                              options=CorpusOptions(
+                                                  num_shards=3, runner="DirectRunner",
+                                                  beam_options=options), progress=None)
         files = _ram_files(f"{root}/{name}")  # No staging directory or temporary file left.
         assert files.pop("t-summary.json").pop("vocab_file") == (
             ram_vocab if vocab == ram_vocab else str(vocab_file))
@@ -228,19 +233,22 @@ def test_direct_runner_reads_and_writes_through_tf_io_gfile(beam, corpus, vocab_
         assert summary["throughput"]["text_mb"] == local["throughput"]["text_mb"] > 0.05
     # The local runner reads and writes the same paths through tf.io.gfile too.
     cpd.create_pretraining_data(ram_corpus, ram_vocab, f"{root}/by-local/t-*.tf", config,
-                                num_shards=3, num_workers=1, progress=None)
+                                options=CorpusOptions(num_shards=3, num_workers=1),
+                                progress=None)
     files = _ram_files(f"{root}/by-local")  # ram:// lists by prefix: not "local*"
     assert files.pop("t-summary.json").pop("vocab_file") == ram_vocab
     assert files == {k: v for k, v in expected.items() if k != "t-summary.json"}
     # --overwrite on an object store: the new set replaces the old one, stale shards go.
     with pytest.raises(UserError, match="already matches 3 file"):
         cpd.create_pretraining_data(ram_corpus, ram_vocab, f"{root}/all-ram/t-*.tf", config,
-                                    num_shards=2, runner="DirectRunner", progress=None)
+                                    options=CorpusOptions(num_shards=2, runner="DirectRunner"),
+                                    progress=None)
     cpd.create_pretraining_data(ram_corpus, ram_vocab, f"{root}/all-ram/t-*.tf", config,
-                                num_shards=2, runner="DirectRunner", overwrite=True,
+                                options=CorpusOptions(num_shards=2, runner="DirectRunner",
+                                                      overwrite=True),
                                 progress=None)
     cpd.create_pretraining_data(corpus, vocab_file, str(tmp_path / "local-2" / "t-*.tf"),
-                                config, num_shards=2, progress=None)
+                                config, options=CorpusOptions(num_shards=2), progress=None)
     two = _files(tmp_path / "local-2")
     ram_two = _ram_files(f"{root}/all-ram")
     assert sorted(ram_two) == ["t-00000-of-00002.tf", "t-00001-of-00002.tf", "t-summary.json"]
@@ -253,10 +261,12 @@ def test_causal_lm_on_tf_io_gfile_paths(beam, corpus, vocab_file, tmp_path):
     root = f"ram://beam-{uuid.uuid4().hex}"
     config = causal_lm_data.CausalDataConfig(block_size=64, seed=5, chunk_documents=3)
     causal_lm_data.create_causal_lm_data(corpus, vocab_file, str(tmp_path / "c-*.tf"), config,
-                                         examples_per_shard=100, progress=None)
+                                         options=CorpusOptions(examples_per_shard=100),
+                                         progress=None)
     summary = causal_lm_data.create_causal_lm_data(
-        corpus, vocab_file, f"{root}/c-*.tf", config, examples_per_shard=100,
-        runner="DirectRunner", beam_options=TWO_WORKERS, progress=None)
+        corpus, vocab_file, f"{root}/c-*.tf", config,
+        options=CorpusOptions(examples_per_shard=100, runner="DirectRunner",
+                              beam_options=TWO_WORKERS), progress=None)
     assert summary["examples"] > 200
     assert _ram_files(root) == _files(tmp_path)
     tf.io.gfile.rmtree(root)

@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from bert_trainer import cli, features
 from bert_trainer.data import corpus_chunks, text_corpus
+from bert_trainer.data.corpus_options import CorpusOptions
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import UserError
 from bert_trainer.tasks.causal_lm import corpus as cld
@@ -59,7 +60,7 @@ def test_blocks_cover_every_token_exactly_once(corpus, vocab_file, tmp_path):
     # Small chunks, so blocks cross chunk boundaries as well as documents.
     config = cld.CausalDataConfig(block_size=100, seed=3, chunk_documents=3)
     summary = cld.create_causal_lm_data(corpus, vocab_file, str(tmp_path / "d" / "t-*.tfrecord"),
-                                        config, num_shards=3, progress=None)
+                                        config, options=CorpusOptions(num_shards=3), progress=None)
     stream = expected_stream(corpus, vocab_file)
     blocks = read_blocks(str(tmp_path / "d" / "t-*.tfrecord"))
     n = len(stream) // 100
@@ -93,7 +94,8 @@ def test_separator_before_each_document(tmp_path, vocab_file):
     text.write_text("the cat sat .\n\nthe dog ran .\nit ran .\n\nend .\n", encoding="utf-8")
     tokenizer = Tokenizer(vocab_file)
     summary = cld.create_causal_lm_data(str(text), vocab_file, str(tmp_path / "o-*.rec"),
-                                        cld.CausalDataConfig(block_size=4), input_format="lines",
+                                        cld.CausalDataConfig(block_size=4),
+                                        options=CorpusOptions(input_format="lines"),
                                         progress=None)
     words = tokenizer.tokenize(["the cat sat .", "the dog ran . it ran .", "end ."]).to_list()
     stream = [t for w in words for t in (tokenizer.sep_id, *w)]
@@ -108,7 +110,7 @@ def test_same_seed_same_bytes_other_seed_differs(corpus, vocab_file, tmp_path):
     for name, seed in (("a", 1), ("b", 1), ("c", 2)):
         cld.create_causal_lm_data(corpus, vocab_file, str(tmp_path / name / "t-*.tfrecord"),
                                   cld.CausalDataConfig(block_size=64, seed=seed),
-                                  num_shards=2, progress=None)
+                                  options=CorpusOptions(num_shards=2), progress=None)
         runs[name] = {k: v for k, v in digest(tmp_path / name).items() if "summary" not in k}
     assert runs["a"] == runs["b"]
     assert runs["a"] != runs["c"]
@@ -136,11 +138,12 @@ def test_bad_arguments_are_user_errors(corpus, vocab_file, tmp_path):
 def test_overwrite_replaces_only_its_own_set(corpus, vocab_file, tmp_path):
     out = str(tmp_path / "t-*.tfrecord")
     first = cld.create_causal_lm_data(corpus, vocab_file, out, cld.CausalDataConfig(64),
-                                      num_shards=3, progress=None)
+                                      options=CorpusOptions(num_shards=3), progress=None)
     with pytest.raises(UserError, match="already matches 3 file"):
         cld.create_causal_lm_data(corpus, vocab_file, out, progress=None)
     second = cld.create_causal_lm_data(corpus, vocab_file, out, cld.CausalDataConfig(128),
-                                       num_shards=2, overwrite=True, progress=None)
+                                       options=CorpusOptions(num_shards=2, overwrite=True),
+                                       progress=None)
     assert sorted(p.name for p in tmp_path.iterdir()) == [*second["shards"], "t-summary.json"]
     assert len(first["shards"]) == 3 and len(read_blocks(out)) == second["examples"]
     assert all(len(b) == 128 for b in read_blocks(out))
@@ -177,7 +180,7 @@ def test_two_workers_write_the_same_bytes_as_one(corpus, vocab_file, tmp_path):
     for workers in (1, 2):
         summaries[workers] = cld.create_causal_lm_data(
             corpus, vocab_file, str(tmp_path / str(workers) / "t-*.tfrecord"), config,
-            num_shards=2, num_workers=workers, progress=None)
+            options=CorpusOptions(num_shards=2, num_workers=workers), progress=None)
     one, two = (digest(tmp_path / str(n)) for n in (1, 2))
     assert one.keys() == two.keys() == {"t-00000-of-00002.tfrecord", "t-00001-of-00002.tfrecord",
                                         "t-summary.json"}

@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from bert_trainer import features as F
 from bert_trainer.checkpoints import model_dir as model_dir_lib
+from bert_trainer.data.corpus_options import CorpusOptions
 from bert_trainer.errors import UserError
 from bert_trainer.models.causal_lm import CausalLM
 from bert_trainer.tasks.causal_lm import corpus as causal_lm_data
@@ -180,7 +181,8 @@ def blocks(tmp_path, vocab_file):
                     encoding="utf-8")
     summary = causal_lm_data.create_causal_lm_data(
         str(text), vocab_file, str(tmp_path / "b" / "t-*.tfrecord"),
-        causal_lm_data.CausalDataConfig(block_size=8), input_format="lines", num_shards=4,
+        causal_lm_data.CausalDataConfig(block_size=8),
+        options=CorpusOptions(input_format="lines", num_shards=4),
         progress=None)
     return str(tmp_path / "b" / "t-*.tfrecord"), summary
 

@@ -54,11 +54,12 @@ def vocab_file(tiny_pretrained):
 # ----------------------------------------------------------------- create_pretraining_data
 
 def make_data(corpus, vocab_file, pattern, num_shards, seed=1, **kwargs):
+    from bert_trainer.data.corpus_options import CorpusOptions  # noqa: PLC0415
     from bert_trainer.tasks.masked_lm import corpus as cpd  # noqa: PLC0415
 
     return cpd.create_pretraining_data(
         corpus, vocab_file, str(pattern), cpd.PretrainingDataConfig(max_seq_length=16, seed=seed),
-        num_shards=num_shards, progress=None, **kwargs)
+        options=CorpusOptions(num_shards=num_shards, **kwargs), progress=None)
 
 
 def test_overwrite_replaces_the_whole_shard_set(corpus, vocab_file, tmp_path):

@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 from bert_trainer import features
+from bert_trainer.data.corpus_options import CorpusOptions
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import UserError
 from bert_trainer.tasks.masked_lm import corpus as cpd
@@ -35,7 +36,8 @@ def data(tmp_path_factory):
         config = cpd.PretrainingDataConfig(max_seq_length=SEQ, static_masking=static,
                                            max_predictions_per_seq=P)
         summary = cpd.create_pretraining_data(corpus, vocab, str(root / f"{name}-*.tfrecord"),
-                                              config, num_shards=4 if name == "dyn" else 2,
+                                              config, options=CorpusOptions(
+                                                  num_shards=4 if name == "dyn" else 2),
                                               progress=None)
         counts[name] = summary["examples"]
     return {"root": root, "tokenizer": Tokenizer(vocab), "counts": counts}

@@ -8,6 +8,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from bert_trainer import features
+from bert_trainer.data.corpus_options import CorpusOptions
 from bert_trainer.data.tfds_sources import load_tfds
 from bert_trainer.errors import UserError
 from bert_trainer.tasks import registry
@@ -198,9 +199,12 @@ def test_tfds_text_makes_the_same_data_as_the_same_text_in_a_file(review_dataset
     vocab = str(minilm_dir / "vocab.txt")
     config = cpd.PretrainingDataConfig(max_seq_length=64, seed=3, chunk_documents=16)
     from_tfds = cpd.create_pretraining_data(source, vocab, str(tmp_path / "a" / "t-*.rec"),
-                                            config, num_shards=2, progress=None)
+                                            config, options=CorpusOptions(num_shards=2),
+                                            progress=None)
     from_file = cpd.create_pretraining_data(str(lines), vocab, str(tmp_path / "b" / "t-*.rec"),
-                                            config, input_format="lines", num_shards=2,
+                                            config,
+                                            options=CorpusOptions(input_format="lines",
+                                                                  num_shards=2),
                                             progress=None)
     for name in from_tfds["shards"]:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()

@@ -5,6 +5,7 @@ packs the documents into blocks of --block_size tokens for next-token pretrainin
 before each document, documents spanning blocks, the final partial block dropped). The
 objective's family writes them (`registry.objective(name)`: its `corpus_config`,
 `write_corpus` and `corpus_report` run the family's corpus writer); this module names none.
+How the text is read and the shards written is one `CorpusOptions`, the same for both.
 
 Input is text files (--input) or a TFDS text dataset (--tfds, one example a document). Files
 are in google-research/bert's format (one sentence per line, blank line between documents)
@@ -29,6 +30,7 @@ from absl import flags
 from bert_trainer.commands import shared_flags
 from bert_trainer.commands.shared_flags import Usage
 from bert_trainer.data import beam, text_corpus
+from bert_trainer.data.corpus_options import CorpusOptions
 from bert_trainer.errors import UserError
 
 SHARED_FLAGS = shared_flags.declare(
@@ -112,11 +114,12 @@ def main(argv):
     _check_objective_flags(objective, registry.objectives().values())
     config = objective.corpus_config(
         seed=FLAGS.seed, **{name: FLAGS[name].value for name in objective.corpus_flags})
-    summary = objective.write_corpus(
-        config, _inputs(), FLAGS.vocab, FLAGS.output, lower_case=FLAGS.lower_case,
-        input_format=FLAGS.input_format, encoding_errors=FLAGS.encoding_errors,
-        num_shards=FLAGS.num_shards, examples_per_shard=FLAGS.examples_per_shard,
-        overwrite=FLAGS.overwrite, num_workers=_num_workers(), **_runner())
+    options = CorpusOptions(
+        lower_case=FLAGS.lower_case, input_format=FLAGS.input_format,
+        encoding_errors=FLAGS.encoding_errors, num_shards=FLAGS.num_shards,
+        examples_per_shard=FLAGS.examples_per_shard, overwrite=FLAGS.overwrite,
+        num_workers=_num_workers(), runner=FLAGS.runner, beam_options=FLAGS.beam_options)
+    summary = objective.write_corpus(config, _inputs(), FLAGS.vocab, FLAGS.output, options)
     print(f"{objective.corpus_report(summary)}; {_rate(summary)}")
     return 0
 
@@ -135,10 +138,6 @@ def _num_workers() -> int:
     from bert_trainer.data import chunk_workers  # noqa: PLC0415
 
     return chunk_workers.default_num_workers() if FLAGS.num_workers is None else FLAGS.num_workers
-
-
-def _runner() -> dict:
-    return {"runner": FLAGS.runner, "beam_options": FLAGS.beam_options}
 
 
 def _rate(summary: dict) -> str:

@@ -1,9 +1,11 @@
 """What both objectives of create_pretraining_data do around making examples.
 
-Before any text is read: the arguments, the inputs, the vocabulary and the output are checked
-(`start_run`), so bad input fails in one line with nothing written. After: the shards are
-written aside and moved into place with their summary last, or nothing is left
-(`write_shard_set`).
+Before any text is read: the options (a `CorpusOptions`, checked when built), the inputs, the
+vocabulary and the output are checked (`start_run`), so bad input fails in one line with
+nothing written. While: the chunks go through the writer's function on worker processes
+(`Run.map_chunks`) and are counted (`Run.count`). After: the shards are written aside and
+moved into place with their summary last (`Run.summary` ends every objective's), or nothing is
+left (`write_shard_set`).
 """
 
 import collections
@@ -20,20 +22,10 @@ import tensorflow as tf
 from bert_trainer import outputs
 from bert_trainer.data import beam, chunk_workers, shard_set, text_corpus
 from bert_trainer.data import pretraining_data_report as report
+from bert_trainer.data.corpus_chunks import read_chunks
+from bert_trainer.data.corpus_options import CorpusOptions
 from bert_trainer.data.tokenizer import load_vocab
 from bert_trainer.errors import UserError
-
-
-def check_sharding(num_shards: int | None, examples_per_shard: int | None) -> int | None:
-    """Validates the sharding arguments; returns `examples_per_shard` (100,000 if neither)."""
-    if num_shards is not None and examples_per_shard is not None:
-        raise UserError("pass --num_shards or --examples_per_shard, not both")
-    if (num_shards is not None and num_shards < 1) or (
-            examples_per_shard is not None and examples_per_shard < 1):
-        raise UserError("--num_shards and --examples_per_shard must be >= 1")
-    if num_shards is None and examples_per_shard is None:
-        return 100_000
-    return examples_per_shard
 
 
 @dataclasses.dataclass
@@ -45,20 +37,57 @@ class Run:
     summary_path: str
     old: list
     files: list
-    num_shards: int | None
-    examples_per_shard: int | None
-    num_workers: int
+    options: CorpusOptions
+    num_workers: int  # The processes (or Beam workers) that made the examples, for the summary.
     stats: collections.Counter
     tick: report.Progress
-    runner: str = beam.LOCAL  # Or a Beam runner (`bert_trainer.data.beam`).
     beam_args: list = dataclasses.field(default_factory=list)  # The Beam pipeline options.
 
-    def documents(self, input_format: str, encoding_errors: str):
+    @property
+    def runner(self) -> str:
+        return self.options.runner
+
+    @property
+    def num_shards(self) -> int | None:
+        return self.options.num_shards
+
+    @property
+    def examples_per_shard(self) -> int | None:
+        return self.options.shard_size
+
+    def documents(self):
         """The documents of the text files or of the TFDS dataset, streamed."""
         if self.tfds is not None:
             return self.tfds.documents(self.stats)
-        return text_corpus.read_documents(self.files, input_format,
-                                          encoding_errors=encoding_errors, stats=self.stats)
+        return text_corpus.read_documents(self.files, self.options.input_format,
+                                          encoding_errors=self.options.encoding_errors,
+                                          stats=self.stats)
+
+    @contextlib.contextmanager
+    def map_chunks(self, work, make_state, state_args: tuple, chunk_documents: int):
+        """`chunk_workers.map_chunks` of `work` over the documents, `chunk_documents` at a time,
+        on the options' `num_workers` processes; `num_workers` becomes the number started."""
+        chunks = read_chunks(self.documents(), chunk_documents)
+        with chunk_workers.map_chunks(work, make_state, state_args, chunks,
+                                      self.options.num_workers) as results:
+            self.num_workers = results.num_workers  # what the summary reports
+            yield results
+
+    def count(self, counts: collections.Counter) -> None:
+        """Adds one chunk's counts to the run's and reports progress."""
+        self.stats.update(counts)
+        self.tick(self.stats)
+
+    def summary(self, head: dict, vocab_file: str, feature_names: str, config) -> dict:
+        """`head` (the objective's counts), then what every corpus summary ends with: bad UTF-8
+        lines, throughput, the inputs, the tokenizer, the feature names and `config`."""
+        return {
+            **head, "bad_utf8_lines": self.stats["bad_utf8_lines"], **self.throughput(),
+            "input_files": len(self.files), "vocab_file": (vocab_file if "://" in vocab_file
+                                                           else os.path.abspath(vocab_file)),
+            "lower_case": self.options.lower_case, "feature_names": feature_names,
+            "config": dataclasses.asdict(config),
+        }
 
     def throughput(self) -> dict:
         text_bytes = self.stats["text_bytes"] or sum(_size(f) for f in self.files)
@@ -69,21 +98,19 @@ class Run:
         return result
 
 
-def start_run(inputs, vocab_file, output, num_shards, examples_per_shard, overwrite,
-              num_workers, lower_case, progress, runner: str = beam.LOCAL,
-              beam_options=()) -> Run:
-    """Checks the arguments, the inputs, the vocabulary and the output before anything runs.
+def start_run(inputs, vocab_file: str, output: str, options: CorpusOptions, progress) -> Run:
+    """Checks the inputs, the vocabulary and the output before anything runs.
 
-    `runner` and `beam_options`: see `bert_trainer.data.beam.check_runner`; a Beam runner
-    reads text files (--input), not a TFDS dataset.
+    `options` checked themselves when built; here a Beam runner (see
+    `bert_trainer.data.beam.check_runner`) must import, and reads text files (--input), not a
+    TFDS dataset.
     """
-    beam_args = beam.check_runner(runner, beam_options)
+    runner = options.runner
+    beam_args = beam.check_runner(runner, options.beam_options)
     if runner != beam.LOCAL and not isinstance(inputs, str | list | tuple):
         raise UserError(f"--runner={runner} reads text files (--input); a --tfds dataset is "
                         "read with --runner=local")
     beam.check_paths(runner, inputs, vocab_file, output)  # Dataflow: gs:// only.
-    examples_per_shard = check_sharding(num_shards, examples_per_shard)
-    chunk_workers.check_num_workers(num_workers)
     # Not isinstance(TfdsText): importing tfds_sources loads tensorflow_datasets (seconds).
     files, tfds = [], None if isinstance(inputs, str | list | tuple) else inputs
     if tfds is not None:
@@ -96,12 +123,11 @@ def start_run(inputs, vocab_file, output, num_shards, examples_per_shard, overwr
             raise UserError(f"--input: {unreadable[0]} is not readable (permission denied); "
                             "fix its permissions or leave it out")
     load_vocab(vocab_file)  # A bad vocabulary fails here, in one line (the workers load it).
-    summary_path, old = shard_set.check_output(output, overwrite)
+    summary_path, old = shard_set.check_output(output, options.overwrite)
     if not text_corpus.is_url(output):
         output = os.path.abspath(os.path.expanduser(output))
-    return Run(tfds, output, summary_path, old, files,
-               num_shards, examples_per_shard, num_workers, collections.Counter(),
-               report.Progress(progress), runner, beam_args)
+    return Run(tfds, output, summary_path, old, files, options, options.num_workers,
+               collections.Counter(), report.Progress(progress), beam_args)
 
 
 def write_shard_set(run: Run, write, summarize) -> dict:

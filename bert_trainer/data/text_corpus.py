@@ -234,6 +234,15 @@ def _line_documents(lines: Iterable[str], max_document_sentences: int) -> Iterat
             yield paragraph[i:i + max_document_sentences]
 
 
+def check_reading(input_format: str, encoding_errors: str) -> None:
+    """Refuses an `input_format` or `encoding_errors` `read_documents` does not know."""
+    if input_format not in INPUT_FORMATS:
+        raise UserError(f"input_format='{input_format}' is unknown; use one of {INPUT_FORMATS}")
+    if encoding_errors not in ENCODING_ERRORS:
+        raise UserError(f"encoding_errors='{encoding_errors}' is unknown; "
+                        f"use one of {ENCODING_ERRORS}")
+
+
 def read_documents(paths: Iterable[str], input_format: str = "auto",
                    max_document_sentences: int = 2000, encoding_errors: str = "strict",
                    stats=None) -> Iterator[list[str]]:
@@ -251,11 +260,7 @@ def read_documents(paths: Iterable[str], input_format: str = "auto",
     Yields:
       list[str]: the sentences of one document, each non-empty.
     """
-    if input_format not in INPUT_FORMATS:
-        raise UserError(f"input_format='{input_format}' is unknown; use one of {INPUT_FORMATS}")
-    if encoding_errors not in ENCODING_ERRORS:
-        raise UserError(f"encoding_errors='{encoding_errors}' is unknown; "
-                        f"use one of {ENCODING_ERRORS}")
+    check_reading(input_format, encoding_errors)
     for path in paths:
         fmt = input_format
         if fmt == "auto":

@@ -13,6 +13,8 @@ asks it for its corpus writer's config (`corpus_config`, from the flags it reads
 machinery of `bert_trainer/data/`) and prints its one-line report (`corpus_report`).
 """
 
+import sys
+
 from bert_trainer.errors import UserError
 
 
@@ -62,7 +64,8 @@ class Objective:
         (keyword arguments of those names)."""
         raise NotImplementedError
 
-    def write_corpus(self, config, inputs, vocab_file: str, output: str, **options) -> dict:
+    def write_corpus(self, config, inputs, vocab_file: str, output: str, options,
+                     progress=sys.stderr) -> dict:
         """Writes its pretraining TFRecords and their summary JSON from text.
 
         Args:
@@ -70,9 +73,9 @@ class Objective:
           inputs: text files (a comma list and/or globs), or a `tfds_sources.TfdsText`.
           vocab_file: the WordPiece vocab.txt.
           output: the shard pattern with one `*`.
-          **options: lower_case, input_format, encoding_errors, num_shards,
-            examples_per_shard, overwrite, num_workers, runner, beam_options, progress (as
-            every corpus writer takes them).
+          options: a `corpus_options.CorpusOptions` (how the text is read and the shards
+            written, as every corpus writer takes it).
+          progress: stream for progress lines, or None.
 
         Returns:
           The summary (also written as JSON next to the shards).

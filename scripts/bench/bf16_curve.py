@@ -72,6 +72,7 @@ def make_data(args) -> tuple[str, dict | None]:
     """The training TFRecords: --train_data as given, or made once into --data_dir."""
     if args.train_data:
         return args.train_data, None
+    from bert_trainer.data.corpus_options import CorpusOptions  # noqa: PLC0415
     from bert_trainer.tasks.masked_lm import corpus as cpd  # noqa: PLC0415
 
     pattern = os.path.join(args.data_dir, "train-*.tfrecord")
@@ -83,7 +84,8 @@ def make_data(args) -> tuple[str, dict | None]:
         max_seq_length=args.seq_length, static_masking=True,
         max_predictions_per_seq=args.max_predictions, seed=args.data_seed)
     summary = cpd.create_pretraining_data(args.corpus, args.vocab, pattern, config,
-                                          encoding_errors="replace", progress=None)
+                                          options=CorpusOptions(encoding_errors="replace"),
+                                          progress=None)
     return pattern, summary
 
 

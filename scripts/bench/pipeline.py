@@ -12,6 +12,7 @@ import os
 import tensorflow as tf
 
 from bert_trainer import features
+from bert_trainer.data.corpus_options import CorpusOptions
 from bert_trainer.tasks.masked_lm.corpus import (
     PretrainingDataConfig,
     create_pretraining_data,
@@ -36,7 +37,8 @@ def build(inputs: str, vocab: str, workdir: str, seq_length: int = 128, batch_si
     os.makedirs(workdir, exist_ok=True)
     summary = create_pretraining_data(
         inputs, vocab, os.path.join(workdir, "train-*.tfrecord"),
-        PretrainingDataConfig(max_seq_length=seq_length, seed=1), overwrite=True, progress=None)
+        PretrainingDataConfig(max_seq_length=seq_length, seed=1),
+        options=CorpusOptions(overwrite=True), progress=None)
     dataset = pretraining_dataset(
         os.path.join(workdir, "train-*.tfrecord"), seq_length=seq_length,
         max_predictions_per_seq=max_predictions, batch_size=batch_size, vocab=vocab,

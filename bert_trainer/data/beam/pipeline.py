@@ -55,21 +55,20 @@ from bert_trainer.errors import UserError
 STATS_FILE = ".beam-stats.json"  # In the staging directory: the run's counts, for the summary.
 
 
-def masked_lm(run, config, vocab_file: str, lower_case: bool, input_format: str,
-              encoding_errors: str, *, make_chunk, worker_state):
+def masked_lm(run, config, vocab_file: str, *, make_chunk, worker_state):
     """fn(staging) -> shards, for `pretraining_run.publish_shard_set`: masked-LM examples.
 
     Args:
-      run: from `pretraining_run.start_run` (its files, output, sharding, runner, options).
+      run: from `pretraining_run.start_run` (its files, output, and its `CorpusOptions`: how
+        the text is read, the sharding, the runner and its options).
       config: the masked-LM corpus writer's `PretrainingDataConfig`.
-      vocab_file, lower_case, input_format, encoding_errors: as its `create_pretraining_data`.
+      vocab_file: as its `create_pretraining_data`.
       make_chunk, worker_state: that writer's own.
     """
     def build(pipeline):
-        chunks, counted = _chunks(pipeline, run.files, input_format, encoding_errors,
-                                  config.chunk_documents)
+        chunks, counted = _chunks(pipeline, run, config.chunk_documents)
         made = chunks | "MakeExamples" >> beam.ParDo(
-            _Work(make_chunk, worker_state, (vocab_file, lower_case, config)))
+            _Work(make_chunk, worker_state, (vocab_file, run.options.lower_case, config)))
         layout = (made | "RecordsPerChunk" >> beam.Map(lambda c: (c[0], len(c[1][0])))
                   | "AllRecordsPerChunk" >> beam.combiners.ToList()
                   | "RecordLayout" >> beam.Map(_layout))
@@ -82,24 +81,23 @@ def masked_lm(run, config, vocab_file: str, lower_case: bool, input_format: str,
     return _producer(run, build)
 
 
-def causal_lm(run, config, vocab_file: str, lower_case: bool, input_format: str,
-              encoding_errors: str, *, chunk_stream, stream_state, chunk_rng, block_to_example):
+def causal_lm(run, config, vocab_file: str, *, chunk_stream, stream_state, chunk_rng,
+              block_to_example):
     """fn(staging) -> shards, for `pretraining_run.publish_shard_set`: causal-LM blocks.
 
     Args:
       run: from `pretraining_run.start_run`.
       config: the causal-LM corpus writer's `CausalDataConfig`.
-      vocab_file, lower_case, input_format, encoding_errors: as its `create_causal_lm_data`.
+      vocab_file: as its `create_causal_lm_data`.
       chunk_stream, stream_state, block_to_example: that writer's own; chunk_rng:
         `corpus_chunks.chunk_rng`.
     """
     block_size = config.block_size
 
     def build(pipeline):
-        chunks, counted = _chunks(pipeline, run.files, input_format, encoding_errors,
-                                  config.chunk_documents)
+        chunks, counted = _chunks(pipeline, run, config.chunk_documents)
         streams = chunks | "TokenStreams" >> beam.ParDo(
-            _Work(chunk_stream, stream_state, (vocab_file, lower_case)))
+            _Work(chunk_stream, stream_state, (vocab_file, run.options.lower_case)))
         layout = (streams | "TokensPerChunk" >> beam.Map(lambda c: (c[0], len(c[1][0])))
                   | "AllTokensPerChunk" >> beam.combiners.ToList()
                   | "StreamLayout" >> beam.Map(_layout))
@@ -123,10 +121,11 @@ def causal_lm(run, config, vocab_file: str, lower_case: bool, input_format: str,
 
 # ---- Chunks: the local path's, made from per-file document counts. ----
 
-def _chunks(pipeline, files: list[str], input_format: str, encoding_errors: str,
-            chunk_documents: int):
-    """(chunk index, documents) of the local path's `read_chunks` over `files`."""
-    paths = (pipeline | "Files" >> beam.Create(list(enumerate(files)))
+def _chunks(pipeline, run, chunk_documents: int):
+    """(chunk index, documents) of the local path's `read_chunks` over the run's files, read
+    as its options say."""
+    input_format, encoding_errors = run.options.input_format, run.options.encoding_errors
+    paths = (pipeline | "Files" >> beam.Create(list(enumerate(run.files)))
              | "SpreadFiles" >> beam.Reshuffle())
     counted = paths | "CountDocuments" >> beam.Map(_count_documents, input_format,
                                                    encoding_errors)

@@ -30,8 +30,9 @@ import numpy as np
 import tensorflow as tf
 
 from bert_trainer import features
-from bert_trainer.data import chunk_workers, pretraining_run
-from bert_trainer.data.corpus_chunks import chunk_rng, chunk_stats, read_chunks, tokenize_documents
+from bert_trainer.data import beam, pretraining_run
+from bert_trainer.data.corpus_chunks import chunk_rng, chunk_stats, tokenize_documents
+from bert_trainer.data.corpus_options import CorpusOptions, corpus_options
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import UserError
 
@@ -108,12 +109,9 @@ def block_to_example(block: np.ndarray) -> tf.train.Example:
 
 
 def create_causal_lm_data(inputs, vocab_file: str, output: str,
-                          config: CausalDataConfig = CausalDataConfig(), *,
-                          lower_case: bool = True, input_format: str = "auto",
-                          encoding_errors: str = "strict", num_shards: int | None = None,
-                          examples_per_shard: int | None = None, overwrite: bool = False,
-                          num_workers: int = 1, runner: str = "local", beam_options=(),
-                          progress=sys.stderr) -> dict:
+                          config: CausalDataConfig = CausalDataConfig(),
+                          options: CorpusOptions | None = None, progress=sys.stderr,
+                          **fields) -> dict:
     """Writes causal-LM block TFRecords and a JSON summary next to them.
 
     Args:
@@ -123,24 +121,18 @@ def create_causal_lm_data(inputs, vocab_file: str, output: str,
       output: shard pattern with one `*`, e.g. `DIR/causal-*.tfrecord`; `*` becomes
         `SSSSS-of-NNNNN` and the summary goes to `DIR/causal-summary.json`.
       config: see `CausalDataConfig`.
-      lower_case: uncased tokenization.
-      input_format, encoding_errors: see `text_corpus.read_documents`.
-      num_shards / examples_per_shard: at most one; default 100,000 blocks per shard.
-      overwrite: replace the shards and summary an earlier run wrote at `output`, once the
-        new set is complete (see `pretraining_run.write_shard_set`).
-      num_workers: processes tokenizing the text; the output is the same for any number.
-      runner, beam_options: "local" or a Beam runner, and its pipeline options (see
-        `data.beam`): the same output.
+      options: how the text is read and the shards written (see `CorpusOptions`; None:
+        the defaults); the examples are blocks, and `num_workers` processes tokenize the text.
       progress: stream for progress lines, or None.
+      **fields: or, without `options`, its fields as keyword arguments.
 
     Returns:
       The summary dict (also written as JSON): counts of documents, tokens, blocks
       ("examples"), `tokens_dropped` (the final partial block), the shards.
     """
+    options = corpus_options(options, **fields)
     config.validate()
-    run = pretraining_run.start_run(inputs, vocab_file, output, num_shards,
-                                    examples_per_shard, overwrite, num_workers, lower_case,
-                                    progress, runner, beam_options)
+    run = pretraining_run.start_run(inputs, vocab_file, output, options, progress)
 
     def summarize(shards):
         dropped = run.stats["tokens_dropped"]
@@ -149,33 +141,27 @@ def create_causal_lm_data(inputs, vocab_file: str, output: str,
                 f"--input={inputs} produced no blocks: {run.stats['documents']} documents make "
                 f"{dropped} tokens with separators, fewer than --block_size={config.block_size}; "
                 "give more text or a smaller --block_size")
-        return _summary(run.stats, dropped, shards, run.files, config, vocab_file, lower_case,
-                        run.throughput())
+        return _summary(run, dropped, shards, config, vocab_file)
 
-    if run.runner != "local":
+    if run.runner != beam.LOCAL:
         from bert_trainer.data.beam import pipeline  # noqa: PLC0415 (an optional extra)
 
         return pretraining_run.publish_shard_set(run, pipeline.causal_lm(
-            run, config, vocab_file, lower_case, input_format, encoding_errors,
-            chunk_stream=chunk_stream, stream_state=stream_state, chunk_rng=chunk_rng,
-            block_to_example=block_to_example), summarize)
-    documents = run.documents(input_format, encoding_errors)
+            run, config, vocab_file, chunk_stream=chunk_stream, stream_state=stream_state,
+            chunk_rng=chunk_rng, block_to_example=block_to_example), summarize)
     packer = BlockPacker(config.block_size)
 
     def write(writer):
-        with chunk_workers.map_chunks(chunk_stream, stream_state, (vocab_file, lower_case),
-                                      read_chunks(documents, config.chunk_documents),
-                                      num_workers) as results:
-            run.num_workers = results.num_workers  # what the summary reports
+        with run.map_chunks(chunk_stream, stream_state, (vocab_file, options.lower_case),
+                            config.chunk_documents) as results:
             for index, (stream, counts) in enumerate(results):
                 blocks = packer.add(stream)
                 order = list(range(len(blocks)))
                 chunk_rng(config.seed, index).shuffle(order)
                 for i in order:
                     writer.write(block_to_example(blocks[i]))
-                run.stats.update(counts)
-                run.stats["examples"] += len(blocks)
-                run.tick(run.stats)
+                counts["examples"] = len(blocks)
+                run.count(counts)
         run.stats["tokens_dropped"] = len(packer.pending)  # The final partial block.
 
     return pretraining_run.write_shard_set(run, write, summarize)
@@ -192,20 +178,14 @@ def chunk_stream(tokenizer: Tokenizer, chunk: tuple) -> tuple[np.ndarray, collec
     return document_stream(docs, tokenizer.sep_id), chunk_stats(docs)
 
 
-def _summary(stats, dropped: int, shards: list[str], files: list[str],
-             config: CausalDataConfig, vocab_file: str, lower_case: bool,
-             throughput: dict) -> dict:
-    tokens = stats["examples"] * config.block_size
-    return {
+def _summary(run: pretraining_run.Run, dropped: int, shards: list[str],
+             config: CausalDataConfig, vocab_file: str) -> dict:
+    stats = run.stats
+    return run.summary({
         "objective": OBJECTIVE, "documents": stats["documents"],
         "sentences": stats["sentences"], "corpus_tokens": stats["corpus_tokens"],
         "separator_tokens": stats["documents"], "examples": stats["examples"],
-        "block_size": config.block_size, "tokens": tokens, "tokens_dropped": dropped,
-        "final_block": "dropped",
+        "block_size": config.block_size, "tokens": stats["examples"] * config.block_size,
+        "tokens_dropped": dropped, "final_block": "dropped",
         "shards": [os.path.basename(s) for s in shards],
-        "bad_utf8_lines": stats["bad_utf8_lines"], **throughput,
-        "input_files": len(files), "vocab_file": (vocab_file if "://" in vocab_file
-                                                     else os.path.abspath(vocab_file)),
-        "lower_case": lower_case, "feature_names": "bert_trainer",
-        "config": dataclasses.asdict(config),
-    }
+    }, vocab_file, "bert_trainer", config)

@@ -11,6 +11,8 @@ The task entry may hold "max_new_tokens": the export's static bound on generated
 (default: `serving.default_max_new_tokens`).
 """
 
+import sys
+
 from bert_trainer.errors import UserError
 from bert_trainer.interop import formats
 from bert_trainer.tasks.causal_lm import serving
@@ -56,10 +58,10 @@ class CausalLMObjective(Objective):
 
         return corpus.CausalDataConfig(block_size=block_size, seed=seed)
 
-    def write_corpus(self, config, inputs, vocab_file, output, **options):
+    def write_corpus(self, config, inputs, vocab_file, output, options, progress=sys.stderr):
         from bert_trainer.tasks.causal_lm import corpus  # noqa: PLC0415 (TensorFlow)
 
-        return corpus.create_causal_lm_data(inputs, vocab_file, output, config, **options)
+        return corpus.create_causal_lm_data(inputs, vocab_file, output, config, options, progress)
 
     def corpus_report(self, summary):
         return (f"wrote {summary['examples']:,} blocks of {summary['block_size']} tokens from "

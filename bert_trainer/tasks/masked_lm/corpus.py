@@ -31,8 +31,9 @@ import sys
 import tensorflow as tf
 
 from bert_trainer import features
-from bert_trainer.data import chunk_workers, masking, pretraining_run
-from bert_trainer.data.corpus_chunks import chunk_rng, chunk_stats, read_chunks, tokenize_documents
+from bert_trainer.data import beam, masking, pretraining_run
+from bert_trainer.data.corpus_chunks import chunk_rng, chunk_stats, tokenize_documents
+from bert_trainer.data.corpus_options import CorpusOptions, corpus_options
 from bert_trainer.data.example_wire import example_bytes, float_feature, int64_feature, varint_table
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import UserError
@@ -258,12 +259,9 @@ def make_chunk(state: tuple, chunk: tuple) -> tuple[list[bytes], collections.Cou
 
 
 def create_pretraining_data(inputs, vocab_file: str, output: str,
-                            config: PretrainingDataConfig = PretrainingDataConfig(), *,
-                            lower_case: bool = True, input_format: str = "auto",
-                            encoding_errors: str = "strict", num_shards: int | None = None,
-                            examples_per_shard: int | None = None, overwrite: bool = False,
-                            num_workers: int = 1, runner: str = "local", beam_options=(),
-                            progress=sys.stderr) -> dict:
+                            config: PretrainingDataConfig = PretrainingDataConfig(),
+                            options: CorpusOptions | None = None, progress=sys.stderr,
+                            **fields) -> dict:
     """Writes pretraining TFRecords and a JSON summary next to them.
 
     Args:
@@ -273,83 +271,61 @@ def create_pretraining_data(inputs, vocab_file: str, output: str,
       output: shard pattern with one `*`, e.g. `DIR/train-*.tfrecord`; `*` becomes
         `SSSSS-of-NNNNN` and the summary goes to `DIR/train-summary.json`.
       config: see `PretrainingDataConfig`.
-      lower_case: uncased tokenization.
-      input_format, encoding_errors: see `text_corpus.read_documents`.
-      num_shards / examples_per_shard: at most one; default 100,000 examples per shard.
-      overwrite: replace the shards and summary an earlier run wrote at `output` (once the
-        new set is complete; a failure or Ctrl-C leaves the old set). Files matching `output`
-        that are not such shards are refused, with or without it.
-      num_workers: processes making examples (see `chunk_workers`); the output is the same
-        for any number.
-      runner: "local" (this machine, `num_workers` processes) or a Beam runner such as
-        "DirectRunner" or "SparkRunner" (`bert_trainer.data.beam`): the same output.
-      beam_options: the Beam runner's pipeline options (a string or a list of arguments).
+      options: how the text is read and the shards written (see `CorpusOptions`; None:
+        the defaults).
       progress: stream for progress lines, or None.
+      **fields: or, without `options`, its fields as keyword arguments.
 
     Returns:
       The summary dict (also written as JSON).
     """
+    options = corpus_options(options, **fields)
     config.validate()
-    run = pretraining_run.start_run(inputs, vocab_file, output, num_shards,
-                                    examples_per_shard, overwrite, num_workers, lower_case,
-                                    progress, runner, beam_options)
+    run = pretraining_run.start_run(inputs, vocab_file, output, options, progress)
 
     def summarize(shards):
         if not run.stats["examples"]:
             raise UserError(f"--input={inputs} produced no examples ({run.stats['documents']} "
                             "documents); it needs text with at least two sentences")
-        return _summary(run.stats, shards, run.files, config, vocab_file, lower_case,
-                              run.throughput())
+        return _summary(run, shards, config, vocab_file)
 
-    if run.runner != "local":
+    if run.runner != beam.LOCAL:
         from bert_trainer.data.beam import pipeline  # noqa: PLC0415 (an optional extra)
 
         return pretraining_run.publish_shard_set(run, pipeline.masked_lm(
-            run, config, vocab_file, lower_case, input_format, encoding_errors,
-            make_chunk=make_chunk, worker_state=worker_state), summarize)
-    documents = run.documents(input_format, encoding_errors)
-    state_args = (vocab_file, lower_case, config)
+            run, config, vocab_file, make_chunk=make_chunk, worker_state=worker_state),
+            summarize)
 
     def write(writer):
-        with chunk_workers.map_chunks(make_chunk, worker_state, state_args,
-                                      read_chunks(documents, config.chunk_documents),
-                                      num_workers) as results:
-            run.num_workers = results.num_workers  # what the summary reports
+        with run.map_chunks(make_chunk, worker_state, (vocab_file, options.lower_case, config),
+                            config.chunk_documents) as results:
             for records, counts in results:
                 for record in records:
                     writer.write(record)
-                run.stats.update(counts)
-                run.tick(run.stats)
+                run.count(counts)
 
     return pretraining_run.write_shard_set(run, write, summarize)
 
 
-def _summary(stats, shards: list[str], files: list[str], config, vocab_file: str,
-            lower_case: bool, throughput: dict) -> dict:
+def _summary(run: pretraining_run.Run, shards: list[str], config: PretrainingDataConfig,
+             vocab_file: str) -> dict:
     """The summary of a masked-LM run, written as JSON next to its shards.
 
     Args:
-      stats: the run's Counter (documents, sentences, corpus_tokens, examples, tokens,
-        truncated, random_next, bad_utf8_lines); `examples` must be > 0.
+      run: the run; its `stats` Counter (documents, sentences, corpus_tokens, examples,
+        tokens, truncated, random_next, bad_utf8_lines) must have `examples` > 0.
       shards: the shard paths written.
-      files: the input files read.
       config: the `PretrainingDataConfig` used.
-      vocab_file, lower_case: the tokenizer's settings.
-      throughput: from `throughput`.
+      vocab_file: the tokenizer's vocabulary.
 
     Returns:
       The summary dict.
     """
-    return {
+    stats = run.stats
+    return run.summary({
         "documents": stats["documents"], "sentences": stats["sentences"],
         "corpus_tokens": stats["corpus_tokens"], "examples": stats["examples"],
         "tokens": stats["tokens"], "shards": [os.path.basename(s) for s in shards],
         "fraction_truncated": stats["truncated"] / stats["examples"],
         "fraction_random_next": stats["random_next"] / stats["examples"],
-        "bad_utf8_lines": stats["bad_utf8_lines"], **throughput,
-        "input_files": len(files), "vocab_file": (vocab_file if "://" in vocab_file
-                                                     else os.path.abspath(vocab_file)),
-        "lower_case": lower_case,
-        "feature_names": "google-research/bert" if config.static_masking else "bert_trainer",
-        "config": dataclasses.asdict(config),
-    }
+    }, vocab_file, "google-research/bert" if config.static_masking else "bert_trainer", config)

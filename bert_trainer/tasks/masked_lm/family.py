@@ -10,6 +10,8 @@ writes as the bare encoder (`encode` signature) and `bert-train finetune --init_
 starts from. It has no fine-tuning tasks.
 """
 
+import sys
+
 from bert_trainer.errors import UserError
 from bert_trainer.interop import formats
 from bert_trainer.tasks.family import Family
@@ -50,10 +52,10 @@ class MaskedLMObjective(Objective):
 
         return corpus.PretrainingDataConfig(seed=seed, **flags)
 
-    def write_corpus(self, config, inputs, vocab_file, output, **options):
+    def write_corpus(self, config, inputs, vocab_file, output, options, progress=sys.stderr):
         from bert_trainer.tasks.masked_lm import corpus  # noqa: PLC0415 (TensorFlow)
 
-        return corpus.create_pretraining_data(inputs, vocab_file, output, config, **options)
+        return corpus.create_pretraining_data(inputs, vocab_file, output, config, options, progress)
 
     def corpus_report(self, summary):
         return (f"wrote {summary['examples']:,} examples from {summary['documents']:,} "

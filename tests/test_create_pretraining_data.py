@@ -1,8 +1,10 @@
 """create_pretraining_data: example layout, NSP labels, determinism, static masks, summary."""
 
 import json
+import os
 import pathlib
 import random
+import time
 
 import numpy as np
 import pytest
@@ -258,8 +260,12 @@ def test_a_corpus_of_one_chunk_runs_in_this_process_whatever_num_workers(
 
 
 @pytest.mark.slow  # starts two TensorFlow worker processes
-def test_two_workers_write_the_same_bytes_as_one(corpus, vocab_file, tmp_path):
-    # Chunks of 2 documents: the 8 addresses are cut into several chunks, dealt to both workers.
+def test_two_workers_write_the_same_bytes_as_one(corpus, vocab_file, tmp_path, monkeypatch):
+    from bert_trainer.data import chunk_workers
+
+    # Chunks of 2 documents: the 8 addresses are cut into several chunks, dealt to both workers
+    # (the parent would make them all while the pool starts: it makes none here).
+    monkeypatch.setattr(chunk_workers, "_made_here", lambda *args: iter(()))
     config = cpd.PretrainingDataConfig(max_seq_length=64, seed=7, chunk_documents=2,
                                        static_masking=True)
     one, summary_one = _run_and_read(tmp_path / "one" / "t-*.tfrecord", config, 1, corpus,
@@ -293,9 +299,15 @@ def test_a_dead_worker_stops_the_run_and_keeps_the_old_set(corpus, vocab_file, t
     config = cpd.PretrainingDataConfig(max_seq_length=64, chunk_documents=2)
     old, _ = _run_and_read(pattern, config, 1, corpus, vocab_file, num_shards=2)
     old["t-summary.json"] = (tmp_path / "data" / "t-summary.json").read_bytes()
+    from bert_trainer.data import chunk_workers
+
+    # Every chunk to the pool: with this short corpus the parent would make them all while the
+    # pool starts, and a worker's death would not matter.
+    monkeypatch.setattr(chunk_workers, "_made_here", lambda *args: iter(()))
     real_submit, submitted = futures.ProcessPoolExecutor.submit, []
 
-    def submit(self, *args, **kwargs):  # A worker is killed once the third chunk is handed out.
+    def submit(self, *args, **kwargs):  # A worker is killed once the first chunk is handed out
+        # (after the two workers' readiness probes).
         future = real_submit(self, *args, **kwargs)
         submitted.append(future)
         if len(submitted) == 3:
@@ -313,6 +325,44 @@ def test_a_dead_worker_stops_the_run_and_keeps_the_old_set(corpus, vocab_file, t
     # The old set and its summary, byte for byte, and nothing else (no staging directory).
     assert {p.name: p.read_bytes() for p in (tmp_path / "data").iterdir()} == old
 
+
+def _state_slow_in_workers(parent_pid: int, delay: float) -> str:
+    if os.getpid() != parent_pid:
+        time.sleep(delay)  # A pool slow to start; the parent's state comes at once.
+    return "state"
+
+
+def _square_and_pid(state: str, chunk: int) -> tuple:
+    time.sleep(0.01)
+    return (state, chunk, chunk * chunk), os.getpid()
+
+
+@pytest.mark.slow  # starts two TensorFlow worker processes
+def test_the_parent_makes_the_first_chunks_while_the_pool_starts():
+    from bert_trainer.data import chunk_workers
+
+    parent, pids = os.getpid(), []
+
+    def chunks():  # More than the parent makes while the pool starts, however slow it is.
+        for chunk in range(10_000):
+            if pids.count(parent) < len(pids) >= 8:  # The pool made some; a few more.
+                return
+            yield chunk
+
+    with chunk_workers.map_chunks(_square_and_pid, _state_slow_in_workers, (parent, 0.5),
+                                  chunks(), num_workers=2) as results:
+        values = []
+        for value, pid in results:
+            values.append(value)
+            pids.append(pid)
+    assert results.num_workers == 2
+    # In order, and what one process makes (`map_chunks` with one worker calls `work` so).
+    assert values == [_square_and_pid("state", chunk)[0] for chunk in range(len(values))]
+    here = [pid == parent for pid in pids]
+    first_of_pool = here.index(False)  # The pool made some ...
+    assert first_of_pool >= 1 and all(here[:first_of_pool])  # ... after the parent's first,
+    assert not any(here[first_of_pool:])  # and all those after (the parent stopped).
+    assert len(set(pids) - {parent}) <= 2
 
 def test_num_workers_below_one_is_refused_before_anything_is_written(corpus, vocab_file,
                                                                      tmp_path):

@@ -14,6 +14,13 @@ TensorFlow once per worker instead); each holds its own `state` (a tokenizer) bu
 worker are in flight, so memory stays bounded whatever the corpus size. A worker that raises
 stops the run with its exception; a worker that dies (killed, out of memory) stops it with a
 one-line `UserError`. With one worker everything runs in this process.
+
+The pool takes seconds to start (the forkserver imports TensorFlow, then each worker builds
+its state), and starting a worker blocks whoever asks for it until the forkserver has forked
+it. So the pool is started on a thread, and meanwhile the parent makes the first chunks itself
+(with its own state, built on its first chunk): they are the next in order, since nothing has
+been handed to the pool yet. The first worker to finish a no-op probe hands every later chunk
+to the pool. A corpus shorter than the start-up is made by the parent alone.
 """
 
 import collections
@@ -23,11 +30,13 @@ import multiprocessing
 import os
 import pickle
 import signal
+import threading
 from concurrent import futures
 from concurrent.futures.process import BrokenProcessPool
 
 from bert_trainer.errors import UserError
 
+_END = object()  # What `next` returns once the chunks are all taken.
 _WORKER = {}  # The state of this worker process (set by `_start_worker`).
 PRELOAD = "bert_trainer.data.worker_preload"  # What the forkserver imports before any fork.
 
@@ -69,7 +78,8 @@ def _start_worker(pickled_state: bytes) -> None:
 
 class Results:
     """The results in chunk order, and how many processes made them (`num_workers`: 1 when
-    the corpus was one chunk, whatever was asked)."""
+    the corpus was one chunk, whatever was asked; the pool's size otherwise, the chunks the
+    parent made while the pool started included)."""
 
     def __init__(self, results, num_workers: int):
         self._results = results
@@ -81,6 +91,39 @@ class Results:
 
 def _run(work, chunk):
     return work(_WORKER["state"], chunk)
+
+
+def _ready() -> None:
+    """A worker's first task: once one is done, a worker has started (the probe)."""
+
+
+def _start_pool(executor, num_workers: int, started: threading.Event, errors: list) -> None:
+    """Starts the pool's workers, one probe each; `started` is set when a probe ends.
+
+    Runs on a thread: `submit` starts a worker and waits until the forkserver has forked it,
+    which for the first one means until the forkserver has imported TensorFlow.
+    """
+    try:
+        for _ in range(num_workers):  # One probe per worker: each submit starts one.
+            executor.submit(_ready).add_done_callback(lambda _: started.set())
+    except Exception as e:  # E.g. BrokenProcessPool: `map_chunks` raises it in the parent.
+        errors.append(e)
+        started.set()
+
+
+def _made_here(work, make_state, state_args: tuple, chunks, started: threading.Event):
+    """`work` on the next chunks in this process until `started` is set or none are left.
+
+    `chunks` is an iterator, left at the first chunk not taken.
+    """
+    state = None
+    while not started.is_set():
+        chunk = next(chunks, _END)
+        if chunk is _END:
+            return
+        if state is None:
+            state = make_state(*state_args)
+        yield work(state, chunk)
 
 
 @contextlib.contextmanager
@@ -115,10 +158,18 @@ def map_chunks(work, make_state, state_args: tuple, chunks, num_workers: int,
     executor = futures.ProcessPoolExecutor(
         num_workers, mp_context=context,
         initializer=_start_worker, initargs=(pickle.dumps((make_state, state_args)),))
+    started, start_errors = threading.Event(), []
+    starter = threading.Thread(target=_start_pool, name="chunk_workers-start", daemon=True,
+                               args=(executor, num_workers, started, start_errors))
+    starter.start()
     pending = collections.deque()
 
     def results():
         try:
+            yield from _made_here(work, make_state, state_args, chunks, started)
+            starter.join()
+            if start_errors:
+                raise start_errors[0]
             for chunk in chunks:
                 pending.append(executor.submit(_run, work, chunk))
                 if len(pending) >= window * num_workers:
@@ -137,3 +188,4 @@ def map_chunks(work, make_state, state_args: tuple, chunks, num_workers: int,
         for future in pending:
             future.cancel()
         executor.shutdown(wait=True, cancel_futures=True)
+        starter.join()  # Its errors, if any, are moot: the run is over.

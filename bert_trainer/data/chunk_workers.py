@@ -18,9 +18,10 @@ one-line `UserError`. With one worker everything runs in this process.
 The pool takes seconds to start (the forkserver imports TensorFlow, then each worker builds
 its state), and starting a worker blocks whoever asks for it until the forkserver has forked
 it. So the pool is started on a thread, and meanwhile the parent makes the first chunks itself
-(with its own state, built on its first chunk): they are the next in order, since nothing has
-been handed to the pool yet. The first worker to finish a no-op probe hands every later chunk
-to the pool. A corpus shorter than the start-up is made by the parent alone.
+(with its own state, built on its first chunk) instead of waiting: they are the next in order,
+since nothing has been handed to the pool yet. Once a worker has run a no-op probe, every later
+chunk goes to the pool. A corpus shorter than the start-up is made by the parent alone, which
+then neither waits for the pool nor leaves a worker behind.
 """
 
 import collections
@@ -97,16 +98,23 @@ def _ready() -> None:
     """A worker's first task: once one is done, a worker has started (the probe)."""
 
 
-def _start_pool(executor, num_workers: int, started: threading.Event, errors: list) -> None:
+def _start_pool(context, executor, num_workers: int, started: threading.Event,
+                errors: list) -> None:
     """Starts the pool's workers, one probe each; `started` is set when a probe ends.
 
-    Runs on a thread: `submit` starts a worker and waits until the forkserver has forked it,
-    which for the first one means until the forkserver has imported TensorFlow.
+    Runs on a thread: starting a process waits until the forkserver has forked it, which for
+    the first one means until the forkserver has imported TensorFlow. A throwaway process waits
+    for that first, so that `submit`, which holds the executor's lock while it starts a worker,
+    only ever waits for a fork: an interrupted run shuts the executor down at once.
     """
     try:
+        first = context.Process(target=_ready, daemon=True)
+        first.start()
+        first.join()
         for _ in range(num_workers):  # One probe per worker: each submit starts one.
             executor.submit(_ready).add_done_callback(lambda _: started.set())
-    except Exception as e:  # E.g. BrokenProcessPool: `map_chunks` raises it in the parent.
+    except Exception as e:  # E.g. BrokenProcessPool, raised in the parent by `map_chunks`,
+        # or, once the parent made every chunk, the executor's shutdown.
         errors.append(e)
         started.set()
 
@@ -114,13 +122,13 @@ def _start_pool(executor, num_workers: int, started: threading.Event, errors: li
 def _made_here(work, make_state, state_args: tuple, chunks, started: threading.Event):
     """`work` on the next chunks in this process until `started` is set or none are left.
 
-    `chunks` is an iterator, left at the first chunk not taken.
+    `chunks` is an iterator, left at the first chunk not taken. Returns whether none are left.
     """
     state = None
     while not started.is_set():
         chunk = next(chunks, _END)
         if chunk is _END:
-            return
+            return True
         if state is None:
             state = make_state(*state_args)
         yield work(state, chunk)
@@ -160,13 +168,14 @@ def map_chunks(work, make_state, state_args: tuple, chunks, num_workers: int,
         initializer=_start_worker, initargs=(pickle.dumps((make_state, state_args)),))
     started, start_errors = threading.Event(), []
     starter = threading.Thread(target=_start_pool, name="chunk_workers-start", daemon=True,
-                               args=(executor, num_workers, started, start_errors))
+                               args=(context, executor, num_workers, started, start_errors))
     starter.start()
     pending = collections.deque()
 
     def results():
         try:
-            yield from _made_here(work, make_state, state_args, chunks, started)
+            if (yield from _made_here(work, make_state, state_args, chunks, started)):
+                return  # The parent made every chunk: no need to wait for the pool.
             starter.join()
             if start_errors:
                 raise start_errors[0]
@@ -187,5 +196,6 @@ def map_chunks(work, make_state, state_args: tuple, chunks, num_workers: int,
     finally:
         for future in pending:
             future.cancel()
+        # Does not wait for `starter` if it still waits for the forkserver: it then finds the
+        # executor shut down and ends.
         executor.shutdown(wait=True, cancel_futures=True)
-        starter.join()  # Its errors, if any, are moot: the run is over.

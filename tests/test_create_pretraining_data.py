@@ -14,6 +14,7 @@ from absl import flags
 
 from bert_trainer import cli, features
 from bert_trainer.data import example_wire
+from bert_trainer.data.corpus_options import CorpusOptions
 from bert_trainer.errors import UserError
 from bert_trainer.tasks.masked_lm import corpus as cpd
 
@@ -56,7 +57,8 @@ def read_records(pattern):
 def test_unmasked_examples_layout_and_summary(corpus, vocab_file, tmp_path):
     summary = cpd.create_pretraining_data(
         corpus, vocab_file, str(tmp_path / "out" / "train-*.tfrecord"),
-        cpd.PretrainingDataConfig(max_seq_length=64, seed=3), num_shards=3, progress=None)
+        cpd.PretrainingDataConfig(max_seq_length=64, seed=3),
+        options=CorpusOptions(num_shards=3), progress=None)
     records = read_records(str(tmp_path / "out" / "train-*.tfrecord"))
     assert summary["shards"] == [f"train-0000{i}-of-00003.tfrecord" for i in range(3)]
     assert summary["examples"] == len(records) > 150
@@ -99,7 +101,7 @@ def test_next_sentence_labels_are_true(numbered, vocab_file, tmp_path):
     tok = Tokenizer(vocab_file)
     config = cpd.PretrainingDataConfig(max_seq_length=32, seed=5, chunk_documents=10)
     cpd.create_pretraining_data(numbered, vocab_file, str(tmp_path / "t-*.rec"), config,
-                                num_shards=1, progress=None)
+                                options=CorpusOptions(num_shards=1), progress=None)
     checked = {0: 0, 1: 0}
     for r in read_records(str(tmp_path / "t-*.rec")):
         a, b = _segments(r, tok)
@@ -119,7 +121,7 @@ def test_same_seed_same_bytes_other_seed_differs(corpus, vocab_file, tmp_path):
     def run(name, seed):
         cpd.create_pretraining_data(corpus, vocab_file, str(tmp_path / name / "d-*.tfrecord"),
                                     cpd.PretrainingDataConfig(max_seq_length=64, seed=seed),
-                                    num_shards=2, progress=None)
+                                    options=CorpusOptions(num_shards=2), progress=None)
         return [p.read_bytes() for p in sorted((tmp_path / name).glob("d-*.tfrecord"))]
 
     first, again, other = run("a", 1), run("b", 1), run("c", 2)
@@ -131,7 +133,7 @@ def test_static_masking_writes_google_names(corpus, vocab_file, tmp_path):
     config = cpd.PretrainingDataConfig(max_seq_length=64, static_masking=True,
                                        max_predictions_per_seq=10, whole_word_masking=True)
     cpd.create_pretraining_data(corpus, vocab_file, str(tmp_path / "s-*.tfrecord"), config,
-                                examples_per_shard=200, progress=None)
+                                options=CorpusOptions(examples_per_shard=200), progress=None)
     records = read_records(str(tmp_path / "s-*.tfrecord"))
     assert len(list(tmp_path.glob("s-*-of-*.tfrecord"))) == -(-len(records) // 200)
     predicted = as_mask = 0
@@ -152,7 +154,8 @@ def test_bad_arguments_are_user_errors(corpus, vocab_file, tmp_path):
     with pytest.raises(UserError, match=r"--output=.*train.tfrecord must hold exactly one '\*'"):
         cpd.create_pretraining_data(corpus, vocab_file, str(tmp_path / "train.tfrecord"))
     with pytest.raises(UserError, match="--num_shards or --examples_per_shard, not both"):
-        cpd.create_pretraining_data(corpus, vocab_file, out, num_shards=2, examples_per_shard=5)
+        cpd.create_pretraining_data(corpus, vocab_file, out,
+                                    options=CorpusOptions(num_shards=2, examples_per_shard=5))
     with pytest.raises(UserError, match="--max_seq_length=4 is too short"):
         cpd.create_pretraining_data(corpus, vocab_file, out,
                                     cpd.PretrainingDataConfig(max_seq_length=4))
@@ -162,7 +165,8 @@ def test_bad_arguments_are_user_errors(corpus, vocab_file, tmp_path):
     empty = tmp_path / "empty.txt"
     empty.write_text("\n\n   \n", encoding="utf-8")
     with pytest.raises(UserError, match="produced no examples"):
-        cpd.create_pretraining_data(str(empty), vocab_file, out, overwrite=True, progress=None)
+        cpd.create_pretraining_data(str(empty), vocab_file, out,
+                                    options=CorpusOptions(overwrite=True), progress=None)
     # The refused run leaves the old shard as it was, no empty new one, and no temporaries.
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.txt", "x-00000-of-00001.tfrecord"]
     assert (tmp_path / "x-00000-of-00001.tfrecord").read_bytes() == b"old"
@@ -231,8 +235,9 @@ def test_num_workers_defaults_to_the_cores_this_process_may_use():
 
 
 def _run_and_read(pattern, config, num_workers, corpus, vocab_file, **kwargs):
-    summary = cpd.create_pretraining_data(corpus, vocab_file, str(pattern), config,
-                                          num_workers=num_workers, progress=None, **kwargs)
+    summary = cpd.create_pretraining_data(
+        corpus, vocab_file, str(pattern), config,
+        options=CorpusOptions(num_workers=num_workers, **kwargs), progress=None)
     shards = {p.name: p.read_bytes() for p in sorted(pattern.parent.glob("*.tfrecord"))}
     return shards, summary
 
@@ -317,8 +322,9 @@ def test_a_dead_worker_stops_the_run_and_keeps_the_old_set(corpus, vocab_file, t
 
     monkeypatch.setattr(futures.ProcessPoolExecutor, "submit", submit)
     with pytest.raises(UserError) as e:
-        cpd.create_pretraining_data(corpus, vocab_file, str(pattern), config, num_shards=2,
-                                    num_workers=2, overwrite=True, progress=None)
+        cpd.create_pretraining_data(
+            corpus, vocab_file, str(pattern), config,
+            options=CorpusOptions(num_shards=2, num_workers=2, overwrite=True), progress=None)
     message = str(e.value)
     assert "\n" not in message
     assert message.startswith("a worker process of --num_workers=2 died"), message
@@ -384,11 +390,12 @@ def test_a_corpus_shorter_than_the_pool_start_is_not_kept_waiting(monkeypatch):
     assert made == [_square_and_pid("state", chunk) for chunk in range(3)]  # All by the parent,
     assert seconds < 5  # which did not wait for the pool.
 
+
 def test_num_workers_below_one_is_refused_before_anything_is_written(corpus, vocab_file,
                                                                      tmp_path):
     with pytest.raises(UserError, match=r"^--num_workers=0 must be >= 1 \(default: the \d+ "):
         cpd.create_pretraining_data(corpus, vocab_file, str(tmp_path / "d" / "t-*.tfrecord"),
-                                    num_workers=0, progress=None)
+                                    options=CorpusOptions(num_workers=0), progress=None)
     assert not (tmp_path / "d").exists()
 
 

@@ -10,18 +10,23 @@ every new process (each command, each worker) paid it again.
 Importing this module adds rules that call these modules as written:
 - `tensorflow_text`: its ops are written for graph mode (they use `tf.cond`/`tf.while_loop`
   themselves, as TensorFlow 1 graphs need);
-- the layer library and the models (`bert_trainer.layers`, `.heads`, `.encoders`, `.models`,
-  `.ops`): their loops are explicit `tf.while_loop`s and their branches Python values
-  (shapes, settings), never tensors.
-Code with AutoGraph control flow (the training loop, the data pipelines' map functions) is
-still converted. A function of these modules that branches on a tensor fails when traced
-("using a tf.Tensor as a Python bool is not allowed"): write the branch with `tf.cond`.
+- this package's traced code: the layer library and the models (`bert_trainer.layers`,
+  `.heads`, `.encoders`, `.models`, `.ops`), the training loop, evaluation and optimizer
+  (`.training`), the input pipelines' map functions (`.data`, `.tasks`) and the tasks' losses
+  and metrics (`.tasks`). Their loops are explicit `tf.while_loop`s, their tensor branches
+  `tf.cond`/`tf.where`, and their Python `if`s test Python values (shapes, settings), never
+  tensors. The training loop's `tf.function` is made with `autograph=False` for the same
+  reason.
+Code outside the package (a plugin family, a user's own task) is converted as usual. A
+function of these modules that branches on a tensor fails when traced ("using a tf.Tensor as
+a Python bool is not allowed"): write the branch with `tf.cond`.
 """
 
 from tensorflow.python.autograph.core import config
 
 AS_WRITTEN = ("tensorflow_text", "bert_trainer.layers", "bert_trainer.heads",
-              "bert_trainer.encoders", "bert_trainer.models", "bert_trainer.ops")
+              "bert_trainer.encoders", "bert_trainer.models", "bert_trainer.ops",
+              "bert_trainer.training", "bert_trainer.data", "bert_trainer.tasks")
 
 _present = {str(rule) for rule in config.CONVERSION_RULES}
 config.CONVERSION_RULES = (*(rule for rule in map(config.DoNotConvert, AS_WRITTEN)

@@ -213,8 +213,8 @@ def model_probe(task, model, strategy, *, seq_length: int | None, jit_compile: b
         grads = [g for g in tape.gradient(loss, model.trainable_variables) if g is not None]
         return loss + tf.add_n([tf.reduce_sum(tf.cast(g, tf.float32)) for g in grads]) * 0.0
 
-    step = tf.function(replica_step, jit_compile=jit_compile or None)
-    run = tf.function(lambda features: strategy.run(step, args=(features,)))
+    step = tf.function(replica_step, jit_compile=jit_compile or None, autograph=False)
+    run = tf.function(lambda features: strategy.run(step, args=(features,)), autograph=False)
     seed_states = [v for v in model.non_trainable_variables
                    if v.path.endswith("seed_generator_state")]
     device = None if on_cpu else _first_device(strategy)

@@ -32,7 +32,7 @@ class Evaluator:
         self.fused_kernels = fused_kernels
         self.metrics = list(task.build_metrics(training=False))
         self.loss_means = {n: keras.metrics.Mean(name=n) for n in task.loss_names}
-        self._step = tf.function(self._step_body, reduce_retracing=True)
+        self._step = tf.function(self._step_body, reduce_retracing=True, autograph=False)
 
     def _step_body(self, batch):
         outputs = self.strategy.run(self._replica, args=(batch,))

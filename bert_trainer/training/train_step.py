@@ -97,7 +97,9 @@ class TrainStep:
         self._counts_tokens = False  # whether batches have an input mask (set when traced)
         self._forward = (tf.function(self._forward_backward, jit_compile=True)
                          if jit_compile else self._forward_backward)
-        self._loop = tf.function(self._loop_body)
+        # Graph control flow is written out (tf.while_loop, tf.cond): AutoGraph need not convert
+        # the loop, nor anything it calls (see bert_trainer/autograph_rules.py).
+        self._loop = tf.function(self._loop_body, autograph=False)
 
     def _build_accumulators(self) -> None:
         # ON_READ: each replica accumulates its own partial gradient; they are summed by the
@@ -241,8 +243,11 @@ class TrainStep:
         if self.accumulation_steps == 1:
             grads, losses = run(self._forward, args=(next(iterator),))
         else:
-            for _ in tf.range(self.accumulation_steps):
+            def accumulate(i):
                 run(self._accumulate, args=(next(iterator),))
+                return i + 1
+
+            tf.while_loop(lambda i: i < self.accumulation_steps, accumulate, [tf.constant(0)])
             grads, losses = run(self._take_accumulated)
         grads, norm, loss = run(self._all_reduce, args=(grads, losses))
         # All replicas hold the same reduced values; any one decides for all.
@@ -251,22 +256,33 @@ class TrainStep:
         ok = tf.math.is_finite(loss)
         if not self._loss_scaled:  # float16 overflows are skipped by the LossScaleOptimizer
             ok = tf.logical_and(ok, tf.math.is_finite(norm))
-        # The cond is taken in cross-replica context: optimizer updates synchronise replicas,
-        # which tf.distribute does not allow inside a replica-context cond.
-        if ok:
+
+        def apply():
             run(self._apply, args=(grads, norm))
             self.global_step.assign_add(1)
-        else:
+
+        def refuse():
             self.nonfinite_step.assign(self.global_step + 1)
+
+        # The cond is taken in cross-replica context: optimizer updates synchronise replicas,
+        # which tf.distribute does not allow inside a replica-context cond.
+        tf.cond(ok, apply, refuse)
         return ok
 
     def _loop_body(self, iterator, num_steps):
-        for _ in tf.range(num_steps):
-            # Read before each step: a stop request ends a long loop at a step boundary.
-            if self.stop_flag is not None and self.stop_flag.read_value():
-                break
-            if not self._step(iterator):
-                break
+        """Up to `num_steps` steps; stops after a refused step, or before a step once
+        `stop_flag` is set (a stop request ends a long loop at a step boundary)."""
+        def more(i, ok):
+            go = tf.logical_and(i < num_steps, ok)
+            if self.stop_flag is not None:
+                go = tf.logical_and(go, tf.logical_not(self.stop_flag.read_value()))
+            return go
+
+        def step(i, ok):
+            del ok
+            return i + 1, self._step(iterator)
+
+        tf.while_loop(more, step, [tf.constant(0), tf.constant(True)])
 
 
 def metric_results(metrics) -> dict[str, float]:

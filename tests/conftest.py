@@ -226,6 +226,7 @@ def pretraining_data(tmp_path_factory):
     corpus = SHARED / "data" / "corpus" / "inaugural"
     if not corpus.is_dir():
         pytest.skip(f"{corpus} is absent (it holds the real test data; CI provides it)")
+    from bert_trainer.data.corpus_options import CorpusOptions  # noqa: PLC0415
     from bert_trainer.tasks.masked_lm import corpus as cpd  # noqa: PLC0415
 
     root = tmp_path_factory.mktemp("pretraining_data")
@@ -239,7 +240,7 @@ def pretraining_data(tmp_path_factory):
         config = cpd.PretrainingDataConfig(max_seq_length=PRETRAIN_SEQ_LENGTH, seed=1, **config)
         pattern = str(root / name / "data-*.tfrecord")
         cpd.create_pretraining_data(",".join(map(str, files)), str(vocab_file), pattern, config,
-                                    num_shards=num_shards, progress=None)
+                                    CorpusOptions(num_shards=num_shards), progress=None)
         return pattern
 
     return {

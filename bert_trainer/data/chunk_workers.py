@@ -21,7 +21,7 @@ it. So the pool is started on a thread, and meanwhile the parent makes the first
 (with its own state, built on its first chunk) instead of waiting: they are the next in order,
 since nothing has been handed to the pool yet. Once a worker has run a no-op probe, every later
 chunk goes to the pool. A corpus shorter than the start-up is made by the parent alone, which
-then neither waits for the pool nor leaves a worker behind.
+then does not wait for the forkserver's import (only for workers already forked, to stop them).
 """
 
 import collections

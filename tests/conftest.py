@@ -21,7 +21,10 @@ import pytest  # noqa: E402
 # garbage collection from here on (collecting the test modules would otherwise walk them).
 gc.freeze()
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+# Paths for any test file, whatever folder of tests/ it is in (`from conftest import REPO`):
+# tests/ (its helper modules, tests/data's fixture files), the repository, ../shared.
+TESTS = pathlib.Path(__file__).resolve().parent
+REPO = TESTS.parent
 SHARED = REPO.parent / "shared"
 
 # The files that take longest (whole-file seconds, measured with `--durations` and

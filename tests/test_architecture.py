@@ -12,8 +12,9 @@ import dataclasses
 import pathlib
 
 import pytest
+from conftest import REPO
 
-PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "bert_trainer"
+PACKAGE = REPO / "bert_trainer"
 
 # The layer library, lowest first: each may import the ones before it, never those after.
 LIBRARY = ("layers", "heads", "encoders", "models")

@@ -9,8 +9,9 @@ import subprocess
 import sys
 
 import pytest
+from conftest import REPO
 
-SCRIPTS = pathlib.Path(__file__).resolve().parents[1] / "scripts"
+SCRIPTS = REPO / "scripts"
 sys.path.insert(0, str(SCRIPTS))
 
 from bench import bf16_curve_report, isa, report  # noqa: E402

@@ -6,15 +6,14 @@ numbers mean nothing, but every row of its JSON and README block must be there a
 
 import json
 import math
-import pathlib
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import REPO
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
 from bench import causal_lm_data as data_lib  # noqa: E402

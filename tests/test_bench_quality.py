@@ -3,16 +3,15 @@ the keras-hub weight mapping, the report, and (slow) a smoke run of the whole ha
 
 import json
 import os
-import pathlib
 import subprocess
 import sys
 
 import keras
 import numpy as np
 import pytest
+from conftest import REPO
 from numerics import assert_close
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
 from bench import quality, quality_keras_hub, quality_report, quality_systems  # noqa: E402

@@ -5,15 +5,14 @@ but its JSON and README block must be complete and consistent.
 """
 
 import json
-import pathlib
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import REPO
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
 from bench import seq2seq_data as data_lib  # noqa: E402

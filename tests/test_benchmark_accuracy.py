@@ -6,13 +6,12 @@ checks; it needs torch in another interpreter and minutes of CPU.
 
 import json
 import os
-import pathlib
 import subprocess
 import sys
 
 import pytest
+from conftest import REPO
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
 from bench import finetune_accuracy as fa  # noqa: E402

@@ -8,15 +8,14 @@ complete and consistent.
 
 import json
 import os
-import pathlib
 import statistics
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+from conftest import REPO
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
 import benchmark  # noqa: E402

@@ -6,15 +6,14 @@ nothing, but its JSON and table must be complete and self-consistent.
 
 import importlib.util
 import json
-import pathlib
 import statistics
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+from conftest import REPO
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
 import benchmark  # noqa: E402

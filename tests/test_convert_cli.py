@@ -14,14 +14,13 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import REPO
 from robust_testing import tree_digest
 from safetensors.numpy import load_file
 
 from bert_trainer.commands.convert import convert
 from bert_trainer.errors import EXIT_USER_ERROR, UserError
 from bert_trainer.interop import formats, hf
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_convert(*args):

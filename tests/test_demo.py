@@ -15,11 +15,11 @@ import subprocess
 import sys
 
 import pytest
+from conftest import REPO
 
 # The demo script end to end, in subprocesses.
 pytestmark = pytest.mark.slow
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEMO = os.path.join(REPO, "scripts", "demo.py")
 COMMANDS = ("vocab", "create_pretraining_data", "pretrain --gin_file=configs/demo.gin",
             "finetune --task=classification", "evaluate", "export", "predict")

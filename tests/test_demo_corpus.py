@@ -2,15 +2,13 @@
 
 import importlib.util
 import json
-import pathlib
 import re
 
 import pytest
+from conftest import REPO
 
 from bert_trainer.data import text_corpus
 from bert_trainer.demo import corpus as demo_corpus
-
-REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 def test_markup_is_unwrapped_and_code_dropped():

@@ -5,18 +5,16 @@ tests/test_vocab.py (it shares the vocabulary learned there from a pair file).
 """
 
 import json
-import pathlib
 import subprocess
 import sys
 
 import pytest
 import tensorflow as tf
+from conftest import TESTS
 from robust_testing import subprocess_env
 
 from bert_trainer import features
 from bert_trainer.data.tokenizer import Tokenizer, restore_spacing
-
-HERE = pathlib.Path(__file__).parent
 
 _WORDS = ["¿", "¡", "?", "!", ".", ",", '"', "'", "-", "(", ")", "%", "$", ":", "#",
           "Dónde", "está", "el", "baño", "mañana", "Tom", "dice", "hola", "don", "t", "know",
@@ -127,7 +125,7 @@ def test_detokenize_serves_from_a_saved_model_without_bert_trainer(tokenizer, tm
     requests = [{"key": "detok", "export": str(export), "signature": "serving_default",
                  "inputs": {"ids": ids[features.INPUT_WORD_IDS].numpy().tolist()}}]
     (tmp_path / "requests.json").write_text(json.dumps(requests), encoding="utf-8")
-    subprocess.run([sys.executable, "-I", str(HERE / "serving_check.py"),
+    subprocess.run([sys.executable, "-I", str(TESTS / "serving_check.py"),
                     str(tmp_path / "requests.json"), str(tmp_path / "results.json")],
                    check=True, env=subprocess_env())
     results = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))

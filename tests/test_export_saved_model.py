@@ -16,6 +16,7 @@ import types
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import TESTS
 from export_testing import (
     ENCODER,
     VOCAB,
@@ -39,7 +40,6 @@ from bert_trainer.tasks.classification.data import text_features
 from bert_trainer.tasks.squad import data as squad_data
 from bert_trainer.tasks.squad.postprocess import postprocess_squad
 
-HERE = pathlib.Path(__file__).resolve().parent
 SEQ = 32
 TOL = 1e-5
 SQUAD = {"doc_stride": 6, "max_query_length": 8, "max_answer_length": 10, "n_best": 10}
@@ -96,7 +96,7 @@ def exported(tmp_path_factory):
                  if not (family == "pretraining" and sig == "serving_ids")]
     (root / "requests.json").write_text(json.dumps(requests), encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    proc = subprocess.run([sys.executable, "-I", str(HERE / "serving_check.py"),
+    proc = subprocess.run([sys.executable, "-I", str(TESTS / "serving_check.py"),
                            str(root / "requests.json"), str(root / "results.json")],
                           cwd=root, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

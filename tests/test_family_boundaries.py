@@ -9,10 +9,12 @@ special cases that plugin families cannot reach.
 import ast
 import pathlib
 
+from conftest import REPO
+
 from bert_trainer.commands import common
 from bert_trainer.tasks import registry
 
-PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "bert_trainer"
+PACKAGE = REPO / "bert_trainer"
 FAMILY_DIRS = {PACKAGE / "tasks" / name for name in registry.BUILT_IN}
 NAMES = set(registry.BUILT_IN)
 

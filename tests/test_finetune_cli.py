@@ -15,12 +15,11 @@ import sys
 import gin
 import pytest
 from absl import flags
+from conftest import REPO
 from finetune_testing import shared_file, write_tiny_hf
 
 from bert_trainer.commands import run_command
 from bert_trainer.errors import EXIT_USER_ERROR
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_cli(*args):

@@ -9,6 +9,7 @@ import gin
 import keras
 import numpy as np
 import pytest
+from conftest import TESTS
 from robust_testing import tree_digest
 
 from bert_trainer.checkpoints import layout
@@ -20,7 +21,7 @@ from bert_trainer.errors import EXIT_USER_ERROR, UserError
 from bert_trainer.interop import formats, gpt2, resolve_checkpoint
 from bert_trainer.models import CausalLM
 
-DATA = os.path.join(os.path.dirname(__file__), "data", "gpt2_tiny")
+DATA = str(TESTS / "data" / "gpt2_tiny")
 ATOL = 1e-4
 
 

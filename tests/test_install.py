@@ -13,8 +13,8 @@ import subprocess
 import sys
 
 import pytest
+from conftest import REPO
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
 SOURCES = ("bert_trainer", "setup.cfg", "pyproject.toml", "README.md")
 
 

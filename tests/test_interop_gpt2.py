@@ -13,13 +13,14 @@ import shutil
 import keras
 import numpy as np
 import pytest
+from conftest import TESTS
 from safetensors.numpy import load_file, save_file
 
 from bert_trainer import models
 from bert_trainer.errors import UserError
 from bert_trainer.interop import formats, gpt2, gpt2_parity
 
-DATA = os.path.join(os.path.dirname(__file__), "data", "gpt2_tiny")
+DATA = str(TESTS / "data" / "gpt2_tiny")
 # Logits are of order 1-10 here; float32 through two layers agrees to ~1e-5.
 ATOL = 1e-4
 

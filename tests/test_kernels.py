@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import require_fused_kernels
+from conftest import REPO, require_fused_kernels
 from export_testing import make_model_dir
 from numerics import assert_close
 from tensorflow.core.protobuf import saved_model_pb2
@@ -26,7 +26,6 @@ from bert_trainer.export.exporter import build_serving_module, save
 from bert_trainer.kernels import build
 from bert_trainer.layers import Dropout, LayerNormalization, TransformerEncoder, gelu
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
 RNG = np.random.default_rng(0)
 FUSED_OPS = {"BertFusedDropout", "BertAttentionSoftmax", "BertAttentionSoftmaxGrad",
              "BertLayerNorm", "BertLayerNormGrad", "BertGelu", "BertGeluGrad", "BertSplitHeads",

@@ -6,6 +6,7 @@ import itertools
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import REPO, TESTS
 from finetune_testing import make_task, shared_file
 from numerics import assert_close
 
@@ -264,13 +265,11 @@ def test_cut_batches_train_and_evaluate_over_two_mirrored_replicas(shared_dir, t
     """Each replica cuts its own batch: per-token eval outputs of different widths gather."""
     import json  # noqa: PLC0415
     import os  # noqa: PLC0415
-    import pathlib  # noqa: PLC0415
     import subprocess  # noqa: PLC0415
     import sys  # noqa: PLC0415
 
-    tests = pathlib.Path(__file__).resolve().parent
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
-               PYTHONPATH=os.pathsep.join([str(tests), str(tests.parent)]))
+               PYTHONPATH=os.pathsep.join([str(TESTS), str(REPO)]))
     proc = subprocess.run([sys.executable, "-c", MIRRORED_SCRIPT, str(tmp_path / "run"),
                            tiny_pretrained["dir"], conll_sentences], env=env,
                           capture_output=True, text=True, timeout=600)

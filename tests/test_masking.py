@@ -1,11 +1,11 @@
 """Masking: rates, 80/10/10 split, special tokens, whole words, determinism, static masking."""
 
-import pathlib
 import random
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import SHARED
 
 from bert_trainer import features
 from bert_trainer.data import masking
@@ -16,7 +16,7 @@ P = 20
 @pytest.fixture(scope="module")
 def batch(tokenizer):
     """256 real text pairs from Emma (3 lines a segment), packed to 128, padding on short ones."""
-    corpus = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "corpus"
+    corpus = SHARED / "data" / "corpus"
     if not corpus.is_dir():
         pytest.skip(f"{corpus} is absent (CI provides it)")
     text = (corpus / "gutenberg" / "austen-emma.txt").read_text(encoding="utf-8")[20_000:220_000]

@@ -6,7 +6,6 @@ One end-to-end run goes through a subprocess (the real command line); the error 
 """
 
 import os
-import pathlib
 import re
 import subprocess
 import sys
@@ -20,7 +19,6 @@ from bert_trainer.commands import common
 from bert_trainer.errors import EXIT_USER_ERROR, UserError
 from bert_trainer.training import strategies
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
 STEPS = 20
 
 

@@ -6,6 +6,7 @@ import pathlib
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import SHARED
 
 from bert_trainer import features
 from bert_trainer.data.corpus_options import CorpusOptions
@@ -14,7 +15,6 @@ from bert_trainer.errors import UserError
 from bert_trainer.tasks.masked_lm import corpus as cpd
 from bert_trainer.tasks.masked_lm.data import pretraining_dataset
 
-SHARED = pathlib.Path(__file__).resolve().parents[2] / "shared"
 SEQ, P = 64, 10
 OURS = {features.INPUT_WORD_IDS: tf.int32, features.INPUT_MASK: tf.int32,
         features.INPUT_TYPE_IDS: tf.int32, features.MASKED_LM_POSITIONS: tf.int32,

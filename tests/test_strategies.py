@@ -2,17 +2,15 @@
 
 import json
 import os
-import pathlib
 import subprocess
 import sys
 
 import pytest
 import tensorflow as tf
+from conftest import REPO, TESTS
 
 from bert_trainer.errors import UserError
 from bert_trainer.training import strategies
-
-TESTS = pathlib.Path(__file__).resolve().parent
 
 # Logical CPU devices must be configured before TensorFlow initializes its devices, which the
 # test process has already done: the comparison runs in a fresh interpreter.
@@ -50,7 +48,7 @@ print("RESULT " + json.dumps(out))
 @pytest.mark.slow
 def test_mirrored_over_two_cpus_matches_one_device(tmp_path):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
-               PYTHONPATH=os.pathsep.join([str(TESTS), str(TESTS.parent)]))
+               PYTHONPATH=os.pathsep.join([str(TESTS), str(REPO)]))
     proc = subprocess.run([sys.executable, "-c", MIRRORED_SCRIPT, str(tmp_path)], env=env,
                           capture_output=True, text=True, timeout=600)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]

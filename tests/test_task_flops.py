@@ -1,13 +1,13 @@
 """The trainer asks the task for a step's FLOPs: counts by hand for the pretraining and
 fine-tuning tasks, a task that cannot count, and a trainer that reads no model internals."""
 
-import pathlib
 import re
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import REPO
 from finetune_testing import make_task, shared_file
 from summary_testing import read_scalars
 from toy_task import ToyConfig, ToyTask
@@ -146,7 +146,7 @@ def test_a_task_that_cannot_count_flops_trains_without_flop_rates(tmp_path):
 def test_the_trainer_reads_no_model_internals():
     """The training step and its telemetry ask the task; what a model skips or packs, and its
     sizes, are the model's business."""
-    training = pathlib.Path(__file__).resolve().parents[1] / "bert_trainer" / "training"
+    training = REPO / "bert_trainer" / "training"
     internals = re.compile(r"MLM_ROWS|mlm_rows|packed_tokens|masked_lm|get_config|\.encoder\b")
     for name in ("train_step.py", "throughput.py", "trainer.py"):
         source = (training / name).read_text(encoding="utf-8")

@@ -1,11 +1,11 @@
 """TFDS paths: the offline one-line error, and every TFDS task through `tfds.testing.mock_data`."""
 
-import pathlib
 
 import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
+from conftest import SHARED
 
 from bert_trainer import features
 from bert_trainer.data.corpus_options import CorpusOptions
@@ -165,7 +165,7 @@ class MovieReviewText(tfds.core.GeneratorBasedBuilder):
 @pytest.fixture(scope="module")
 def review_dataset(tmp_path_factory):
     """(data_dir, reviews): 40 real reviews, paragraphs on their own lines, as a TFDS dataset."""
-    shared = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "imdb"
+    shared = SHARED / "data" / "imdb"
     if not shared.is_dir():
         pytest.skip(f"{shared} is absent (it holds the real test data; CI provides it)")
     rows = [row for row in (shared / "train_sample.tsv").read_text(encoding="utf-8")

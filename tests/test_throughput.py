@@ -3,12 +3,12 @@ matmul peak."""
 
 import dataclasses
 import math
-import pathlib
 import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import REPO
 
 from bert_trainer import features as F
 from bert_trainer import ops
@@ -17,7 +17,7 @@ from bert_trainer.models import flops
 from bert_trainer.tasks.masked_lm.task import PretrainingConfig, PretrainingTask
 from bert_trainer.training import throughput
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
+sys.path.insert(0, str(REPO / "scripts"))
 from bench import spec as spec_lib  # noqa: E402
 
 # A tiny pretrainer whose sizes are all distinct, so a transposed operand cannot hide.

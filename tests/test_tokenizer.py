@@ -1,12 +1,12 @@
 """Tokenizer: parity with Hugging Face BertTokenizer ids, offsets, words, packing, errors."""
 
 import json
-import pathlib
 import unicodedata
 
 import pytest
 import tensorflow as tf
 import tensorflow_text as tf_text
+from conftest import TESTS
 
 from bert_trainer import features
 from bert_trainer.data import bert_normalizer, tokenizer
@@ -20,7 +20,7 @@ from bert_trainer.errors import UserError
 # accept if a future text hit it: words of 100..400 bytes but at most 100 characters (tf-text
 # limits bytes, the reference characters).
 
-COMPAT_GOLDEN = pathlib.Path(__file__).parent / "data" / "tokenizer_compat_golden.jsonl"
+COMPAT_GOLDEN = TESTS / "data" / "tokenizer_compat_golden.jsonl"
 # FastBertTokenizer's built-in normalization (NFKC_Casefold), which the Tokenizer used before.
 BUILT_IN_DELETED = r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x{9f}\x{fffd}\p{Co}]"
 

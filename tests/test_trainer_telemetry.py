@@ -1,12 +1,12 @@
 """What a pretraining run shows in TensorBoard (rates, padding, FLOPs, MFU) and bfloat16."""
 
-import pathlib
 import sys
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import REPO
 from summary_testing import read_scalars
 
 from bert_trainer import features as F
@@ -18,7 +18,7 @@ from bert_trainer.tasks.masked_lm.task import PretrainingConfig, PretrainingTask
 from bert_trainer.training import optimization, throughput
 from bert_trainer.training.trainer import Trainer, TrainerConfig
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
+sys.path.insert(0, str(REPO / "scripts"))
 from bench import spec as spec_lib  # noqa: E402
 
 SIZE = spec_lib.ModelSize("test", num_layers=1, hidden_size=32, num_attention_heads=2,

@@ -1,11 +1,11 @@
 """The translate family's reader (pair files, Tatoeba, header detection, bad rows) and its pair
 pipeline (BERT2BERT packing, truncation, per-side length buckets, evaluation order)."""
 
-import pathlib
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import SHARED
 
 from bert_trainer import features as F
 from bert_trainer.data.tokenizer import Tokenizer
@@ -14,7 +14,7 @@ from bert_trainer.tasks import registry
 from bert_trainer.tasks.translate import data as translate_data
 from bert_trainer.tasks.translate.family import looks_like_header
 
-SPA_ENG = pathlib.Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "spa_eng"
+SPA_ENG = SHARED / "data" / "spa_eng"
 TATOEBA = ("Go.\tVe.\tCC-BY 2.0 (France) Attribution: tatoeba.org #2877272 (CM) & #4986655\n"
            "Hi.\tHola.\tCC-BY 2.0 (France) Attribution: tatoeba.org #538123 (CM) & #431736\n"
            "¿Qué?\tWhat?\tCC-BY 2.0 (France) Attribution: tatoeba.org #1 (x)\n")

@@ -185,6 +185,26 @@ def tokenizer(minilm_dir):
     return Tokenizer(str(minilm_dir / "vocab.txt"))
 
 
+@pytest.fixture(scope="session")
+def vocab_file(minilm_dir):
+    """The path of MiniLM's real uncased WordPiece vocabulary (the one of `tokenizer`).
+
+    A test file that writes a small vocabulary of its own defines its own `vocab_file`
+    fixture, which overrides this one.
+    """
+    return str(minilm_dir / "vocab.txt")
+
+
+@pytest.fixture(scope="module")
+def gpt2_golden():
+    """What transformers computed on tests/data/gpt2_tiny (scripts/make_gpt2_golden.py): the
+    inputs, logits, final hidden states and greedy generation, as numpy arrays by name."""
+    import numpy as np  # noqa: PLC0415
+
+    with np.load(TESTS / "data" / "gpt2_tiny" / "golden.npz") as data:
+        return {k: data[k] for k in data.files}
+
+
 # ------------------------------------------------------------------------------------------
 # Pretraining data (tests of the pretraining task and `bert-train pretrain`): a small real
 # pretraining set, made once per session from a slice of ../shared/data/corpus.

@@ -29,11 +29,6 @@ TWO_WORKERS = "--direct_num_workers=2 --direct_running_mode=multi_threading"
 
 
 @pytest.fixture
-def vocab_file(minilm_dir):
-    return str(minilm_dir / "vocab.txt")
-
-
-@pytest.fixture
 def corpus(shared_dir):
     """Blake's two books of poems (prose, ~90 KB, 99 documents in 2 files)."""
     return str(shared_dir / "data" / "corpus" / "gutenberg" / "blake-*.txt")

@@ -17,11 +17,6 @@ from bert_trainer.tasks.causal_lm import corpus as cld
 
 
 @pytest.fixture
-def vocab_file(minilm_dir):
-    return str(minilm_dir / "vocab.txt")
-
-
-@pytest.fixture
 def corpus(shared_dir):
     """Three inaugural addresses (prose, 1801-1809): ~30 KB of real text."""
     return str(shared_dir / "data" / "corpus" / "inaugural" / "180*.txt")

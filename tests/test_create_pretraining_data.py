@@ -25,11 +25,6 @@ GOOGLE = {"input_ids", "input_mask", "segment_ids", "masked_lm_positions", "mask
 
 
 @pytest.fixture
-def vocab_file(minilm_dir):
-    return str(minilm_dir / "vocab.txt")
-
-
-@pytest.fixture
 def corpus(shared_dir):
     """Eight inaugural addresses (prose, 1801-1829): ~120 KB of real text."""
     return str(shared_dir / "data" / "corpus" / "inaugural" / "18[0-2]*.txt")

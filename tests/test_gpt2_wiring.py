@@ -31,12 +31,6 @@ def _clear_session():
     keras.backend.clear_session()
 
 
-@pytest.fixture(scope="module")
-def golden():
-    with np.load(os.path.join(DATA, "golden.npz")) as data:
-        return {k: data[k] for k in data.files}
-
-
 def _logits(model, ids):
     return keras.ops.convert_to_numpy(model({"input_word_ids": ids}, training=False)["logits"])
 
@@ -60,13 +54,13 @@ def test_a_gpt2_pickle_is_refused_by_detection(tmp_path):
     assert str(info.value) == formats.pickle_refusal(str(directory / formats.HF_PICKLE))
 
 
-def test_warm_start_of_a_causal_lm_as_the_trainer_does(golden):
+def test_warm_start_of_a_causal_lm_as_the_trainer_does(gpt2_golden):
     """`Task.initialize` restores the whole model: `restore_model`; encoder-style `load` too."""
     checkpoint = resolve_checkpoint(DATA, flag="--init_checkpoint")
     model = checkpoint.build_encoder(output_dropout=0.0)
     assert isinstance(model, CausalLM)
     checkpoint.restore_model(model)
-    np.testing.assert_allclose(_logits(model, golden["input_ids"]), golden["logits"],
+    np.testing.assert_allclose(_logits(model, gpt2_golden["input_ids"]), gpt2_golden["logits"],
                                atol=ATOL, rtol=0)
     other = checkpoint.build_encoder()
     report = checkpoint.load(encoder=other)
@@ -92,7 +86,7 @@ def test_bert_uses_of_a_gpt2_checkpoint_are_refused():
         checkpoint.read_reference()
 
 
-def test_convert_writes_a_causal_lm_model_dir(tmp_path, golden):
+def test_convert_writes_a_causal_lm_model_dir(tmp_path, gpt2_golden):
     out = tmp_path / "converted"
     before = tree_digest(DATA)
     messages = []
@@ -111,13 +105,13 @@ def test_convert_writes_a_causal_lm_model_dir(tmp_path, golden):
     # Rebuilt from bert_train.json and restored as any trained causal LM is.
     model = model_dir_lib.build_encoder(info)
     layout.restore_model(model, select_checkpoint(str(out)))
-    np.testing.assert_allclose(_logits(model, golden["input_ids"]), golden["logits"],
+    np.testing.assert_allclose(_logits(model, gpt2_golden["input_ids"]), gpt2_golden["logits"],
                                atol=ATOL, rtol=0)
     # And it warm-starts a causal LM as a bert-train directory.
     warm = resolve_checkpoint(str(out), flag="--init_checkpoint")
     fresh = warm.build_encoder()
     warm.restore_model(fresh)
-    np.testing.assert_allclose(_logits(fresh, golden["input_ids"]), golden["logits"],
+    np.testing.assert_allclose(_logits(fresh, gpt2_golden["input_ids"]), gpt2_golden["logits"],
                                atol=ATOL, rtol=0)
     with pytest.raises(UserError, match="byte-level BPE"):
         gpt2.check_text_support(info.task, str(out))
@@ -177,7 +171,7 @@ def _cli(capfd, *args) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_causal_pretrain_warm_starts_from_gpt2(tmp_path, golden, capfd, caplog):
+def test_causal_pretrain_warm_starts_from_gpt2(tmp_path, gpt2_golden, capfd, caplog):
     """`pretrain --init_checkpoint=GPT2_DIR`: the architecture and weights come from GPT-2."""
     words = ["the", "cat", "sat", "on", "a", "mat", "dog", "ran"]
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -207,5 +201,5 @@ def test_causal_pretrain_warm_starts_from_gpt2(tmp_path, golden, capfd, caplog):
     assert info.encoder_config["num_layers"] == 2 and info.encoder_config["hidden_size"] == 32
     model = model_dir_lib.build_encoder(info)
     layout.restore_model(model, select_checkpoint(str(run)))
-    np.testing.assert_allclose(_logits(model, golden["input_ids"]), golden["logits"],
+    np.testing.assert_allclose(_logits(model, gpt2_golden["input_ids"]), gpt2_golden["logits"],
                                atol=ATOL, rtol=0)

@@ -34,12 +34,6 @@ def _clear_session():
     keras.backend.clear_session()
 
 
-@pytest.fixture(scope="module")
-def golden():
-    with np.load(os.path.join(DATA, "golden.npz")) as data:
-        return {k: data[k] for k in data.files}
-
-
 def _copy(tmp_path, tensors=None, config_changes=None):
     """A copy of the fixture directory with other tensors and/or config fields."""
     out = tmp_path / "gpt2"
@@ -71,15 +65,15 @@ def test_config_read_from_config_json():
     assert args["norm_first"] is True
 
 
-def test_reader_matches_transformers_through_a_numpy_forward_pass(golden):
+def test_reader_matches_transformers_through_a_numpy_forward_pass(gpt2_golden):
     """The weights as read (names, q/k/v order, Conv1D orientation) give transformers' logits
     through the float64 numpy GPT-2 of `gpt2_parity` (no Keras, no weight mapping)."""
     ckpt = gpt2.read_gpt2(DATA)
     assert set(ckpt.weights) == set(gpt2.expected_shapes(ckpt.config))
-    out = gpt2_parity.reference_forward(ckpt, golden["input_ids"])
-    np.testing.assert_allclose(out["hidden"], golden["hidden"], atol=ATOL, rtol=0)
-    np.testing.assert_allclose(out["logits"], golden["logits"], atol=ATOL, rtol=0)
-    assert np.abs(golden["logits"]).max() > 1.0  # the tolerance is small against the scale
+    out = gpt2_parity.reference_forward(ckpt, gpt2_golden["input_ids"])
+    np.testing.assert_allclose(out["hidden"], gpt2_golden["hidden"], atol=ATOL, rtol=0)
+    np.testing.assert_allclose(out["logits"], gpt2_golden["logits"], atol=ATOL, rtol=0)
+    assert np.abs(gpt2_golden["logits"]).max() > 1.0  # the tolerance is small against the scale
 
 
 def test_the_safetensors_file_itself_is_read():
@@ -233,18 +227,18 @@ def test_the_text_refusal_is_one_line():
 
 
 @needs_causal_lm
-def test_causal_lm_logits_equal_transformers(golden):
+def test_causal_lm_logits_equal_transformers(gpt2_golden):
     loaded = gpt2.from_gpt2(DATA)
     model = loaded.model
     assert loaded.initialized == []
     assert len(loaded.loaded) == len(model.weights)
-    logits = model({"input_word_ids": golden["input_ids"]}, training=False)["logits"]
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(logits), golden["logits"],
+    logits = model({"input_word_ids": gpt2_golden["input_ids"]}, training=False)["logits"]
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(logits), gpt2_golden["logits"],
                                atol=ATOL, rtol=0)
 
 
 @needs_causal_lm
-def test_stripped_names_load_the_same_model(tmp_path, golden):
+def test_stripped_names_load_the_same_model(tmp_path, gpt2_golden):
     stripped = {k.removeprefix("transformer."): v for k, v in _tensors().items()}
     a = gpt2.from_gpt2(DATA).model
     b = gpt2.from_gpt2(_copy(tmp_path, stripped)).model
@@ -267,21 +261,21 @@ def _greedy_with_cache(model, prompt, new_tokens):
 
 
 @needs_causal_lm
-def test_cached_greedy_decoding_equals_transformers(golden):
+def test_cached_greedy_decoding_equals_transformers(gpt2_golden):
     model = gpt2.from_gpt2(DATA).model
-    prompt = golden["greedy_prompt"]  # (2, 5)
-    expected = golden["greedy_ids"][:, prompt.shape[1]:]  # (2, 10): transformers' tokens
+    prompt = gpt2_golden["greedy_prompt"]  # (2, 5)
+    expected = gpt2_golden["greedy_ids"][:, prompt.shape[1]:]  # (2, 10): transformers' tokens
     np.testing.assert_array_equal(_greedy_with_cache(model, prompt, expected.shape[1]),
                                   expected)
 
 
 @needs_causal_lm
 @pytest.mark.parametrize("use_cache", [True, False])
-def test_generate_equals_transformers(golden, use_cache):
+def test_generate_equals_transformers(gpt2_golden, use_cache):
     generation = pytest.importorskip("bert_trainer.models.generation.causal")
     model = gpt2.from_gpt2(DATA).model
-    prompt = golden["greedy_prompt"]
-    expected = golden["greedy_ids"][:, prompt.shape[1]:]
+    prompt = gpt2_golden["greedy_prompt"]
+    expected = gpt2_golden["greedy_ids"][:, prompt.shape[1]:]
     # transformers ran min_new_tokens=10; an end id the golden tokens never hold stops nothing.
     end_id = next(i for i in range(1, 99) if i not in expected)
     out = generation.generate(model, prompt, np.full((2,), prompt.shape[1], np.int32),

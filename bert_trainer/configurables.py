@@ -36,8 +36,8 @@ PretrainingConfig = gin.external_configurable(pretraining.PretrainingConfig,
                                               module="bert_trainer.tasks")
 CausalLMConfig = gin.external_configurable(causal_lm_task.CausalLMConfig,
                                            module="bert_trainer.tasks")
-# The objectives' names (`Family.objective`; tests/test_family_boundaries.py checks the two
-# agree), so that a typo is refused as the gin file is read.
+# The objectives' names (`Family.objective`; tests/structure/test_family_boundaries.py checks
+# the two agree), so that a typo is refused as the gin file is read.
 PRETRAINING_OBJECTIVES = ("masked_lm", "causal_lm")
 
 

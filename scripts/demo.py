@@ -45,7 +45,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SETTINGS_FILE = "settings.json"
 BERT_TRAIN_ENV = "DEMO_BERT_TRAIN"  # a `bert-train` executable to run commands with (tests)
 # The encoder of configs/demo.gin, bound for the from-scratch fine-tune (which must not read
-# demo.gin's pretraining schedule); tests/test_demo.py checks both encoders' configs match.
+# demo.gin's pretraining schedule); tests/cli/test_demo.py checks both encoders' configs match.
 SCRATCH_ENCODER = ("configs/encoders/tiny.gin", ("build_encoder.max_sequence_length = 128",))
 # Both fine-tunes run with the encoder's dropout on, whatever the pretraining recipe used.
 FINETUNE_BINDINGS = ("FinetuneConfig.encoder_dropout = 0.1",)
@@ -240,7 +240,7 @@ def run_bert_train(stages: Stages, batch: list[tuple[str, list[str]]]) -> None:
     By default in one child process through `cli.main` (scripts/demo_runner.py), which also
     times each command's CPU seconds. With DEMO_BERT_TRAIN naming a `bert-train` executable,
     each command runs as `DEMO_BERT_TRAIN command flags...` (a process of its own; its CPU
-    seconds are that process's): tests/test_demo.py points it at tests/cli_host.py's shim.
+    seconds are that process's): tests/cli/test_demo.py points it at tests/cli_host.py's shim.
     """
     executable = os.environ.get(BERT_TRAIN_ENV)
     if not executable:

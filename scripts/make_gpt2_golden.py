@@ -1,6 +1,6 @@
 """Writes tests/data/gpt2_tiny/: a small random GPT-2 in Hugging Face layout and its outputs.
 
-The parity test of bert-train's GPT-2 reader (`tests/test_interop_gpt2.py`) loads these
+The parity test of bert-train's GPT-2 reader (`tests/interop/test_interop_gpt2.py`) loads these
 weights into a `CausalLM` and compares its logits and its greedy generation with the ones
 Hugging Face `transformers`' `GPT2LMHeadModel` computed here, in float32 on CPU. torch is not
 a test dependency: run this script wherever torch and transformers are installed, and commit

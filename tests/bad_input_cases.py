@@ -1,4 +1,4 @@
-"""The case tables of the bad-input sweep (tests/test_bad_inputs.py): malformed files and argv.
+"""The case tables of the bad-input sweep (tests/cli/test_bad_inputs.py): malformed files and argv.
 
 Each case is (name, argv, a part of the one-line message that names the offending thing). An
 argv element's {name} is a path of test_bad_inputs.py's `paths` fixture (names may hold dots:
@@ -316,7 +316,7 @@ OUTPUT_CASES = [
 
 
 # --------------------------------------------------------------------------------------------
-# A model_dir belongs to one run (tests/test_bad_inputs.py::test_model_dir_is_not_reused): a
+# A model_dir belongs to one run (tests/cli/test_bad_inputs.py::test_model_dir_is_not_reused): a
 # resume as another task, label set, sequence length or vocabulary of the fine-tuned sst2 run
 # {existing} is refused before anything is written; {locked_run} is held by a live process.
 SST2_AGAIN = [*SST2, "--train_file={good.tsv}"]
@@ -467,7 +467,7 @@ BATCH_FIT_CASES = [
 
 
 # ------------------------------------------------------------------------------------------
-# Long texts: the windowing flags and FinetuneConfig fields (tests/test_bad_inputs.py
+# Long texts: the windowing flags and FinetuneConfig fields (tests/cli/test_bad_inputs.py
 # test_finetune_options_refused_before_anything_is_written).
 # ------------------------------------------------------------------------------------------
 CONLL_FRESH = [*CONLL, "--model_dir={fresh}", "--train_file={good.conll}"]
@@ -502,7 +502,7 @@ WINDOW_CASES = [
 
 
 # ------------------------------------------------------------------------------------------
-# Task family plugins: a --family_module that cannot be imported (tests/test_bad_inputs.py
+# Task family plugins: a --family_module that cannot be imported (tests/cli/test_bad_inputs.py
 # test_a_missing_family_module_is_refused_before_anything_is_written).
 # ------------------------------------------------------------------------------------------
 _NO_PLUGIN = "--family_module=no_such_family_plugin"
@@ -519,7 +519,7 @@ FAMILY_CASES = [
 
 
 # ------------------------------------------------------------------------------------------
-# `vocab --columns`: pair files (tests/test_bad_inputs.py
+# `vocab --columns`: pair files (tests/cli/test_bad_inputs.py
 # test_vocab_refuses_bad_pair_files_before_writing; placeholders are VOCAB_PAIR_FILES and
 # {out}, a directory that must still not exist afterwards).
 # ------------------------------------------------------------------------------------------
@@ -561,7 +561,7 @@ VOCAB_PAIR_CASES = [
 
 
 # ------------------------------------------------------------------------------------------
-# Translation (tests/test_bad_inputs.py test_translate_bad_input_refused_before_anything_is_
+# Translation (tests/cli/test_bad_inputs.py test_translate_bad_input_refused_before_anything_is_
 # written): pair files and the translate options. TRANSLATE_FILES are written beside the
 # sweep's files.
 # ------------------------------------------------------------------------------------------
@@ -645,7 +645,7 @@ GPT2_CASES = [
 
 
 # ------------------------------------------------------------------------------------------
-# Causal language modelling (tests/test_bad_inputs.py test_causal_lm_bad_input_refused_before_
+# Causal language modelling (tests/cli/test_bad_inputs.py test_causal_lm_bad_input_refused_before_
 # anything_is_written): create_pretraining_data --objective=causal_lm (CAUSAL_DATA_CASES) and
 # pretrain with the causal objective (CAUSAL_PRETRAIN_CASES). Extra placeholders (the
 # `causal_paths` fixture): {causal_text} (60 short documents), {causal_blocks} (their blocks
@@ -721,7 +721,7 @@ CAUSAL_PRETRAIN_CASES = [
 
 
 # ------------------------------------------------------------------------------------------
-# Generation (tests/test_bad_inputs.py test_generate_bad_input_refused_before_anything_is_
+# Generation (tests/cli/test_bad_inputs.py test_generate_bad_input_refused_before_anything_is_
 # written): `bert-train generate`'s settings, prompts, sources and outputs. Placeholders:
 # {causal} a tiny causal model_dir (32 positions: 16 for the prompt by default),
 # {classifier} a fine-tuned classification model_dir ({relabelled}: a copy whose task says
@@ -947,7 +947,7 @@ FAMILY_CASES.append(
 # ({unlinked_run}, test_bad_inputs.py's `run_paths`). Before 69e53bc only an
 # ImportError was caught (a RuntimeError was a 28-line traceback); before 85ecbdb the lock was
 # the file alone, so the second run created a new one and trained. SIGTERM needs a signal
-# mid-write: tests/test_sigterm.py; a lock that goes mid-run: tests/test_run_lock.py.
+# mid-write: tests/cli/test_sigterm.py; a lock that goes mid-run: tests/training/test_run_lock.py.
 FAMILY_CASES.append(
     ("finetune family module raises on import",
      [*SST2_FRESH, "--family_module=family_plugin.raises_on_import"],

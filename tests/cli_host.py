@@ -13,7 +13,7 @@ What runs is the console script's own entry point, `bert_trainer.cli.main`. Betw
 the host clears what a fresh process would not have: gin bindings, Keras' session and its
 global dtype policy, the environment, the working directory, SIGTERM's handler. What it cannot
 clear is a process-wide TensorFlow setting made once (logical devices): tests of those, and of
-the console script itself (tests/test_install.py), run real processes.
+the console script itself (tests/cli/test_install.py), run real processes.
 
     host = CliHost(tmp_dir)         # starts the host
     done = host.run(["bash", "-c", script], cwd=root)  # a CompletedProcess, text output

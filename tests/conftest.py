@@ -107,7 +107,7 @@ def fused_kernels_unavailable() -> str | None:
     the machine cannot build them (no C++ compiler and no library built ahead of time, a
     compiler that cannot target this CPU: `BuildError.environmental`), the user's case the
     fallback exists for. Sources that fail to compile are a bug: those tests then fail
-    instead of skipping (and the compile matrix, tests/test_kernel_build.py, names the CPU).
+    instead of skipping (and the compile matrix, tests/kernels/test_kernel_build.py, names the CPU).
     """
     from bert_trainer.kernels import build  # noqa: PLC0415 - imports TensorFlow
 

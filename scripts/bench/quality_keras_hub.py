@@ -14,7 +14,7 @@ a budget's time is up, and converted after training (outside the clock) into Hug
 directories by bert-train's own writer (`interop.hf.write_hf`), so that the same scorer and
 the same fine-tuning command read every system. keras-hub's BERT layers use GELU's tanh
 approximation, the converted encoder the exact erf form (the only one of that layout): its
-logits differ from keras-hub's by about 1e-3 (tests/test_bench_quality.py).
+logits differ from keras-hub's by about 1e-3 (tests/bench/test_bench_quality.py).
 """
 
 import json

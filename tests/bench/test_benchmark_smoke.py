@@ -196,7 +196,7 @@ def smoke(tmp_path_factory):
     table.write_text(f"# Benchmarks\nhand-written prose\n{report.BEGIN}\n{report.END}\n")
     proc = subprocess.run(
         # The base and finetune sections have their own smoke run
-        # (tests/test_benchmark_finetune.py).
+        # (tests/bench/test_benchmark_finetune.py).
         [sys.executable, str(REPO / "scripts" / "benchmark.py"), "--smoke",
          "--only=peak,compare,growth,pipeline,tokenizer",
          "--output", str(out / "results.json"), "--table", str(table),

@@ -43,7 +43,7 @@ def reference(model, vocab, prompts, max_new_tokens, **settings):
 
     Run by the graph executor (`jit_compile=False`): each call's own XLA compile would cost
     seconds. The command compiles its loop with XLA, so the CLI's tests still compare the two
-    (tests/test_causal_generation.py checks that they agree on their own)."""
+    (tests/models/test_causal_generation.py checks that they agree on their own)."""
     tokenizer = Tokenizer(vocab, lower_case=True)
     rows = [[tokenizer.sep_id] + tokenizer.tokenize([p]).to_list()[0] for p in prompts]
     ids = np.zeros((len(rows), max(map(len, rows))), np.int32)

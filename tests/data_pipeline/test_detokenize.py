@@ -1,7 +1,7 @@
 """Detokenization: `##` joining, special tokens dropped, punctuation spacing restored, in-graph.
 
 The round trip on real Spanish/English pairs with a learned cased vocabulary is in
-tests/test_vocab.py (it shares the vocabulary learned there from a pair file).
+tests/data_pipeline/test_vocab.py (it shares the vocabulary learned there from a pair file).
 """
 
 import json

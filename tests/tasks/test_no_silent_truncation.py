@@ -1,5 +1,5 @@
 """No silent truncation, every family: as translate does (its cut_pairs,
-tests/test_translate_truncation.py), an input cut to fit is counted in training and evaluation
+tests/tasks/test_translate_truncation.py), an input cut to fit is counted in training and evaluation
 (a Sum metric over the batches' CUT feature) and marked on its `predict` record
 ("truncated": true, from the signature's `truncated` output).
 

@@ -165,7 +165,7 @@ def test_serving_translates_text_as_the_task_decodes(files):
 
     inputs = translate_data.source_features(task.tokenizer, tf.constant(texts), 12)
     # The graph executor's loop, as the export's: compiling this one call with XLA would cost
-    # seconds (tests/test_seq2seq_generation.py checks that the two agree).
+    # seconds (tests/models/test_seq2seq_generation.py checks that the two agree).
     decoded = translate(task.model, inputs, beam_size=2, length_penalty=0.6, max_decode_length=6,
                         start_id=task.tokenizer.cls_id, end_id=task.tokenizer.sep_id,
                         jit_compile=False)

@@ -2,7 +2,7 @@
 resume reuses, and an out-of-memory at the requested size turned into a fitted run.
 
 The equality of a fitted (accumulated) update with the full-batch update is in
-tests/test_trainer.py (`test_accumulating_equals_one_full_batch_step`).
+tests/training/test_trainer.py (`test_accumulating_equals_one_full_batch_step`).
 """
 
 import json

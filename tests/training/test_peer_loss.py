@@ -1,6 +1,6 @@
 """A multi-worker peer that dies: the survivor exits with one line naming the lost worker.
 
-The slow test runs two MultiWorkerMirroredStrategy workers (tests/test_multi_worker.py's
+The slow test runs two MultiWorkerMirroredStrategy workers (tests/training/test_multi_worker.py's
 machinery) and kills the chief, which holds the coordination service: tf.distribute's
 preemption watcher threads on the survivor then fail too, and used to print a traceback.
 """

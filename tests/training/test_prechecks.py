@@ -1,6 +1,6 @@
 """The library's side of the checks made before training: data readers, task data, the
 encoder spec of a checkpoint prefix, and the finite float flags (fast, no training; the CLI
-sweep is tests/test_bad_inputs.py's PRECHECK_CASES)."""
+sweep is tests/cli/test_bad_inputs.py's PRECHECK_CASES)."""
 
 import json
 

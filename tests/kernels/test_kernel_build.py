@@ -16,10 +16,10 @@ import subprocess
 import sys
 
 import pytest
+from conftest import REPO
 
 from bert_trainer import kernels
 from bert_trainer.kernels import build, targets
-from tests.conftest import REPO
 
 X86 = targets.machine() == "x86_64"
 needs_x86 = pytest.mark.skipif(not X86, reason="x86-64 compiler flags")

@@ -4,6 +4,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from numerics import assert_close
 
 from bert_trainer.models import CausalLM
 from bert_trainer.models.generation.causal import (
@@ -13,7 +14,6 @@ from bert_trainer.models.generation.causal import (
     generate,
     left_align,
 )
-from tests.numerics import assert_close
 
 VOCAB, MAX_LEN, NEW = 97, 24, 8
 LENGTHS = np.array([1, 5, 3, 7], "int32")

@@ -7,13 +7,13 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from numerics import assert_close
 
 from bert_trainer import configurables
 from bert_trainer.checkpoints import layout, model_dir
 from bert_trainer.errors import UserError
 from bert_trainer.models import CausalLM
 from bert_trainer.models.causal_lm import gelu_approximate
-from tests.numerics import assert_close
 
 VOCAB, HIDDEN, LAYERS, HEADS, INNER, MAX_LEN = 97, 32, 2, 4, 64, 16
 

@@ -1,8 +1,13 @@
 """Helpers shared by the fine-tuning task tests: build a task on the tiny pretrained model, train
-it with the real Trainer, and read the training loss back from the TensorBoard events."""
+it with the real Trainer, and read the training loss back from the TensorBoard events; write
+the tiny model in other formats; run `bert-train` commands (a subprocess, or in this process)."""
 
 import glob
+import importlib
+import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import tensorflow as tf
@@ -12,8 +17,9 @@ from bert_trainer.interop import formats, hf, pretrained
 from bert_trainer.tasks import finetuning, registry
 from bert_trainer.training import OptimizerConfig, Trainer, TrainerConfig
 
-SHARED_DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..",
-                           "shared", "data")
+# Not conftest's REPO: subprocesses import this module too (outside pytest).
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED_DATA = os.path.join(REPO, "..", "shared", "data")
 
 
 def shared_file(relative: str) -> str:
@@ -76,3 +82,48 @@ def write_tiny_hf(pretrained_dir: dict, path) -> str:
                                   pretrained_dir["vocab_file"], True, "weights", "config")
     hf.write_hf(str(path), ckpt)
     return str(path)
+
+
+def write_tiny_google(hf_dir: str, path) -> str:
+    """The tiny encoder as a Google TF1 directory (reference names, bert_config.json, vocab)."""
+    ckpt = hf.read_hf(hf_dir)
+    path.mkdir(parents=True)
+    names = sorted(ckpt.weights)
+    tf.raw_ops.SaveV2(prefix=str(path / formats.TF1_PREFIX), tensor_names=names,
+                      shape_and_slices=[""] * len(names),
+                      tensors=[tf.constant(ckpt.weights[n]) for n in names])
+    (path / formats.TF1_CONFIG).write_text(json.dumps(ckpt.config.to_json_dict()))
+    (path / formats.VOCAB_FILE).write_bytes(open(ckpt.vocab_file, "rb").read())
+    return str(path)
+
+
+def run_cli(*args) -> subprocess.CompletedProcess:
+    """`bert-train ARGS` as a user runs it: a subprocess from the repository root."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    return subprocess.run([sys.executable, "-m", "bert_trainer.cli", *map(str, args)], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=600)
+
+
+def run_in_process(command: str, *args) -> int:
+    """Runs a command through the CLI's runner in this process, from a clean flag/gin state."""
+    import gin  # noqa: PLC0415 - the command helpers' imports: not for every importer
+    from absl import flags  # noqa: PLC0415
+
+    from bert_trainer.commands import run_command  # noqa: PLC0415
+
+    module = importlib.import_module(f"bert_trainer.commands.{command}")
+    flags.FLAGS.unparse_flags()  # Flag values must not leak from an earlier run.
+    gin.clear_config()
+    return run_command(module, [f"bert-train {command}", *map(str, args)])
+
+
+def error_line(capsys, command: str, *args) -> str:
+    """Runs a command in-process; returns the one line it prints for a user error."""
+    from bert_trainer.errors import EXIT_USER_ERROR  # noqa: PLC0415
+
+    assert run_in_process(command, *args) == EXIT_USER_ERROR
+    stderr = capsys.readouterr().err
+    lines = [ln for ln in stderr.splitlines() if ln.startswith(f"bert-train {command}:")]
+    assert len(lines) == 1, stderr
+    assert "Traceback" not in stderr
+    return lines[0]

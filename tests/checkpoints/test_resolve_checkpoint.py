@@ -7,7 +7,13 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from finetune_testing import assert_encoder_equals, shared_file, write_tiny_hf
+from finetune_testing import (
+    assert_encoder_equals,
+    run_in_process,
+    shared_file,
+    write_tiny_google,
+    write_tiny_hf,
+)
 
 from bert_trainer.checkpoints.layout import model_trackable
 from bert_trainer.errors import UserError
@@ -18,19 +24,6 @@ from bert_trainer.training import OptimizerConfig, Trainer, TrainerConfig
 
 ARCHITECTURE = ("vocab_size", "hidden_size", "num_layers", "num_attention_heads", "inner_dim",
                 "max_sequence_length", "type_vocab_size")
-
-
-def write_tiny_google(hf_dir: str, path) -> str:
-    """The tiny encoder as a Google TF1 directory (reference names, bert_config.json, vocab)."""
-    ckpt = hf.read_hf(hf_dir)
-    path.mkdir(parents=True)
-    names = sorted(ckpt.weights)
-    tf.raw_ops.SaveV2(prefix=str(path / formats.TF1_PREFIX), tensor_names=names,
-                      shape_and_slices=[""] * len(names),
-                      tensors=[tf.constant(ckpt.weights[n]) for n in names])
-    (path / formats.TF1_CONFIG).write_text(json.dumps(ckpt.config.to_json_dict()))
-    (path / formats.VOCAB_FILE).write_bytes(open(ckpt.vocab_file, "rb").read())
-    return str(path)
 
 
 @pytest.fixture
@@ -178,7 +171,6 @@ def test_derive_settings_computes_each_value_once():
 @pytest.mark.slow  # trains end to end in this process
 def test_derived_settings_are_recorded_and_gin_is_left_as_parsed(sources, tmp_path, capsys):
     import gin  # noqa: PLC0415
-    from test_finetune_cli import run_in_process  # noqa: PLC0415
 
     run = tmp_path / "run"
     assert run_in_process(

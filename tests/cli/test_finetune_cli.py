@@ -6,44 +6,10 @@ The full run is a real subprocess. The error cases run the same command runner i
 error would cost most of this file's time on a busy machine.
 """
 
-import importlib
 import json
-import os
-import subprocess
-import sys
 
-import gin
 import pytest
-from absl import flags
-from conftest import REPO
-from finetune_testing import shared_file, write_tiny_hf
-
-from bert_trainer.commands import run_command
-from bert_trainer.errors import EXIT_USER_ERROR
-
-
-def run_cli(*args):
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    return subprocess.run([sys.executable, "-m", "bert_trainer.cli", *map(str, args)], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=600)
-
-
-def run_in_process(command: str, *args) -> int:
-    """Runs a command through the CLI's runner in this process, from a clean flag/gin state."""
-    module = importlib.import_module(f"bert_trainer.commands.{command}")
-    flags.FLAGS.unparse_flags()  # Flag values must not leak from an earlier run.
-    gin.clear_config()
-    return run_command(module, [f"bert-train {command}", *map(str, args)])
-
-
-def error_line(capsys, command: str, *args) -> str:
-    """Runs a command in-process; returns the one line it prints for a user error."""
-    assert run_in_process(command, *args) == EXIT_USER_ERROR
-    stderr = capsys.readouterr().err
-    lines = [ln for ln in stderr.splitlines() if ln.startswith(f"bert-train {command}:")]
-    assert len(lines) == 1, stderr
-    assert "Traceback" not in stderr
-    return lines[0]
+from finetune_testing import error_line, run_cli, run_in_process, shared_file, write_tiny_hf
 
 
 @pytest.mark.slow

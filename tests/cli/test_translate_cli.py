@@ -2,16 +2,14 @@
 and the export served in a fresh process with only tensorflow and tensorflow-text."""
 
 import json
-import pathlib
 import subprocess
 import sys
 
-import gin
 import pytest
 from conftest import word_level_vocab
-from robust_testing import REPO, subprocess_env
+from robust_testing import subprocess_env
+from translate_testing import SPA_ENG, run_cli, take
 
-SPA_ENG = REPO.parent / "shared" / "data" / "spa_eng"
 TINY = ["--gin_file=configs/encoders/tiny.gin", "--gin_param=build_encoder.hidden_size = 32",
         "--gin_param=build_encoder.num_layers = 1", "--gin_param=build_encoder.inner_dim = 64",
         "--gin_param=build_encoder.max_sequence_length = 32",
@@ -29,27 +27,6 @@ assert not [m for m in sys.modules if m.startswith("bert_trainer")]
 print(json.dumps({"translation": [t.decode("utf-8") for t in out["translation"].numpy()],
                   "score": [float(s) for s in out["score"].numpy()]}))
 """
-
-
-def run_cli(capsys, *args) -> subprocess.CompletedProcess:
-    """`bert-train ARGS` through the CLI's own entry point (`cli.main`: flag parsing, exit code,
-    printed lines), in this process from a clean gin state: seven subprocesses would import
-    TensorFlow and trace the model seven times. The export's serving check below stays a fresh
-    process, as that is what it tests."""
-    from bert_trainer import cli  # noqa: PLC0415
-
-    gin.clear_config()
-    capsys.readouterr()
-    rc = cli.main(["bert-train", *map(str, args)])
-    out, err = capsys.readouterr()
-    return subprocess.CompletedProcess(args, rc, out, err)
-
-
-def take(path: pathlib.Path, out: pathlib.Path, count: int) -> list[str]:
-    """The header and the first `count` pairs of a spa_eng file, written to `out`."""
-    lines = path.read_text(encoding="utf-8").splitlines()[:count + 1]
-    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return lines[1:]
 
 
 @pytest.mark.slow

@@ -3,8 +3,7 @@
 import keras
 import numpy as np
 import pytest
-from finetune_testing import assert_encoder_equals, write_tiny_hf
-from test_resolve_checkpoint import write_tiny_google
+from finetune_testing import assert_encoder_equals, write_tiny_google, write_tiny_hf
 
 from bert_trainer import features
 from bert_trainer.interop.bert2bert import warm_start_seq2seq

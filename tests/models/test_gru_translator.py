@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import REPO, word_level_vocab
-from test_translate_cli import SPA_ENG, run_cli, take
+from translate_testing import SPA_ENG, run_cli, take
 
 from bert_trainer import features as F
 from bert_trainer.encoders import GruEncoder, build_encoder

@@ -2,7 +2,7 @@
 whose directory a multi-seed run may use, and the command end to end on the tiny model.
 
 The end-to-end tests (marked slow) run the command through the CLI's runner in this process
-(`test_finetune_cli.run_in_process`), except the rerun that must start from a fresh process to
+(`finetune_testing.run_in_process`), except the rerun that must start from a fresh process to
 show nothing leaked from one seed to the next: that one is a real `bert-train` subprocess. The
 refusals run in this process too, as they stop before anything is built.
 """
@@ -16,9 +16,8 @@ import subprocess
 
 import numpy as np
 import pytest
-from finetune_testing import shared_file
+from finetune_testing import error_line, run_cli, run_in_process, shared_file
 from robust_testing import tree_digest
-from test_finetune_cli import error_line, run_cli, run_in_process
 
 from bert_trainer.checkpoints import model_dir as model_dir_lib
 from bert_trainer.errors import UserError

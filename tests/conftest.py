@@ -27,21 +27,22 @@ TESTS = pathlib.Path(__file__).resolve().parent
 REPO = TESTS.parent
 SHARED = REPO.parent / "shared"
 
-# The files that take longest (whole-file seconds, measured with `--durations` and
-# `--junitxml` under `make test` on 2 busy cores), slowest first. `make test` hands files to
-# its workers whole (`--dist loadfile`) and in collection order (`--no-loadscope-reorder`):
-# these go first, so two workers finish together instead of one running a long end-to-end
-# file alone at the end. xdist's own order (most tests first) put them last. A file missing
+# The files that take longest (whole-file seconds, measured per test under `make test`),
+# slowest first. `make test` hands files to its workers whole (`--dist loadfile`) and in
+# collection order (`--no-loadscope-reorder`): these go first, so two workers finish together
+# instead of one running a long end-to-end file alone at the end. xdist's own order (most tests first) put them last. A file missing
 # here only runs later; the order never changes what a test checks.
-SLOWEST_FILES = (  # whole-file seconds in the 2026-11-27 baseline (4,404 s on 2 busy cores)
-    "test_bench_seq2seq.py", "test_bad_inputs.py", "test_kernels.py", "test_readme_commands.py",
-    "test_multi_seed.py", "test_generate_cli.py", "test_seq2seq_generation.py",
-    "test_causal_generation.py", "test_benchmark_finetune.py", "test_batch_fit.py",
-    "test_trainer.py", "test_length_buckets.py", "test_benchmark_smoke.py", "test_predict.py",
-    "test_interop_hf.py", "test_windows.py", "test_causal_lm_task.py", "test_gpt2_wiring.py",
-    "test_classification_task.py", "test_demo.py", "test_checkpoint_faults.py",
-    "test_export_serving.py", "test_bench_causal_lm.py", "test_pretrain_cli.py", "test_vocab.py",
-    "test_encoders.py", "test_transformer_decoder.py", "test_causal_pretrain_cli.py",
+SLOWEST_FILES = (  # whole-file seconds, fresh clone, 2 quiet cores, 2026-11-27: 139 ... 21 s
+    "test_readme_commands.py", "test_bad_inputs.py", "test_kernel_build.py",
+    "test_bench_seq2seq.py", "test_demo.py", "test_length_buckets.py",
+    "test_seq2seq_generation.py", "test_bench_quality.py", "test_windows.py",
+    "test_generate_cli.py", "test_benchmark_finetune.py", "test_multi_worker.py",
+    "test_benchmark_smoke.py", "test_kernels.py", "test_batch_fit.py", "test_multi_seed.py",
+    "test_causal_generation.py", "test_export_saved_model.py", "test_family_plugin.py",
+    "test_finetune_cli.py", "test_bench_causal_lm.py", "test_install.py",
+    "test_classification_task.py", "test_beam_pretraining_data.py", "test_pretraining_task.py",
+    "test_translate_cli.py", "test_causal_pretrain_cli.py", "test_gru_translator.py",
+    "test_trainer.py", "test_preemption.py",
 )
 
 

@@ -33,12 +33,19 @@ TABLE_FORMATS = ("tsv", "csv", "jsonl")
 
 
 def _line_dataset(files, texts_of, progress, failures: list) -> tf.data.Dataset:
+    """The texts of `files` in batches; a UserError while reading ends the dataset early and
+    is appended to `failures` (the caller raises it once the dataset is consumed).
+
+    The error is not raised through tf.data: it would come out wrapped in an
+    InvalidArgumentError, and the caller would drop the iterator while later stages still had
+    calls into this generator in flight. Dropping it then waits for those calls, which wait
+    for the GIL the dropping thread holds: the process hangs.
+    """
     def lines():
         try:
             yield from _line_batches(files, texts_of, progress)
-        except UserError as e:  # tf.data would wrap it in an InvalidArgumentError
+        except UserError as e:
             failures.append(e)
-            raise
 
     return tf.data.Dataset.from_generator(
         lines, output_signature=tf.TensorSpec([None], tf.string))
@@ -192,12 +199,12 @@ def learn_vocab(inputs, vocab_size: int, output: str, *, lower_case: bool = True
     try:
         counts = learner.count_words(words)
     except StopIteration:  # The learner peeks at the first word of an empty count.
-        what = f"the columns {columns} of " if columns else ""
-        raise UserError(f"{what}--input={inputs} holds no text; pass non-empty files") from None
-    except tf.errors.OpError:
         if failures:
             raise failures[0] from None
-        raise
+        what = f"the columns {columns} of " if columns else ""
+        raise UserError(f"{what}--input={inputs} holds no text; pass non-empty files") from None
+    if failures:  # The reading stopped at a bad line (see `_line_dataset`).
+        raise failures[0]
     vocab = learn_within(counts, vocab_size, list(features.SPECIAL_TOKENS), **learn_params)
     text = "".join(token + "\n" for token in vocab)
     # Written whole or not at all: a run killed mid-write must not leave a short vocabulary

@@ -281,9 +281,11 @@ class Worker:
                     _fork_server_state["server"] = _ForkServer(env, self._log)
             self._proc = _ForkedChild(_fork_server_state["server"], env, self._log)
         else:
+            # `-m` puts the working directory first on sys.path, before PYTHONPATH: another
+            # checkout's worker starts in that checkout, or it would import this one's package.
             self._proc = subprocess.Popen(
                 [python or sys.executable, "-m", "bench.worker"], stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=self._log, text=True, env=env)
+                stdout=subprocess.PIPE, stderr=self._log, text=True, env=env, cwd=checkout)
         self._send({"cmd": "build", "kind": kind, "params": params})
         self.build_reply = None
 

@@ -6,6 +6,7 @@ nothing, but its JSON and table must be complete and self-consistent.
 
 import importlib.util
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -339,3 +340,26 @@ def test_compare_trees_pairs_two_checkouts_round_by_round(tmp_path):
     assert result["ratio"] == pytest.approx(statistics.median(result["round_ratios"]))
     assert result["baseline_s"] > 0 and result["candidate_s"] > 0
     assert compare_trees.main([f"--baseline={tmp_path}"]) == 2  # not a checkout
+
+
+def test_another_checkouts_worker_starts_in_that_checkout(tmp_path, monkeypatch):
+    """`python -m` puts the working directory first on sys.path, before PYTHONPATH: a baseline
+    worker started from this checkout would import this checkout's bert_trainer."""
+    from bench import worker  # noqa: PLC0415
+
+    class Started(Exception):
+        pass
+
+    seen = {}
+
+    def popen(args, **kwargs):
+        seen.update(kwargs, args=args)
+        raise Started
+
+    monkeypatch.setattr(worker.subprocess, "Popen", popen)
+    with pytest.raises(Started):
+        worker.Worker("bert_train", {}, str(tmp_path / "log"), checkout=str(tmp_path))
+    assert seen["cwd"] == str(tmp_path)
+    assert seen["env"]["PYTHONPATH"].split(os.pathsep)[:2] == [str(tmp_path / "scripts"),
+                                                                str(tmp_path)]
+    assert seen["args"][1:] == ["-m", "bench.worker"]

@@ -39,16 +39,19 @@ SHARED_FLAGS = shared_flags.declare(
 flags.DEFINE_enum("strategy", "default", STRATEGY_NAMES, "tf.distribute strategy.")
 flags.DEFINE_string("tpu", None, "TPU name or grpc:// address (with --strategy=tpu).")
 
-FLAGS = flags.FLAGS
-
 _GIN_LOCATION = re.compile(r'In file "(?P<file>[^"]+)", line (?P<line>\d+)')
 _GIN_BINDING_LINE = re.compile(r"In bindings string line (?P<line>\d+)")
 _added_search_paths: set[str] = set()
 
 
-def setup_logging() -> None:
-    """Shows INFO logs (progress lines, eval results) unless `--verbosity` was given."""
-    if not FLAGS["verbosity"].present:
+def setup_logging(verbosity_given: bool) -> None:
+    """Shows INFO logs (progress lines, eval results) unless `--verbosity` was given.
+
+    Args:
+        verbosity_given: whether the command line gave `--verbosity`
+            (`FLAGS["verbosity"].present`, read by the command's `main`).
+    """
+    if not verbosity_given:
         logging.set_verbosity(logging.INFO)
 
 
@@ -82,18 +85,24 @@ def check_model_dir(path: str | None, flag: str = "--model_dir") -> str:
 
 
 @contextlib.contextmanager
-def model_dir_lock(model_dir: str, command: str):
+def model_dir_lock(model_dir: str, command: str, strategy_name: str):
     """Holds `model_dir`'s run lock (`training.run_lock`) for the block: one run per model_dir.
 
     A non-chief worker of a multi-worker run takes no lock: its chief holds it for the run,
     and it writes only its private directory inside model_dir.
+
+    Args:
+        model_dir: the directory to lock.
+        command: the command named in the lock, e.g. "pretrain".
+        strategy_name: the run's --strategy (one of `STRATEGY_NAMES`).
 
     Raises:
         UserError: another run holds `model_dir` (the message names it).
     """
     from bert_trainer.training import run_lock  # noqa: PLC0415
 
-    lock = run_lock.acquire(model_dir, f"bert-train {command}") if _is_chief() else None
+    chief = _is_chief(strategy_name)
+    lock = run_lock.acquire(model_dir, f"bert-train {command}") if chief else None
     try:
         yield
     finally:
@@ -101,9 +110,9 @@ def model_dir_lock(model_dir: str, command: str):
             lock.release()
 
 
-def _is_chief() -> bool:
+def _is_chief(strategy_name: str) -> bool:
     """Whether this process writes model_dir: not a non-chief worker named by TF_CONFIG."""
-    if FLAGS.strategy != "multi_worker_mirrored":
+    if strategy_name != "multi_worker_mirrored":
         return True
     from bert_trainer.training.strategies import tf_config  # noqa: PLC0415 (imports TF)
 
@@ -269,11 +278,16 @@ def one_line_errors():
         raise
 
 
-def get_strategy():
-    """The strategy of --strategy/--tpu (see `training.strategies.get_strategy`)."""
+def get_strategy(strategy_name: str, tpu: str | None):
+    """The strategy of --strategy/--tpu (see `training.strategies.get_strategy`).
+
+    Args:
+        strategy_name: --strategy, one of `STRATEGY_NAMES`.
+        tpu: --tpu, a TPU name or grpc:// address, or None.
+    """
     from bert_trainer.training import strategies  # noqa: PLC0415
 
-    return strategies.get_strategy(FLAGS.strategy, tpu_address=FLAGS.tpu)
+    return strategies.get_strategy(strategy_name, tpu_address=tpu)
 
 
 def train_and_report(trainer, command: str, *, label: str = "", write_results=None) -> int:

@@ -25,6 +25,8 @@ with an Apache Beam pipeline (pip install 'bert-trainer[beam]'); --beam_options 
 runner's own options, e.g. --beam_options='--direct_num_workers=4'. See docs/data.md.
 """
 
+import dataclasses
+
 from absl import flags
 
 from bert_trainer.commands import shared_flags
@@ -87,57 +89,109 @@ flags.DEFINE_string("beam_options", "", "The Beam runner's pipeline options, as 
                     "line, e.g. '--direct_num_workers=4' (DirectRunner) or "
                     "'--spark_master_url=spark://HOST:7077' (SparkRunner).")
 
-FLAGS = flags.FLAGS
+
+@dataclasses.dataclass(frozen=True)
+class PretrainingDataSettings:
+    """The command's flags, read once by `main` (see `--help` for each); nothing below `main`
+    reads `FLAGS`.
+
+    Attributes:
+      corpus_values: the value of every objective's `corpus_flags` ({"block_size": 256, ...});
+        the chosen objective's writer reads its own.
+      given: the names of the flags given on the command line.
+    """
+
+    input: str | None
+    tfds: str | None
+    tfds_split: str
+    tfds_text_key: str
+    data_dir: str | None
+    vocab: str | None
+    output: str | None
+    objective: str
+    seed: int
+    lower_case: bool
+    input_format: str
+    encoding_errors: str
+    num_shards: int | None
+    examples_per_shard: int | None
+    overwrite: bool
+    num_workers: int | None
+    runner: str
+    beam_options: str
+    corpus_values: dict
+    given: frozenset[str]
+
+    @classmethod
+    def from_flags(cls, objectives,
+                   values: flags.FlagValues = flags.FLAGS) -> "PretrainingDataSettings":
+        """The settings of the parsed command line `values`.
+
+        Args:
+          objectives: every pretraining objective (`registry.objectives().values()`): whose
+            `corpus_flags` are read.
+        """
+        derived = ("corpus_values", "given")
+        return cls(**{field.name: getattr(values, field.name)
+                      for field in dataclasses.fields(cls) if field.name not in derived},
+                   corpus_values={name: values[name].value for objective in objectives
+                                  for name in objective.corpus_flags},
+                   given=frozenset(name for name in values if values[name].present))
 
 
 def main(argv):
     del argv
     from bert_trainer.tasks import registry  # noqa: PLC0415 (TensorFlow)
 
-    beam.check_runner(FLAGS.runner, FLAGS.beam_options, import_beam=False)
-    if FLAGS.runner != beam.LOCAL:
-        if FLAGS["num_workers"].present:
-            raise UserError(f"--num_workers is for --runner=local; {FLAGS.runner} takes its "
+    settings = PretrainingDataSettings.from_flags(registry.objectives().values())
+    beam.check_runner(settings.runner, settings.beam_options, import_beam=False)
+    if settings.runner != beam.LOCAL:
+        if "num_workers" in settings.given:
+            raise UserError(f"--num_workers is for --runner=local; {settings.runner} takes its "
                             "workers from --beam_options (e.g. '--direct_num_workers=4', or "
                             "'--parallelism=32' on Flink)")
-        if FLAGS.tfds:
-            raise UserError(f"--runner={FLAGS.runner} reads text files (--input); a --tfds "
+        if settings.tfds:
+            raise UserError(f"--runner={settings.runner} reads text files (--input); a --tfds "
                             "dataset is read with --runner=local")
-        beam.check_runner(FLAGS.runner, FLAGS.beam_options)  # Is Beam installed?
-    if FLAGS.input and FLAGS.tfds:
+        beam.check_runner(settings.runner, settings.beam_options)  # Is Beam installed?
+    if settings.input and settings.tfds:
         raise UserError("pass --input (text files) or --tfds (a TFDS dataset), not both")
-    for name in ("input" if not FLAGS.tfds else "tfds", "vocab", "output"):
-        if not FLAGS[name].value:
+    for name in ("input" if not settings.tfds else "tfds", "vocab", "output"):
+        if not getattr(settings, name):
             raise UserError(f"--{name} is required (see "
                             "'bert-train create_pretraining_data --help')")
-    objective = registry.objective(FLAGS.objective)
-    _check_objective_flags(objective, registry.objectives().values())
+    objective = registry.objective(settings.objective)
+    _check_objective_flags(objective, registry.objectives().values(), settings)
     config = objective.corpus_config(
-        seed=FLAGS.seed, **{name: FLAGS[name].value for name in objective.corpus_flags})
+        seed=settings.seed,
+        **{name: settings.corpus_values[name] for name in objective.corpus_flags})
     options = CorpusOptions(
-        lower_case=FLAGS.lower_case, input_format=FLAGS.input_format,
-        encoding_errors=FLAGS.encoding_errors, num_shards=FLAGS.num_shards,
-        examples_per_shard=FLAGS.examples_per_shard, overwrite=FLAGS.overwrite,
-        num_workers=_num_workers(), runner=FLAGS.runner, beam_options=FLAGS.beam_options)
-    summary = objective.write_corpus(config, _inputs(), FLAGS.vocab, FLAGS.output, options)
+        lower_case=settings.lower_case, input_format=settings.input_format,
+        encoding_errors=settings.encoding_errors, num_shards=settings.num_shards,
+        examples_per_shard=settings.examples_per_shard, overwrite=settings.overwrite,
+        num_workers=_num_workers(settings.num_workers), runner=settings.runner,
+        beam_options=settings.beam_options)
+    summary = objective.write_corpus(config, _inputs(settings), settings.vocab, settings.output,
+                                     options)
     print(f"{objective.corpus_report(summary)}; {_rate(summary)}")
     return 0
 
 
-def _inputs():
+def _inputs(settings: PretrainingDataSettings):
     """--input's files, or the --tfds dataset."""
-    if not FLAGS.tfds:
-        return FLAGS.input
+    if not settings.tfds:
+        return settings.input
     from bert_trainer.data import tfds_sources  # noqa: PLC0415
 
-    return tfds_sources.TfdsText(FLAGS.tfds, FLAGS.tfds_split, FLAGS.tfds_text_key,
-                                 FLAGS.data_dir)
+    return tfds_sources.TfdsText(settings.tfds, settings.tfds_split, settings.tfds_text_key,
+                                 settings.data_dir)
 
 
-def _num_workers() -> int:
+def _num_workers(given: int | None) -> int:
+    """--num_workers `given`, else the CPU cores this process may run on."""
     from bert_trainer.data import chunk_workers  # noqa: PLC0415
 
-    return chunk_workers.default_num_workers() if FLAGS.num_workers is None else FLAGS.num_workers
+    return chunk_workers.default_num_workers() if given is None else given
 
 
 def _rate(summary: dict) -> str:
@@ -150,12 +204,12 @@ def _rate(summary: dict) -> str:
             f"{t['examples_per_second_per_worker']:,.0f} examples/s per worker)")
 
 
-def _check_objective_flags(objective, objectives) -> None:
+def _check_objective_flags(objective, objectives, settings: PretrainingDataSettings) -> None:
     """Refuses a flag given on the command line that another objective reads and the chosen
     one does not."""
     others = [name for other in objectives if other is not objective
               for name in other.corpus_flags if name not in objective.corpus_flags]
-    given = [name for name in others if FLAGS[name].present]
+    given = [name for name in others if name in settings.given]
     if given:
-        raise UserError(f"--{given[0]} does not apply to --objective={FLAGS.objective}; "
+        raise UserError(f"--{given[0]} does not apply to --objective={settings.objective}; "
                         "drop it (or pick the other --objective)")

@@ -51,7 +51,7 @@ def main(argv):
     from bert_trainer.tasks import finetuning, registry  # noqa: PLC0415
     from bert_trainer.training import checkpoint_eval  # noqa: PLC0415
 
-    common.setup_logging()
+    common.setup_logging(FLAGS["verbosity"].present)
     if not FLAGS.model_dir:
         raise UserError("--model_dir is required: the model directory of a finetune run")
     model_dir = FLAGS.model_dir
@@ -73,7 +73,8 @@ def main(argv):
         task = _build_task(model_dir, info, FLAGS.task, data, batch_size=FLAGS.batch_size)
         prefix = select.select_checkpoint(model_dir, FLAGS.checkpoint)
         results, step = checkpoint_eval.evaluate_checkpoint(
-            task, model_dir, prefix, strategy=common.get_strategy(), write_summaries=writable)
+            task, model_dir, prefix, strategy=common.get_strategy(FLAGS.strategy, FLAGS.tpu),
+            write_summaries=writable)
     _report(task, model_dir, results, step, prefix, writable)
     return 0
 

@@ -114,7 +114,7 @@ def main(argv):
     from bert_trainer.errors import UserError  # noqa: PLC0415
     from bert_trainer.tasks import multi_seed, registry  # noqa: PLC0415 (imports TensorFlow)
 
-    common.setup_logging()
+    common.setup_logging(flags.FLAGS["verbosity"].present)
     settings = FinetuneSettings.from_flags()
     seeds = multi_seed.parse_seeds(settings.seeds, settings.num_seeds)
     registry.import_family_modules(settings.family_module)
@@ -138,7 +138,8 @@ def main(argv):
             run_one=functools.partial(_run_one, settings))
         return finetune_seeds.run_seeds(model_dir, seeds, gin_files, single, settings)
     multi_seed.check_single_run_dir(model_dir)
-    with common.one_line_errors(), common.model_dir_lock(model_dir, "finetune"):
+    with common.one_line_errors(), common.model_dir_lock(model_dir, "finetune",
+                                                           settings.strategy):
         return _run_one(settings, model_dir)
 
 
@@ -173,7 +174,7 @@ def build_run(settings: FinetuneSettings, model_dir: str, strategy):
       strategy: the `tf.distribute` strategy (the command's: --strategy/--tpu).
     """
     task, run_settings = _plan(settings)
-    return task, _build_trainer(task, model_dir, run_settings, strategy)
+    return task, _build_trainer(settings, task, model_dir, run_settings, strategy)
 
 
 def _run_one(settings: FinetuneSettings, model_dir: str, label: str = "") -> int:
@@ -188,7 +189,7 @@ def _run_one(settings: FinetuneSettings, model_dir: str, label: str = "") -> int
       The exit code.
     """
     task, run_settings = _plan(settings)
-    trainer = _build_trainer(task, model_dir, run_settings)
+    trainer = _build_trainer(settings, task, model_dir, run_settings)
     _print_warm_start(settings, task, label)
     return common.train_and_report(trainer, "finetune", label=label,
                                    write_results=_write_eval_results)
@@ -284,11 +285,13 @@ def _derive_settings(settings: FinetuneSettings, task):
     return derived
 
 
-def _build_trainer(task, model_dir: str, run_settings, strategy=None):
+def _build_trainer(settings: FinetuneSettings, task, model_dir: str, run_settings,
+                   strategy=None):
     """The Trainer, with the derived settings passed to its configs (gin is left as parsed).
 
     Every format of --init_checkpoint warm-starts the same way: on a fresh run the trainer
     calls `task.initialize`, which loads the checkpoint the task's encoder spec resolved.
+    The strategy is `strategy`, else the one of `settings` (--strategy, --tpu).
     """
     from bert_trainer import configurables  # noqa: PLC0415
     from bert_trainer.training.trainer import Trainer  # noqa: PLC0415
@@ -300,7 +303,7 @@ def _build_trainer(task, model_dir: str, run_settings, strategy=None):
     return Trainer(task, model_dir,
                    config=configured(configurables.TrainerConfig, "TrainerConfig"),
                    optimizer=configured(configurables.OptimizerConfig, "OptimizerConfig"),
-                   strategy=strategy or common.get_strategy(),
+                   strategy=strategy or common.get_strategy(settings.strategy, settings.tpu),
                    derived_bindings=run_settings.gin_bindings())
 
 

@@ -35,7 +35,8 @@ def run_seeds(model_dir: str, seeds: list[int], gin_files: list[str], single: Si
 
     _check_seed_flags()
     config = _run_config(gin_files, single.flag_bindings(), settings)
-    with common.one_line_errors(), common.model_dir_lock(model_dir, "finetune --seeds"):
+    with common.one_line_errors(), common.model_dir_lock(model_dir, "finetune --seeds",
+                                                           settings.strategy):
         previous = multi_seed.check_multi_seed_dir(model_dir, config)
         # What each seed's run checks before writing, checked once before anything is written.
         task, run_settings = single.plan()
@@ -78,7 +79,7 @@ def _run_seed(model_dir: str, seed: int, final_step: int, gin_files: list[str],
     common.parse_gin(gin_files, settings.gin_params,
                      [*single.flag_bindings(), *multi_seed.gin_bindings(seed)])
     directory = multi_seed.seed_dir(model_dir, seed)
-    with common.model_dir_lock(directory, "finetune"):
+    with common.model_dir_lock(directory, "finetune", settings.strategy):
         code = single.run_one(directory, label=f"seed {seed}: ")
     return code, multi_seed.finished_results(model_dir, seed, final_step,
                                              settings.data.eval_file)

@@ -18,7 +18,7 @@ COLUMN_FLAGS = ("text_column", "text_b_column", "label_column", "source_column",
 _PLAIN = ("task", "model_dir", "family_module", "num_seeds", "init_checkpoint", "vocab_file",
           "lower_case", "header", "seq_length", "batch_size", "num_epochs", "learning_rate",
           "train_steps", "fit_batch", "micro_batch_size", "long_texts", "doc_stride",
-          "window_pooling")
+          "window_pooling", "strategy", "tpu")
 # The data flags, read into `finetuning.DataConfig`.
 _DATA = ("train_file", "eval_file", "data_dir", "max_train_examples", "max_eval_examples")
 
@@ -32,6 +32,7 @@ class FinetuneSettings:
         --max_eval_examples and --skip_bad_rows, as the task reads them.
       columns: the column flags given ({"text_column": "review", ...}), none of the others.
       gin_files, gin_params: --gin_file and --gin_param, in order.
+      strategy, tpu: --strategy and --tpu (`common.get_strategy` makes the strategy of them).
     """
 
     task: str | None = None
@@ -58,6 +59,8 @@ class FinetuneSettings:
     long_texts: str | None = None
     doc_stride: int | None = None
     window_pooling: str | None = None
+    strategy: str = "default"
+    tpu: str | None = None
 
     @classmethod
     def from_flags(cls, values: flags.FlagValues = flags.FLAGS) -> "FinetuneSettings":

@@ -35,31 +35,37 @@ flags.DEFINE_string("eval_data", None, "Held-out TFRecords; overrides "
 FLAGS = flags.FLAGS
 
 
-def _flag_bindings() -> list[str]:
+def _flag_bindings(*, train_data: str | None, eval_data: str | None, vocab_file: str | None,
+                   init_checkpoint: str | None) -> list[str]:
     """The data flags as gin bindings, so that operative_config.gin records them.
 
     They are bound for every objective's config (the objective is read from gin only after
     parsing); the operative config lists only the one the run builds.
+
+    Args:
+        train_data, eval_data, vocab_file, init_checkpoint: the flags of those names (None:
+            not given, so not bound).
     """
     from bert_trainer.tasks import registry  # noqa: PLC0415 (imports TensorFlow)
 
-    data = [("train_data", FLAGS.train_data), ("eval_data", FLAGS.eval_data),
-            ("vocab_file", FLAGS.vocab_file)]
+    data = [("train_data", train_data), ("eval_data", eval_data), ("vocab_file", vocab_file)]
     pairs = [(f"{objective.config_name}.{name}", value)
              for objective in registry.objectives().values() for name, value in data]
-    pairs.append(("TrainerConfig.init_checkpoint", FLAGS.init_checkpoint))
+    pairs.append(("TrainerConfig.init_checkpoint", init_checkpoint))
     return [common.gin_binding(name, value) for name, value in pairs if value is not None]
 
 
 def main(argv):
     del argv
-    common.setup_logging()
+    common.setup_logging(FLAGS["verbosity"].present)
     model_dir = common.check_model_dir(FLAGS.model_dir)
     if not FLAGS.gin_file:
         raise UserError("--gin_file is required, e.g. --gin_file=configs/smoke.gin")
-    common.parse_gin(FLAGS.gin_file, FLAGS.gin_param, _flag_bindings())
-    with common.one_line_errors(), common.model_dir_lock(model_dir, "pretrain"):
-        trainer = _build_trainer(model_dir)
+    common.parse_gin(FLAGS.gin_file, FLAGS.gin_param, _flag_bindings(
+        train_data=FLAGS.train_data, eval_data=FLAGS.eval_data, vocab_file=FLAGS.vocab_file,
+        init_checkpoint=FLAGS.init_checkpoint))
+    with common.one_line_errors(), common.model_dir_lock(model_dir, "pretrain", FLAGS.strategy):
+        trainer = _build_trainer(model_dir, strategy_name=FLAGS.strategy, tpu=FLAGS.tpu)
         import tensorflow as tf  # noqa: PLC0415 (loaded by now; --help stays free of it)
 
         try:
@@ -72,7 +78,7 @@ def main(argv):
                                            "--eval_data": config.eval_data}) from None
 
 
-def _build_trainer(model_dir: str):
+def _build_trainer(model_dir: str, *, strategy_name: str, tpu: str | None):
     """Builds the task, the configs and the Trainer from the parsed gin config.
 
     The objective (gin's `pretraining_objective`, asked of the family that owns it:
@@ -81,7 +87,8 @@ def _build_trainer(model_dir: str):
     directory fixes the model's architecture and (unless bound) the vocabulary, and the same
     resolved checkpoint warm-starts the model. Settings the command derives (that vocabulary;
     no evaluation without eval data) are passed to the configs as arguments, leaving gin as
-    parsed, and are recorded in the operative config.
+    parsed, and are recorded in the operative config. The strategy is made last, from
+    --strategy `strategy_name` and --tpu `tpu` (`common.get_strategy`).
     """
     import functools  # noqa: PLC0415
 
@@ -125,5 +132,5 @@ def _build_trainer(model_dir: str):
     bindings = tuple(common.gin_binding(f"{what}.{name}", value)
                      for what, values in derived.items() for name, value in values.items())
     return Trainer(objective.task(task_config, model_fn, checkpoint), model_dir,
-                   config=config, optimizer=optimizer, strategy=common.get_strategy(),
-                   derived_bindings=bindings)
+                   config=config, optimizer=optimizer,
+                   strategy=common.get_strategy(strategy_name, tpu), derived_bindings=bindings)

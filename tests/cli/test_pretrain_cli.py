@@ -67,20 +67,16 @@ def test_operative_config_reparses_to_the_same_run(tiny_run, pretraining_data):
 
 
 @pytest.mark.slow
-def test_init_checkpoint_fixes_the_encoder_and_the_vocab(tiny_run, pretraining_data, tmp_path,
-                                                         monkeypatch):
-    import tensorflow as tf  # noqa: PLC0415
-
+def test_init_checkpoint_fixes_the_encoder_and_the_vocab(tiny_run, pretraining_data, tmp_path):
     from bert_trainer.commands import pretrain  # noqa: PLC0415
-
-    monkeypatch.setattr(common, "get_strategy", tf.distribute.get_strategy)  # no flags parsed
 
     common.parse_gin(["configs/smoke.gin"], [
         "build_encoder.hidden_size = 999",  # ignored: the checkpoint decides
         f"build_encoder.vocab_size = {pretraining_data['vocab_size']}",
         f"TrainerConfig.init_checkpoint = '{tiny_run['dir'] / f'ckpt-{STEPS}'}'",
         f"PretrainingConfig.train_data = '{pretraining_data['train']}'"])
-    trainer = pretrain._build_trainer(str(tmp_path / "warm"))
+    # No flags are parsed: the strategy's flags come as arguments, as `main` passes them.
+    trainer = pretrain._build_trainer(str(tmp_path / "warm"), strategy_name="default", tpu=None)
     task = trainer.task
     assert task.encoder_fn().hidden_size == 64
     assert task.checkpoint.format == "bert_train"

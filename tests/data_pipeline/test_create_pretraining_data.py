@@ -221,12 +221,26 @@ def test_num_workers_defaults_to_the_cores_this_process_may_use():
 
     from bert_trainer.commands import create_pretraining_data as command
 
+    assert command._num_workers(None) == len(os.sched_getaffinity(0))  # --num_workers not given
+    assert command._num_workers(3) == 3
+
+
+def test_the_flags_are_read_once_into_settings():
+    from bert_trainer.commands import create_pretraining_data as command
+    from bert_trainer.tasks import registry
+
     flags.FLAGS.unparse_flags()
-    flags.FLAGS(["bert-train"])
-    assert command._num_workers() == len(os.sched_getaffinity(0))
-    flags.FLAGS(["bert-train", "--num_workers=3"])
-    assert command._num_workers() == 3
-    flags.FLAGS.unparse_flags()
+    try:
+        flags.FLAGS(["bert-train", "--num_workers=3", "--block_size=64", "--tfds=wiki"])
+        settings = command.PretrainingDataSettings.from_flags(registry.objectives().values())
+    finally:
+        flags.FLAGS.unparse_flags()
+    assert (settings.num_workers, settings.tfds, settings.tfds_split) == (3, "wiki", "train")
+    # Every objective's corpus flags, given or not: main passes the chosen one's to its writer.
+    assert settings.corpus_values["block_size"] == 64
+    assert settings.corpus_values["max_seq_length"] == 128
+    assert {"num_workers", "block_size", "tfds"} <= settings.given
+    assert "max_seq_length" not in settings.given
 
 
 def _run_and_read(pattern, config, num_workers, corpus, vocab_file, **kwargs):

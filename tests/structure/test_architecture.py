@@ -4,6 +4,9 @@ Imports are read from the source with `ast` (nothing is imported), both the modu
 and those inside functions. A function-level import counts: deferring an import (here, to keep
 TensorFlow out of `--help`) changes when it runs, not what depends on what, so it must not
 hide a cycle or an upward dependency. Failures name each edge with its module and line.
+
+The commands are read the same way for one rule of docs/layout.md ("a command-line flag"): a
+command reads its flags in `main` and passes them down, so no other function reads `FLAGS`.
 """
 
 import ast
@@ -27,6 +30,12 @@ FORBIDDEN_FOR_LIBRARY = (
     "bert_trainer.checkpoints", "bert_trainer.configurables", "bert_trainer.tasks",
     "bert_trainer.export", "bert_trainer.data", "bert_trainer.cli", "bert_trainer.demo")
 FORBIDDEN_THIRD_PARTY = ("gin",)
+COMMANDS = PACKAGE / "commands"
+# Modules of commands/ whose functions may read FLAGS below a `main`: shared_flags is the flag
+# machinery itself (`declare` registers a flag several commands take, `apply_defaults` sets
+# its default for the command about to run, before its `main`), not a command reading a flag.
+FLAG_MACHINERY = ("shared_flags.py",)
+
 
 @dataclasses.dataclass(frozen=True)
 class Edge:
@@ -228,3 +237,78 @@ def test_nothing_outside_the_demo_imports_it():
            for edge in edges if _part(edge.target) == "bert_trainer.demo"]
     assert not bad, "\n".join(f"    {edge}" for edge in bad)
     assert {"bert_trainer.demo.corpus", "bert_trainer.demo.task"} <= set(MODULES)
+
+
+def _functions_reading_flags(source: str, module: str) -> list[str]:
+    """"module:function" for each function of `source` but the top-level `main` that references
+    the name `FLAGS` (the alias of `flags.FLAGS` a command module defines), in source order.
+
+    A method is named "Class.method" and a nested function "outer.inner"; each answers for its
+    own body only. `flags.FLAGS` spelled out (the dispatcher in commands/__init__.py parses the
+    command line with it) is an attribute, not the name, and is not counted.
+    """
+    found = []
+
+    def reads(function) -> bool:
+        stack = list(ast.iter_child_nodes(function))
+        while stack:
+            node = stack.pop()
+            if isinstance(node, ast.Name) and node.id == "FLAGS":
+                return True
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                stack.extend(ast.iter_child_nodes(node))
+        return False
+
+    def visit(node, prefix: str):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = prefix + child.name
+                if (not isinstance(child, ast.ClassDef) and name != "main"
+                        and reads(child)):
+                    found.append(f"{module}:{name}")
+                visit(child, name + ".")
+            else:
+                visit(child, prefix)
+
+    visit(ast.parse(source), "")
+    return found
+
+
+def _command_modules() -> dict[str, str]:
+    """{dotted name: source} of every module in bert_trainer/commands/ but FLAG_MACHINERY."""
+    return {f"bert_trainer.commands.{path.stem}": path.read_text(encoding="utf-8")
+            for path in sorted(COMMANDS.glob("*.py")) if path.name not in FLAG_MACHINERY}
+
+
+def test_the_flag_rule_finds_a_read_below_main():
+    # Guards the reader and the allow-list: a rule that finds nothing passes vacuously, and an
+    # allow-listed module that no longer reads FLAGS should leave FLAG_MACHINERY.
+    sample = (
+        "def main(argv):\n"
+        "    def inner():\n"
+        "        return FLAGS.b\n"
+        "    return FLAGS.a, inner\n"
+        "class Settings:\n"
+        "    @classmethod\n"
+        "    def from_flags(cls, values=flags.FLAGS):\n"
+        "        return cls(values.a)\n"
+        "    def read(self):\n"
+        "        return [name for name in FLAGS]\n"
+        "def helper():\n"
+        "    return FLAGS['d'].present\n")
+    assert _functions_reading_flags(sample, "m") == ["m:main.inner", "m:Settings.read",
+                                                     "m:helper"]
+    for name in FLAG_MACHINERY:
+        assert _functions_reading_flags((COMMANDS / name).read_text(encoding="utf-8"), name), (
+            f"commands/{name} no longer reads FLAGS: drop it from FLAG_MACHINERY")
+    assert len(_command_modules()) > 10 and "bert_trainer.commands.pretrain" in _command_modules()
+
+
+def test_no_function_below_a_commands_main_reads_flags():
+    # A flag is read once, in the command's `main` (into its settings object where it has one,
+    # e.g. finetune_settings.FinetuneSettings.from_flags), and passed down as arguments.
+    readers = [reader for module, source in _command_modules().items()
+               for reader in _functions_reading_flags(source, module)]
+    assert not readers, ("these functions read FLAGS below a command's main; read the flag in "
+                         "main and pass its value down:\n"
+                         + "\n".join(f"    {reader}" for reader in readers))

@@ -30,8 +30,9 @@ SHARED = REPO.parent / "shared"
 # The files that take longest (whole-file seconds, measured per test under `make test`),
 # slowest first. `make test` hands files to its workers whole (`--dist loadfile`) and in
 # collection order (`--no-loadscope-reorder`): these go first, so two workers finish together
-# instead of one running a long end-to-end file alone at the end. xdist's own order (most tests first) put them last. A file missing
-# here only runs later; the order never changes what a test checks.
+# instead of one running a long end-to-end file alone at the end. xdist's own order (most
+# tests first) put them last. A file missing here only runs later; the order never changes
+# what a test checks.
 SLOWEST_FILES = (  # whole-file seconds, fresh clone, 2 quiet cores, 2026-11-27: 139 ... 21 s
     "test_readme_commands.py", "test_bad_inputs.py", "test_kernel_build.py",
     "test_bench_seq2seq.py", "test_demo.py", "test_length_buckets.py",

@@ -234,13 +234,18 @@ def _line_documents(lines: Iterable[str], max_document_sentences: int) -> Iterat
             yield paragraph[i:i + max_document_sentences]
 
 
+def check_encoding_errors(encoding_errors: str) -> None:
+    """Refuses an `encoding_errors` policy this module does not know."""
+    if encoding_errors not in ENCODING_ERRORS:
+        raise UserError(f"encoding_errors='{encoding_errors}' is unknown; "
+                        f"use one of {ENCODING_ERRORS}")
+
+
 def check_reading(input_format: str, encoding_errors: str) -> None:
     """Refuses an `input_format` or `encoding_errors` `read_documents` does not know."""
     if input_format not in INPUT_FORMATS:
         raise UserError(f"input_format='{input_format}' is unknown; use one of {INPUT_FORMATS}")
-    if encoding_errors not in ENCODING_ERRORS:
-        raise UserError(f"encoding_errors='{encoding_errors}' is unknown; "
-                        f"use one of {ENCODING_ERRORS}")
+    check_encoding_errors(encoding_errors)
 
 
 def read_documents(paths: Iterable[str], input_format: str = "auto",

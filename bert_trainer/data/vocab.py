@@ -182,9 +182,7 @@ def learn_vocab(inputs, vocab_size: int, output: str, *, lower_case: bool = True
                         f"{len(features.SPECIAL_TOKENS)} special tokens (BERT uses 30522)")
     files = text_corpus.expand_inputs(inputs)
     output = outputs.check_output(output, VOCAB, overwrite=overwrite)  # before the slow part
-    if encoding_errors not in text_corpus.ENCODING_ERRORS:
-        raise UserError(f"encoding_errors='{encoding_errors}' is unknown; "
-                        f"use one of {text_corpus.ENCODING_ERRORS}")
+    text_corpus.check_encoding_errors(encoding_errors)
     texts_of = _texts_reader(files, columns, encoding_errors, skip_bad_rows)
     start = time.time()
     failures = []  # a UserError raised while reading (e.g. a line that is not UTF-8)

@@ -54,7 +54,10 @@ class AttentionSoftmaxOp : public DropoutStreamOp {
     T* ys = y->flat<T>().data();
     const bool drops = stream.drops();
     ParallelFor(ctx, batch * heads * queries, keys * 30, [&](int64_t begin, int64_t end) {
-      std::vector<float> buffer(static_cast<size_t>(keys) * (drops ? 2 : 1));
+      // Eigen's storage, aligned to its widest packet: a reduction over an unaligned Map
+      // starts its packets where the alignment does, so a malloc'd buffer's address (which
+      // differs between threads and runs) would change the sum's last bits.
+      Eigen::ArrayXf buffer(keys * (drops ? 2 : 1));
       float* row = buffer.data();
       float* keep = drops ? row + keys : nullptr;
       for (int64_t r = begin; r < end; ++r) {

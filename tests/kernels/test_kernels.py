@@ -16,9 +16,10 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import REPO, require_fused_kernels
+from conftest import REPO, TESTS, require_fused_kernels
 from export_testing import make_model_dir
 from numerics import assert_close
+from robust_testing import subprocess_env
 from tensorflow.core.protobuf import saved_model_pb2
 
 from bert_trainer import kernels, losses, ops
@@ -242,6 +243,26 @@ def test_split_and_merge_heads_are_the_reshape_transpose_and_split(dtype):
         kernels.library().bert_split_heads(tf.ones([2, 3, 16]), N=3, num_heads=5)
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"inputs must be \[batch, 5, seq"):
         kernels.library().bert_merge_heads([tf.ones([2, 4, 3, 6])], num_heads=5)
+
+
+def test_the_kernels_give_the_same_bits_on_any_number_of_threads(tmp_path):
+    """Each kernel splits its work over the op's intra-op threads (`ParallelFor`), into as
+    many pieces as the pool's size and the work's cost say; no split may change a bit. This
+    process (one intra-op thread under `make test`: tests/conftest.py) against one with four,
+    on inputs large enough to be split there: every kernel, forward and backward."""
+    from kernel_threads import results  # noqa: PLC0415
+
+    path = tmp_path / "four_threads.npz"
+    done = subprocess.run([sys.executable, str(TESTS / "kernel_threads.py"), str(path)],
+                          capture_output=True, text=True, timeout=300, check=False,
+                          env=subprocess_env(TF_NUM_INTRAOP_THREADS="4",
+                                             BERT_TRAIN_FUSED_KERNELS="on"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    here, four = results(), np.load(path)
+    assert sorted(four.files) == sorted(here) and len(here) == 21
+    for name, value in here.items():
+        assert value.size >= 128 and np.isfinite(value).all(), name
+        np.testing.assert_array_equal(four[name], value, err_msg=name)
 
 
 # ------------------------------------------------------------------------- where they run

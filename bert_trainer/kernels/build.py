@@ -3,9 +3,10 @@ machine.
 
 Every `*.cc` here (one per op family, sharing the `*.h` headers) is compiled to an object,
 in parallel, with warnings on (`-Wall -Wextra`: a warning in these sources is a bug, and a
-test keeps them at none), then linked into one shared library. TensorFlow's own compile and
-link flags (`tf.sysconfig`) are used, its include directory as a system one (`-isystem`): the
-warnings its headers raise themselves are TensorFlow's, not ours. The instruction set is
+test keeps them at none; a compile stops at its first error, the one reported), then linked
+into one shared library. TensorFlow's own compile and link flags (`tf.sysconfig`) are used,
+its include directory as a system one (`-isystem`): the warnings its headers raise
+themselves are TensorFlow's, not ours. The instruction set is
 `targets.py`'s choice: this CPU's own (`-march=native` minus the extensions TensorFlow's
 bundled Eigen cannot compile), else the CPU's x86-64 psABI level (or `armv8-a`).
 
@@ -48,6 +49,10 @@ KERNEL_DIR = pathlib.Path(__file__).parent
 CACHE_ENV = "BERT_TRAIN_KERNEL_CACHE"
 COMPILE_TIMEOUT_S = 900
 WARNINGS = ("-Wall", "-Wextra")
+# Stop at the first error: only it is reported (`first_error`), and a compile that fails in
+# TensorFlow's headers (the bundled Eigen on a CPU it cannot target) then costs seconds, not
+# the minutes of parsing everything after it.
+FAIL_FAST = ("-Wfatal-errors",)
 # Part of the cache key: bump when the flag policy changes in a way the key cannot see.
 POLICY = "march-native-minus-broken/2"
 OFF_HINT = "set BERT_TRAIN_FUSED_KERNELS=off to use TensorFlow's own ops"
@@ -139,8 +144,8 @@ def compile_command(source: pathlib.Path, output: pathlib.Path, cxx: str | None 
     """The command compiling `source` to the object `output` for `target`; `cxx` defaults to
     `compiler()` (which must exist)."""
     cxx = cxx or compiler()
-    return [cxx, "-c", "-fPIC", "-O3", *arch_flags(target, cxx), *WARNINGS, str(source),
-            "-o", str(output), *_tf_compile_flags()]
+    return [cxx, "-c", "-fPIC", "-O3", *arch_flags(target, cxx), *WARNINGS, *FAIL_FAST,
+            str(source), "-o", str(output), *_tf_compile_flags()]
 
 
 def link_command(objects: list[pathlib.Path], output: pathlib.Path,
@@ -171,8 +176,8 @@ def library_path(target: str = "native") -> pathlib.Path:
 
     key = hashlib.sha256()
     parts = [f"{p.name}\0".encode() + p.read_bytes() for p in sources() + headers()]
-    parts += [shlex.join([os.environ.get("CXX") or "default-c++", "-O3", *WARNINGS, POLICY,
-                          *targets.BROKEN_EXTENSIONS, target, *_tf_compile_flags(),
+    parts += [shlex.join([os.environ.get("CXX") or "default-c++", "-O3", *WARNINGS, *FAIL_FAST,
+                          POLICY, *targets.BROKEN_EXTENSIONS, target, *_tf_compile_flags(),
                           *tf.sysconfig.get_link_flags()]).encode()]
     for part in (*parts, tf.__version__.encode(), _cpu_fingerprint().encode()):
         key.update(part)
@@ -374,8 +379,8 @@ def check(target: str = "native") -> tuple[int, str]:
     with tempfile.TemporaryDirectory() as scratch:
         unity = pathlib.Path(scratch) / "all_kernels.cc"
         unity.write_text("".join(f'#include "{s}"\n' for s in sources()), encoding="utf-8")
-        code, text = _run([cxx, "-fsyntax-only", *flags, *WARNINGS, "-I", str(KERNEL_DIR),
-                           str(unity), *_tf_compile_flags()])
+        code, text = _run([cxx, "-fsyntax-only", *flags, *WARNINGS, *FAIL_FAST, "-I",
+                           str(KERNEL_DIR), str(unity), *_tf_compile_flags()])
     if code is None:
         return 2, f"{cxx} could not run ({text})"
     return (0, " ".join(flags)) if code == 0 else (1, first_error(text))

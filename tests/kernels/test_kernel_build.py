@@ -73,15 +73,36 @@ def test_the_fallback_level_follows_the_cpu_flags():
 # --------------------------------------------------------------------- the compile matrix
 
 
+# (compiler, flags) -> the target whose check passed with them, in this session.
+_PASSED: dict[tuple[str, ...], str] = {}
+
+
+def _command_key(target: str) -> tuple[str, ...] | None:
+    try:
+        cxx = targets.target_compiler(target, build.compiler())
+        return (cxx, *build.arch_flags(target, cxx))
+    except (build.BuildError, targets.TargetError):
+        return None
+
+
 @pytest.mark.slow  # one -fsyntax-only compile of every source per target (~10 s each)
 @pytest.mark.parametrize("target", targets.MATRIX)
 def test_every_source_compiles_for(target, capsys):
+    key = _command_key(target)
+    if key in _PASSED:
+        # A compiler too old to know this CPU (g++ 12: graniterapids) checks it with the flags
+        # of the newest one it knows, those of a target that passed already: the same
+        # compile of the same unit, not run twice.
+        assert not targets.accepts(key[0], (f"-march={target}",)), (target, _PASSED[key])
+        return
     code = build.main(["--march", target, "--check"])
     out, err = capsys.readouterr()
     if code == 2 and targets.is_arm(target) and "g++-aarch64-linux-gnu" in err:
         pytest.skip(err.strip())  # no Arm cross compiler here (CI installs it: .ci/run)
     assert code == 0, err
     assert out.startswith(f"{target}: ok: -march=")
+    if key is not None:
+        _PASSED[key] = target
 
 
 @pytest.mark.slow  # one -fsyntax-only compile (~10 s)
@@ -205,7 +226,7 @@ def test_no_compiler_is_environmental(tmp_path, monkeypatch, fake_cache):
 
 @pytest.mark.slow  # one bert-train process (TensorFlow start-up)
 def test_doctor_says_what_a_run_will_use(tmp_path):
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYTHONPATH=str(REPO), TF_NUM_INTRAOP_THREADS="3")
     done = subprocess.run([sys.executable, "-m", "bert_trainer.cli", "doctor"], env=env,
                           capture_output=True, text=True, cwd=REPO, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
@@ -220,6 +241,7 @@ def test_doctor_says_what_a_run_will_use(tmp_path):
     assert ("AVX512_BF16 yes" in rows["cpu features"]) == ("avx512_bf16" in flags)
     assert ("AMX no" in rows["cpu features"]) == ("amx_tile" not in flags)
     assert rows["devices"].startswith("1 CPU")
+    assert rows["cpu"].endswith(f"{os.cpu_count()} logical cores, 3 intra-op threads")
     assert ("better choice" in rows["bfloat16"]) == bool({"avx512_bf16", "amx_bf16"} & flags)
 
 

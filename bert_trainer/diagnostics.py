@@ -91,6 +91,15 @@ def devices_report() -> str:
             f"{', '.join(d.name for d in (found['GPU'] or found['CPU'][:1]))}")
 
 
+def _positive_int(text: str | None) -> int | None:
+    """`text` as TensorFlow reads a thread-count variable: an integer > 0, else None."""
+    try:
+        value = int(text or "")
+    except ValueError:
+        return None
+    return value if value > 0 else None
+
+
 def report() -> list[tuple[str, str]]:
     """(label, text) lines describing what a run here will use."""
     import keras  # noqa: PLC0415
@@ -100,7 +109,8 @@ def report() -> list[tuple[str, str]]:
 
     flags = targets.cpu_flags()
     features = ", ".join(f"{name} {'yes' if ok else 'no'}" for name, ok in cpu_features(flags))
-    threads = tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count()
+    threads = (tf.config.threading.get_intra_op_parallelism_threads()
+               or _positive_int(os.environ.get("TF_NUM_INTRAOP_THREADS")) or os.cpu_count())
     onednn = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1 (default)")
     return [
         ("python", f"{sys.version.split()[0]} on {platform.system()} {platform.machine()}"),

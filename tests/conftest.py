@@ -12,6 +12,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # suite's runs log is not a measurement. The measurement has its own test
 # (test_trainer_telemetry.py), which clears the variable.
 os.environ.setdefault("BERT_TRAIN_PEAK_FLOPS", "1e11")
+# `make test` runs one worker per core (pytest-xdist), each a TensorFlow process whose
+# intra-op pool would otherwise take every core: the workers' and their commands' pools then
+# fight over the same cores, and the suite took ~7 % more CPU. Each worker (and each command it
+# starts) gets its share of the cores instead. The kernels' split work still runs on several
+# threads: test_kernels compares it, bit for bit, with a process of four.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    os.environ.setdefault("TF_NUM_INTRAOP_THREADS", str(max(
+        1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
 
 import gin  # noqa: E402
 import keras  # noqa: E402

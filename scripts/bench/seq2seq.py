@@ -259,9 +259,11 @@ def run(args) -> dict:
     return results
 
 
+# --smoke: one turn of 1 s per budget model (turns are whole seconds; a second turn would only
+# repeat the first's path).
 SMOKE = {"train_pairs": 300, "dev_pairs": 4, "vocab_size": 400, "size": "1/32/2/64",
          "budget_size": "1/32/2/64", "budget_warmup_steps": 10,
-         "batch_size": 4, "max_length": 16, "budget_minutes": 0.025, "turn_seconds": 1.0,
+         "batch_size": 4, "max_length": 16, "budget_minutes": 0.015, "turn_seconds": 1.0,
          "step_warmup": 1, "step_rounds": 2, "step_steps": 1, "b2b_steps": 2,
          "b2b_turn_steps": 1, "warmup_steps": 10, "b2b_warmup_steps": 1, "beam_size": 2,
          "minilm_layers": 1}

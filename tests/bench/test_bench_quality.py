@@ -174,15 +174,18 @@ def test_plot_writes_a_png(tmp_path):
 
 
 @pytest.mark.slow
-def test_smoke_run_writes_one_record_per_system_and_budget(tmp_path):
+def test_smoke_run_writes_one_record_per_system_and_budget(tmp_path, monkeypatch):
     if not (SHARED / "imdb" / "train.tsv").exists():
         pytest.skip(f"{SHARED} is absent (it holds the real data; CI provides it)")
+    # The script starts as a script (its sys.path set-up); the run itself is in-process: this
+    # process has TensorFlow imported already. The systems still run their own commands.
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "bench" / "quality.py"),
+                           "--help"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "--smoke" in done.stdout, done.stderr[-2000:]
     output = tmp_path / "results.json"
-    done = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "bench" / "quality.py"), "--smoke",
-         f"--workdir={tmp_path / 'work'}", f"--output={output}"],
-        cwd=REPO, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-2000:]
+    monkeypatch.chdir(REPO)
+    assert quality.main(["--smoke", f"--workdir={tmp_path / 'work'}",
+                         f"--output={output}"]) == 0
     results = json.loads(output.read_text())
     assert [(r["system"], r["minutes"]) for r in results["runs"]] == [
         ("none", 0), ("bert-train cram", 1)]

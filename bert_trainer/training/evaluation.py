@@ -32,7 +32,7 @@ class Evaluator:
         self.fused_kernels = fused_kernels
         self.metrics = list(task.build_metrics(training=False))
         self.loss_means = {n: keras.metrics.Mean(name=n) for n in task.loss_names}
-        self._step = tf.function(self._step_body, reduce_retracing=True, autograph=False)
+        self._step, self._step_spec = None, None
 
     def _step_body(self, batch):
         outputs = self.strategy.run(self._replica, args=(batch,))
@@ -60,6 +60,13 @@ class Evaluator:
             metric.reset_state()
         dataset = self.strategy.distribute_datasets_from_function(
             lambda ctx: self.task.build_inputs(self.task.eval_split, ctx, is_training=False))
+        if self._step is None or dataset.element_spec != self._step_spec:
+            # Traced once, for every batch the split holds (its spec leaves the batch size
+            # and the bucketed lengths open), instead of once per new shape until the
+            # shapes are relaxed: 2-4 traces of the whole model per evaluation.
+            self._step_spec = dataset.element_spec
+            self._step = tf.function(self._step_body, input_signature=[self._step_spec],
+                                     autograph=False)
         gathered: dict[str, list[np.ndarray]] = {}
         limit = steps or None
         for i, batch in enumerate(dataset):

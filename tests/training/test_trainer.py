@@ -50,6 +50,24 @@ def test_training_lowers_the_loss_and_evaluates_every_example(tmp_path):
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-40")
 
 
+def test_evaluation_traces_its_step_once_for_every_batch_of_the_split(tmp_path, monkeypatch):
+    """40 eval examples in batches of 16 (16, 16, 8), evaluated twice: one trace, not one per
+    new batch shape."""
+    from bert_trainer.training import evaluation  # noqa: PLC0415
+
+    traces, body = [], evaluation.Evaluator._step_body
+
+    def counted(self, batch):
+        traces.append(batch[next(iter(batch))].shape)
+        return body(self, batch)
+
+    monkeypatch.setattr(evaluation.Evaluator, "_step_body", counted)
+    trainer = make(tmp_path, train_steps=1)
+    first, second = trainer.evaluate(), trainer.evaluate()
+    assert first["num_examples"] == 40 and first == second
+    assert len(traces) == 1 and traces[0][0] is None, traces
+
+
 @pytest.mark.slow  # trains end to end in this process: left out of make test-fast
 @pytest.mark.parametrize("accumulation_steps", [1, 2])
 def test_killed_and_resumed_run_ends_with_the_same_weights(tmp_path, accumulation_steps):

@@ -2,7 +2,7 @@
 
 Library code raises `UserError` (a `ValueError`) with a one-line message that names the
 offending thing (file, flag, argument, size) and the fix. The CLI prints it without a
-traceback and exits with `EXIT_USER_ERROR`; `Preempted` (a clean stop on SIGTERM/SIGINT)
+traceback and exits with `EXIT_USER_ERROR`; `Preempted` (a clean stop on SIGTERM/SIGINT/SIGHUP)
 exits with `EXIT_PREEMPTED`.
 """
 
@@ -109,7 +109,7 @@ class Preempted(Exception):  # noqa: N818 (named after the event, like KeyboardI
     Attributes:
         step: the last step applied and checkpointed.
         checkpoint: the checkpoint written at `step`.
-        signal_name: "SIGTERM", "SIGINT" or "a peer worker's stop signal".
+        signal_name: "SIGTERM", "SIGINT", "SIGHUP" or "a peer worker's stop signal".
     """
 
     def __init__(self, step: int, checkpoint: str | None, signal_name: str):

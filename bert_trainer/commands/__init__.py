@@ -141,7 +141,7 @@ def run_command(module, argv) -> int:
         return EXIT_PREEMPTED
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (_sigterm_interrupts): same clean-up
         print(f"{prog}: interrupted", file=sys.stderr)
-        return 128 + signal.SIGTERM if isinstance(e, Terminated) else 130
+        return 128 + e.signum if isinstance(e, Terminated) else 130
     except Exception as e:  # noqa: BLE001 (a lost peer and a storage fault are translated)
         described = faults.describe(e)
         if described is None:
@@ -154,27 +154,36 @@ def run_command(module, argv) -> int:
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM (what `timeout`, docker, Kubernetes and systemd send), raised as Ctrl-C is."""
+    """SIGTERM (what `timeout`, docker, Kubernetes and systemd send) or SIGHUP (a closed
+    terminal), raised as Ctrl-C is."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = int(signum)
 
 
 @contextlib.contextmanager
 def _sigterm_interrupts():
-    """Makes SIGTERM interrupt the command as SIGINT does, for the command's duration.
+    """Makes SIGTERM and SIGHUP interrupt the command as SIGINT does, for its duration.
 
     Python's default for SIGTERM is to die at once, skipping every `finally`: an output
     written aside (`outputs`) would leave its `.NAME.tmp-PID` behind. Raised as an
-    exception, it runs the same clean-up as Ctrl-C. Training installs its own handler for
-    both signals while it trains (a checkpoint first: `training/preemption.py`).
+    exception, it runs the same clean-up as Ctrl-C. SIGHUP is left alone when it is ignored
+    (`nohup`). Training installs its own handler for these signals while it trains (a
+    checkpoint first: `training/preemption.py`).
     """
     if threading.current_thread() is not threading.main_thread():
         yield  # signal handlers can only be set in the main thread
         return
 
     def interrupt(signum, frame):
-        raise Terminated(signal.Signals(signum).name)
+        raise Terminated(signum)
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    caught = [s for s in (signal.SIGTERM, signal.SIGHUP)
+              if s == signal.SIGTERM or signal.getsignal(s) != signal.SIG_IGN]
+    previous = {s: signal.signal(s, interrupt) for s in caught}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+        for s, handler in previous.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)

@@ -4,7 +4,7 @@
     config.py        TrainerConfig, RunResult, NonFiniteError
     train_step.py    TrainStep: the compiled step (accumulation, all-reduce, NaN guard, clipping)
     optimization.py  OptimizerConfig, AdamW/LAMB/SGD, warmup + polynomial decay, precision
-    preemption.py    clean stops on SIGTERM/SIGINT (one worker, or PreemptionCheckpointHandler)
+    preemption.py    clean stops on SIGTERM/SIGINT/SIGHUP (one worker, or the cluster handler)
     summaries.py     TensorBoard, operative gin config, progress line
     throughput.py    matmul peak, examples/tokens/s, MFU, padding (the task counts FLOPs)
     rollback.py      NaN/Inf rollback bookkeeping: skipped steps and where to skip data

@@ -1,4 +1,4 @@
-"""Stopping cleanly on SIGTERM/SIGINT: finish the step, checkpoint, flush, exit resumable.
+"""Stopping cleanly on SIGTERM/SIGINT/SIGHUP: finish the step, checkpoint, flush, exit resumable.
 
 `Trainer.train_and_evaluate` runs inside `watch(...)`. When a stop signal arrives it ends the
 current step, writes a checkpoint at that step, flushes TensorBoard and raises `Preempted`
@@ -18,6 +18,9 @@ current step, writes a checkpoint at that step, flushes TensorBoard and raises `
   signal came), so a stop takes effect within one or two `steps_per_loop` calls. SIGTERM and
   SIGINT work on any worker.
 
+SIGHUP (a closed terminal, a dropped ssh session) stops a run as SIGTERM does, unless the run
+was started with SIGHUP ignored (`nohup`): a run its user detached on purpose keeps training.
+
 A second signal while stopping raises KeyboardInterrupt at once (the checkpoint being written,
 if any, is not published: the previous one stays the latest).
 """
@@ -34,12 +37,12 @@ from bert_trainer.errors import Preempted
 
 __all__ = ["ClusterStop", "Preempted", "StopSignals", "watch"]
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 _WAKE_UP = 0  # a byte no signal has: tells the watcher thread to end
 
 
 class StopSignals:
-    """Turns SIGTERM/SIGINT into a stop request that a running compiled loop can see.
+    """Turns SIGTERM/SIGINT/SIGHUP into a stop request that a running compiled loop can see.
 
     Use as a context manager around training; handlers and the wakeup fd are restored on
     exit. Outside the main thread (where Python cannot install handlers) it watches nothing.
@@ -47,7 +50,8 @@ class StopSignals:
     Args:
         stop_flag: a scalar bool `tf.Variable` set to True when a signal arrives (None: only
             `requested` is set, for callers that poll).
-        signals: the signals that request a stop.
+        signals: the signals that request a stop (SIGHUP only where it is not ignored: a
+            `nohup` run is meant to outlive its terminal).
 
     Attributes:
         requested: the name of the first stop signal received, or None.
@@ -55,7 +59,8 @@ class StopSignals:
 
     def __init__(self, stop_flag: tf.Variable | None = None, signals=STOP_SIGNALS):
         self.stop_flag = stop_flag
-        self.signals = tuple(signals)
+        self.signals = tuple(s for s in signals
+                             if s != signal.SIGHUP or signal.getsignal(s) != signal.SIG_IGN)
         self.requested: str | None = None
         self._active = False
         self._handled = 0

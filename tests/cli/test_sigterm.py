@@ -1,4 +1,4 @@
-"""SIGTERM is an interrupt: every command cleans up on SIGTERM as on Ctrl-C, and
+"""SIGTERM is an interrupt: every command cleans up on SIGTERM (and SIGHUP) as on Ctrl-C, and
 the model_dir's own write-aside files follow the `.NAME.tmp-PID` naming."""
 
 import os
@@ -24,12 +24,13 @@ def writing_command(output, signum):
     return types.SimpleNamespace(__name__="fake_command", __doc__="A test command.", main=main)
 
 
-@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130),
+                                          (signal.SIGHUP, 129)])
 def test_a_signal_mid_write_leaves_the_old_output_and_no_temporary(tmp_path, capsys, signum,
                                                                    code):
     output = tmp_path / "predictions.jsonl"
     output.write_text('{"line": 0}\n')
-    before = signal.getsignal(signal.SIGTERM)
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGHUP)
     # Python's own Ctrl-C handler: a process started in the background by a shell without job
     # control (`make test &`) inherits SIGINT ignored, and Python then leaves it so.
     interrupts = signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -41,7 +42,8 @@ def test_a_signal_mid_write_leaves_the_old_output_and_no_temporary(tmp_path, cap
     assert capsys.readouterr().err.strip() == "bert-train predict: interrupted"
     assert output.read_text() == '{"line": 0}\n'
     assert sorted(os.listdir(tmp_path)) == ["predictions.jsonl"]  # no .predictions.jsonl.tmp-PID
-    assert signal.getsignal(signal.SIGTERM) is before  # restored after the command
+    # restored after the command
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGHUP)) == before
 
 
 def test_model_dir_files_are_written_aside_as_dot_name_tmp_pid(tmp_path, monkeypatch):

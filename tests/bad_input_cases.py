@@ -962,3 +962,19 @@ MODEL_DIR_CASES.extend([
      [*PRETRAIN, "--model_dir={unlinked_run}"],
      "--model_dir={unlinked_run} is in use by another run"),
 ])
+
+
+# ------------------------------------------------------------------------------------------
+# Numbers and names users would not mean (issue 46): refused in one line before anything is
+# written. Before: "1", "1.0" and "01" became three classes without a word.
+# ------------------------------------------------------------------------------------------
+PRECHECK_FILES["spelled_labels.tsv"] = SST2_HEADER + "".join(
+    f"a {w} film\t{['1', '2', '1.0', '01'][i % 4]}\n" for i, w in enumerate(
+        ["fine", "bad", "great", "dull"] * 3))
+PRECHECK_CASES.extend([
+    ("finetune one number spelled as two labels",
+     [*FRESH, "--task=classification", "--text_column=sentence",
+      "--train_file={spelled_labels.tsv}", "--eval_file={spelled_labels.tsv}"],
+     "{spelled_labels.tsv}:4: label '1.0' is the number '1' (line 2) written another way, "
+     "which would make them two classes; write each class one way"),
+])

@@ -158,3 +158,37 @@ def test_wrong_format_and_missing_source(tmp_path):
                                         "classification, masked_lm, regression, squad, tagging, "
                                         "translate"):
         registry.local_task_data("mine", "ner")
+
+
+def test_many_labels_build_the_label_index_once_per_pass(tmp_path, monkeypatch):
+    """10^4 distinct labels (one a row): the label index is built once per read of the file,
+    not once per row (rows x labels work looked like a hang)."""
+    from bert_trainer.tasks.classification import family  # noqa: PLC0415
+
+    rows = 10_000
+    path = _write(tmp_path, "many.tsv", "text\tlabel\n" + "".join(
+        f"text {i}\tlab{i}\n" for i in range(rows)))
+    calls = []
+    build = family._label_index
+    monkeypatch.setattr(family, "_label_index", lambda names: calls.append(1) or build(names))
+    task = registry.local_task_data("many", "classification").with_labels_from(path)
+    assert len(task.label_names) == rows
+    dataset = task.load("train", file=path)  # reads every row once to check it
+    assert len(calls) == 1
+    labels = [int(r["label"]) for r in dataset.as_numpy_iterator()]
+    assert len(calls) == 2  # and once more for the stream
+    assert sorted(labels) == list(range(rows))
+
+
+def test_one_number_spelled_two_ways_is_refused(tmp_path):
+    """'1', '1.0' and '01' parse to one number: not three classes without a word."""
+    path = _write(tmp_path, "spelled.tsv", "text\tlabel\na\t1\nb\t2\nc\t1.0\nd\t01\n")
+    task = registry.local_task_data("spelled", "classification")
+    with pytest.raises(UserError, match=r"spelled\.tsv:4: label '1\.0' is the number '1' "
+                                        r"\(line 2\) written another way"):
+        task.with_labels_from(path)
+    # Distinct numbers, and long integers that one float cannot tell apart, stay classes.
+    big = _write(tmp_path, "big.tsv", "text\tlabel\na\t12345678901234567890\n"
+                                      "b\t12345678901234567891\nc\t1e3\nd\tnan\n")
+    assert task.with_labels_from(big).label_names == (
+        "12345678901234567890", "12345678901234567891", "1e3", "nan")

@@ -5,6 +5,8 @@ int64 class id}. Local files are TSV, CSV or JSONL read through a column mapping
 (`sources.TextColumns`); labels are class names, or their ids written as integers.
 """
 
+import decimal
+
 import tensorflow as tf
 from absl import logging
 
@@ -37,6 +39,24 @@ def _label_index(label_names) -> dict:
     index = {} if numeric else {str(i): i for i in range(len(label_names))}
     index.update({name: i for i, name in enumerate(label_names)})
     return index
+
+
+def _shown(label_names, most: int = 20) -> str:
+    """The label set as a message shows it: every name, or the first `most` and the count."""
+    names = list(label_names)
+    if len(names) <= most:
+        return str(names)
+    return f"{str(names[:most])[:-1]}, ... ({len(names)} names)]"
+
+
+def _number(label: str) -> decimal.Decimal | None:
+    """The finite number a label spells ("1.0" and "01" spell 1), else None. Decimal, not
+    float: two long integer labels must not compare equal by rounding."""
+    try:
+        number = decimal.Decimal(label)
+    except decimal.InvalidOperation:
+        return None
+    return number if number.is_finite() else None
 
 
 def stored_pooling(task: dict, where: str) -> str:
@@ -108,23 +128,30 @@ class ClassificationFamily(Family):
                                   has_header=td.has_header, skip_bad_rows=skip_bad_rows,
                                   stats=stats)
 
-    def parse_label(self, td: TaskData, value: str, where: str):
-        """A raw label string as the class id; UserError naming `where` if unknown."""
-        label = _label_index(td.label_names).get(value.strip())
+    def parse_label(self, td: TaskData, value: str, where: str, index: dict | None = None):
+        """A raw label string as the class id; UserError naming `where` if unknown.
+
+        `index`: `_label_index(td.label_names)`, built once by a caller that parses many
+        labels (a file with 10^4 classes would otherwise rebuild it for every row).
+        """
+        label = (index if index is not None else _label_index(td.label_names)).get(
+            value.strip())
         if label is None:
             raise UserError(f"{where}: label {value!r} is not in the label set "
-                            f"{list(td.label_names)} (names or ids); fix the label or the "
+                            f"{_shown(td.label_names)} (names or ids); fix the label or the "
                             "task's label names")
         return label
 
     def _rows(self, td: TaskData, path: str, skip_bad_rows: bool, stats=None):
         """Raw dicts of a local file (labels checked)."""
+        index = _label_index(td.label_names) if td.label_names else None
         for record in self.records(td, path, skip_bad_rows, stats):
             row = {"text": record.text}
             if td.is_pair:
                 row["text_b"] = record.text_b
             if record.label is not None:
-                row["label"] = self.parse_label(td, record.label, f"{path}:{record.line}")
+                row["label"] = self.parse_label(td, record.label, f"{path}:{record.line}",
+                                                index)
             yield row
 
     def read_local(self, td, path, skip_bad_rows, stats):
@@ -145,9 +172,22 @@ class ClassificationFamily(Family):
         return row
 
     def labels_from_file(self, td, path, skip_bad_rows):
-        """The distinct labels of the file, sorted (numerically when all are integers)."""
-        labels = {r.label.strip() for r in self.records(td, path, skip_bad_rows)
-                  if r.label is not None}
+        """The distinct labels of the file, sorted (numerically when all are integers).
+
+        Two spellings of one number ("1", "1.0", "01") would be two classes: refused.
+        """
+        labels, numbers = {}, {}  # label -> its first line; number -> its first spelling
+        for record in self.records(td, path, skip_bad_rows):
+            label = None if record.label is None else record.label.strip()
+            if label is None or label in labels:
+                continue
+            labels[label] = record.line
+            number = _number(label)
+            first = label if number is None else numbers.setdefault(number, label)
+            if first != label:
+                raise UserError(f"{path}:{record.line}: label {label!r} is the number {first!r} "
+                                f"(line {labels[first]}) written another way, which would make "
+                                "them two classes; write each class one way")
         if not labels:
             raise UserError(f"{path} has no label column to read the label names from; "
                             "map the label column or give the label names")

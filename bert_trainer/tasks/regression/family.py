@@ -37,7 +37,7 @@ class RegressionFamily(ClassificationFamily):
     def num_labels(self, task_data) -> int:
         return 1
 
-    def parse_label(self, td, value, where):
+    def parse_label(self, td, value, where, index=None):
         try:
             number = float(value)
         except ValueError:

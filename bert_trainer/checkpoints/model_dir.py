@@ -7,7 +7,9 @@ model_dir/bert_train.json   {"format": "bert_train", "version": 2,
                                          "config": {...encoder.get_config()}},
                              "vocab_file": "vocab.txt" | null, "lower_case": true,
                              "task": {...} | null,
-                             "run_settings": {"train_steps": N, ...} (finetune)}
+                             "run_settings": {"train_steps": N, ...} (finetune),
+                             "time_budget": {"seconds", "elapsed_seconds", "steps", ...}
+                             (a run with TrainerConfig.time_budget, when it ends)}
 model_dir/vocab.txt         copied in, so the directory is self-contained
 model_dir/checkpoint, ckpt-N.index, ckpt-N.data-*
                             tf.train.Checkpoint(model=M, ...): M names every weight by its
@@ -118,6 +120,22 @@ def _replace_file(path: str, write) -> None:
         with contextlib.suppress(OSError):
             os.remove(temp)
         raise
+
+
+def update_model_info(model_dir: str, **entries) -> str | None:
+    """Sets top-level entries of model_dir/bert_train.json (e.g. what a run's time budget
+    bought), keeping the rest; written then renamed, as `write_model_info` does.
+
+    Returns:
+      The path of bert_train.json; None when the task wrote none (nothing is written).
+    """
+    path = os.path.join(model_dir, MODEL_INFO_FILE)
+    if not os.path.isfile(path):
+        return None
+    info = {**json.loads(pathlib.Path(path).read_text(encoding="utf-8")), **entries}
+    _replace_file(path, lambda temp: pathlib.Path(temp).write_text(
+        json.dumps(info, indent=2) + "\n", encoding="utf-8"))
+    return path
 
 
 def read_model_info(model_dir: str) -> ModelInfo:

@@ -315,6 +315,9 @@ def train_and_report(trainer, command: str, *, label: str = "", write_results=No
         print(f"bert-train {command}: error: {label}{e}", file=sys.stderr, flush=True)
         return EXIT_NONFINITE
     parts = [f"bert-train {command}: {label}step {result.step}"]
+    if result.time_budget:  # what the budget bought
+        parts.append(f"time budget {result.time_budget['budget']}: {result.time_budget['steps']} "
+                     f"steps in {result.time_budget['elapsed_seconds']:.0f} s")
     if "loss" in result.train:  # absent when a finished run is started again
         parts.append(f"train loss {result.train['loss']:.4f}")
     written = None

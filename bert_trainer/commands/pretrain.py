@@ -16,6 +16,7 @@ checkpoints resumes from the latest one. Examples:
 
 from absl import flags, logging
 
+from bert_trainer import durations
 from bert_trainer.commands import common, shared_flags
 from bert_trainer.commands.shared_flags import Usage
 from bert_trainer.errors import UserError
@@ -31,12 +32,16 @@ flags.DEFINE_string("train_data", None, "Training TFRecords (glob, comma list al
                     "overrides PretrainingConfig.train_data.")
 flags.DEFINE_string("eval_data", None, "Held-out TFRecords; overrides "
                     "PretrainingConfig.eval_data. Without any, training runs with no evaluation.")
+flags.DEFINE_string("time_budget", None, "Train for this wall-clock time, e.g. 90s, 20m, 1.5h: "
+                    "the learning-rate schedule runs on the fraction of the budget spent, the "
+                    "run stops and checkpoints when it is spent (train_steps only shapes the "
+                    "schedule); overrides TrainerConfig.time_budget.")
 
 FLAGS = flags.FLAGS
 
 
 def _flag_bindings(*, train_data: str | None, eval_data: str | None, vocab_file: str | None,
-                   init_checkpoint: str | None) -> list[str]:
+                   init_checkpoint: str | None, time_budget: float | None = None) -> list[str]:
     """The data flags as gin bindings, so that operative_config.gin records them.
 
     They are bound for every objective's config (the objective is read from gin only after
@@ -45,6 +50,7 @@ def _flag_bindings(*, train_data: str | None, eval_data: str | None, vocab_file:
     Args:
         train_data, eval_data, vocab_file, init_checkpoint: the flags of those names (None:
             not given, so not bound).
+        time_budget: --time_budget in seconds (None: not given).
     """
     from bert_trainer.tasks import registry  # noqa: PLC0415 (imports TensorFlow)
 
@@ -52,6 +58,7 @@ def _flag_bindings(*, train_data: str | None, eval_data: str | None, vocab_file:
     pairs = [(f"{objective.config_name}.{name}", value)
              for objective in registry.objectives().values() for name, value in data]
     pairs.append(("TrainerConfig.init_checkpoint", init_checkpoint))
+    pairs.append(("TrainerConfig.time_budget", time_budget))
     return [common.gin_binding(name, value) for name, value in pairs if value is not None]
 
 
@@ -61,9 +68,11 @@ def main(argv):
     model_dir = common.check_model_dir(FLAGS.model_dir)
     if not FLAGS.gin_file:
         raise UserError("--gin_file is required, e.g. --gin_file=configs/smoke.gin")
+    budget = (durations.parse_duration(FLAGS.time_budget, "--time_budget")
+              if FLAGS.time_budget is not None else None)
     common.parse_gin(FLAGS.gin_file, FLAGS.gin_param, _flag_bindings(
         train_data=FLAGS.train_data, eval_data=FLAGS.eval_data, vocab_file=FLAGS.vocab_file,
-        init_checkpoint=FLAGS.init_checkpoint))
+        init_checkpoint=FLAGS.init_checkpoint, time_budget=budget))
     with common.one_line_errors(), common.model_dir_lock(model_dir, "pretrain", FLAGS.strategy):
         trainer = _build_trainer(model_dir, strategy_name=FLAGS.strategy, tpu=FLAGS.tpu)
         import tensorflow as tf  # noqa: PLC0415 (loaded by now; --help stays free of it)

@@ -6,6 +6,7 @@ building anything; `bert_trainer.training.trainer` re-exports all three.
 
 import dataclasses
 
+from bert_trainer import durations
 from bert_trainer.errors import UserError, require_positive_ints
 from bert_trainer.training import optimization
 
@@ -32,7 +33,13 @@ class TrainerConfig:
     """How long and how to train, and when to checkpoint, log and evaluate.
 
     Attributes:
-        train_steps: optimizer steps in the whole run (a restart continues up to it).
+        train_steps: optimizer steps in the whole run (a restart continues up to it). With a
+            `time_budget` it is the length the step schedule was planned for, stretched over
+            the budget (`time_budget.py`), and does not stop the run.
+        time_budget: train for this much wall-clock time instead of `train_steps`: seconds,
+            or a string such as "90s", "20m", "1.5h" (stored as seconds). The learning-rate
+            schedule runs on the fraction of the budget spent; the run stops, and
+            checkpoints, when it is spent; a resumed run continues it. None: off.
         steps_per_loop: steps per call of the compiled loop (the host syncs between calls).
         checkpoint_interval: save every this many steps (and at the end).
         max_checkpoints: how many recent checkpoints to keep.
@@ -86,8 +93,12 @@ class TrainerConfig:
     peak_flops: float | None = None
     fit_batch: bool = False
     micro_batch_size: int | None = None
+    time_budget: float | str | None = None
 
     def __post_init__(self):
+        if self.time_budget is not None:  # frozen: the normalized value is set once, here
+            object.__setattr__(self, "time_budget",
+                               durations.parse_duration(self.time_budget, "time_budget"))
         require_positive_ints(self, ("train_steps", "steps_per_loop", "checkpoint_interval",
                                      "max_checkpoints", "summary_interval", "accumulation_steps"))
         if self.eval_interval is not None and self.eval_interval <= 0:
@@ -120,8 +131,10 @@ class TrainerConfig:
 
 @dataclasses.dataclass(frozen=True)
 class RunResult:
-    """What `train_and_evaluate` ends with: the step and the last train/eval metrics."""
+    """What `train_and_evaluate` ends with: the step and the last train/eval metrics, and with
+    a time budget what it bought (`BudgetClock.record`: seconds, elapsed_seconds, steps)."""
 
     step: int
     train: dict[str, float]
     eval: dict[str, float]
+    time_budget: dict | None = None

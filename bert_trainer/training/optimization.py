@@ -16,6 +16,7 @@ import tensorflow as tf
 from keras import ops
 
 from bert_trainer.errors import UserError
+from bert_trainer.training import time_budget
 from bert_trainer.training.fused_adamw import FusedAdamW
 
 OPTIMIZER_NAMES = ("adamw", "lamb", "sgd")
@@ -157,9 +158,15 @@ class WarmupPolynomialDecay(keras.optimizers.schedules.LearningRateSchedule):
                 "decay_from_warmup": self.decay_from_warmup}
 
 
-def build_schedule(config: OptimizerConfig, train_steps: int) -> WarmupPolynomialDecay:
+def build_schedule(config: OptimizerConfig, train_steps: int, clock=None):
     """The learning-rate schedule of `config`; decay ends at `train_steps` unless set, and
-    `warmup_fraction` (when set) counts its warmup in `train_steps`."""
+    `warmup_fraction` (when set) counts its warmup in `train_steps`.
+
+    With `clock` (a `time_budget.BudgetClock`) that step schedule is stretched over the time
+    budget: it reads the fraction of the budget spent, times `train_steps`, as its step.
+    """
+    if clock is not None:
+        return time_budget.BudgetSchedule(build_schedule(config, train_steps), train_steps, clock)
     warmup = config.warmup_steps
     if config.warmup_fraction is not None:
         warmup = int(config.warmup_fraction * train_steps)
@@ -177,7 +184,8 @@ def excluded_from_weight_decay(variables, patterns) -> list:
 
 
 def build_optimizer(config: OptimizerConfig, variables, *, train_steps: int,
-                    mixed_precision: str | None = None) -> keras.optimizers.Optimizer:
+                    mixed_precision: str | None = None,
+                    clock=None) -> keras.optimizers.Optimizer:
     """Builds the optimizer and its slot variables (call under `strategy.scope()`).
 
     Variables are built here, before any checkpoint is restored, so that a restore fills the
@@ -189,12 +197,13 @@ def build_optimizer(config: OptimizerConfig, variables, *, train_steps: int,
         train_steps: the run length; the decay ends there unless `config.decay_steps` is set.
         mixed_precision: None, "bfloat16" or "float16"; float16 wraps the optimizer in a
             dynamic `keras.optimizers.LossScaleOptimizer`.
+        clock: a `time_budget.BudgetClock`: the schedule runs on the budget (None: on steps).
 
     Returns:
         A built optimizer that applies the gradients it is given as they are: the trainer sums
         them over replicas itself (see `_apply_gradients_as_given`).
     """
-    schedule = build_schedule(config, train_steps)
+    schedule = build_schedule(config, train_steps, clock)
     # AdamW and Lamb require a float (0.0 disables decay); SGD takes None for "no decay".
     decay = float(config.weight_decay)
     if config.name == "adamw":

@@ -112,10 +112,13 @@ class ProgressLogger:
     Args:
         total_steps: the run's last step.
         start_step: the step the run (re)starts from.
+        budget: the run's `time_budget.BudgetClock`: the line shows the fraction of the budget
+            spent instead of step/total, and the ETA is the time left (None: no budget).
     """
 
-    def __init__(self, total_steps: int, start_step: int = 0):
+    def __init__(self, total_steps: int, start_step: int = 0, budget=None):
         self.total_steps = total_steps
+        self.budget = budget
         self._step = start_step
         self._examples = 0.0
         self._time = time.perf_counter()
@@ -141,8 +144,11 @@ class ProgressLogger:
         examples_per_second = (examples - self._examples) / elapsed
         eta = (self.total_steps - step) / steps_per_second if steps_per_second > 0 else math.inf
         width = len(str(self.total_steps))
-        logging.info("step %*d/%d | loss %.4f | %.2f steps/s | %.1f examples/s | ETA %s",
-                     width, step, self.total_steps, loss, steps_per_second,
-                     examples_per_second, format_duration(eta))
+        where = f"{step:{width}d}/{self.total_steps}"
+        if self.budget is not None:
+            where = f"{step} ({100 * self.budget.fraction():.0f}% of the time budget)"
+            eta = max(self.budget.seconds - self.budget.elapsed(), 0.0)
+        logging.info("step %s | loss %.4f | %.2f steps/s | %.1f examples/s | ETA %s", where,
+                     loss, steps_per_second, examples_per_second, format_duration(eta))
         self._step, self._examples, self._time = step, examples, now
         return {"steps_per_second": steps_per_second, "examples_per_second": examples_per_second}

@@ -43,8 +43,9 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from bert_trainer import outputs
+from bert_trainer import durations, outputs
 from bert_trainer.checkpoints import best, resume, storage
+from bert_trainer.checkpoints import model_dir as model_dir_lib
 from bert_trainer.errors import UserError
 from bert_trainer.tasks.base import Task
 from bert_trainer.training import (
@@ -57,6 +58,7 @@ from bert_trainer.training import (
     strategies,
     summaries,
     throughput,
+    time_budget,
 )
 from bert_trainer.training.config import NonFiniteError, RunResult, TrainerConfig
 from bert_trainer.training.evaluation import Evaluator
@@ -114,11 +116,13 @@ class Trainer:
         cfg, task = self.config, self.task
         # Outside the strategy scope: a plain variable that a signal-watching thread can set.
         self._stop_flag = tf.Variable(False, trainable=False, name="stop_requested")
+        self._clock = self._budget_clock()  # host-set variables too, read by the schedule
         with optimization.precision_policy(cfg.mixed_precision), self.strategy.scope():
             self.model = task.build_model()
             self.optimizer = optimization.build_optimizer(
                 self.optimizer_config, self.model.trainable_variables,
-                train_steps=cfg.train_steps, mixed_precision=cfg.mixed_precision)
+                train_steps=cfg.train_steps, mixed_precision=cfg.mixed_precision,
+                clock=self._clock)
             self.batch_plan = self._plan_batch()
             plan = self.batch_plan
             # Input batches per replica per optimizer step.
@@ -135,16 +139,19 @@ class Trainer:
         self.global_step = self._step.global_step
         # Steps whose batches were dropped by NaN rollbacks (see rollback.py).
         self.skipped_steps = self._rollbacks.skipped_steps
-        self._schedule = optimization.build_schedule(self.optimizer_config, cfg.train_steps)
+        self._schedule = optimization.build_schedule(self.optimizer_config, cfg.train_steps,
+                                                     self._clock)
         self._examples_done = 0.0  # examples counted before the last metric reset (host side)
         # Keras keeps dropout RNG state outside the tracked object graph; checkpoint it too so
         # that a resumed run draws the same dropout masks as an uninterrupted one.
         seed_states = [v for v in self.model.non_trainable_variables
                        if v.path.endswith("seed_generator_state")]
+        # A budget run's elapsed seconds: a resume continues the budget.
+        budget = {"time_budget_elapsed": self._clock.elapsed_variable} if self._clock else {}
         self.checkpoint = tf.train.Checkpoint(model=resume.model_trackable(self.model),
                                               optimizer=self.optimizer,
                                               step=self.global_step, seed_states=seed_states,
-                                              skipped_steps=self.skipped_steps)
+                                              skipped_steps=self.skipped_steps, **budget)
         self._manager = tf.train.CheckpointManager(
             self.checkpoint, self._write_dir, max_to_keep=cfg.max_checkpoints,
             checkpoint_name="ckpt")
@@ -156,6 +163,15 @@ class Trainer:
                 self.checkpoint, os.path.join(self._write_dir, best.BEST_DIR),
                 cfg.best_metric, cfg.best_metric_mode,
                 previous_dir=os.path.join(self.model_dir, best.BEST_DIR))
+
+    def _budget_clock(self) -> time_budget.BudgetClock | None:
+        """The run's time budget (None without one); refused where workers' clocks differ."""
+        if self.config.time_budget is None:
+            return None
+        if preemption.is_multi_worker(self.strategy):
+            raise UserError("TrainerConfig.time_budget is not supported with several workers "
+                            "(their clocks would disagree on the last step); set train_steps")
+        return time_budget.BudgetClock(self.config.time_budget)
 
     def _plan_batch(self) -> batch_fit.BatchPlan | None:
         """The batch plan when batch fitting is on (None: the task's batch is the input's)."""
@@ -235,12 +251,19 @@ class Trainer:
                 self._train_writer.scalars({"peak_gflops": self._peak_flops / 1e9}, loop.step)
         if self._rollbacks.enabled and self._saved is None:
             self._save(loop.step)  # something to roll back to
+        start_step = loop.step
+        if self._clock is not None:
+            self._clock.start()
+            logging.info("Time budget %s (%.0f s spent before): the schedule of train_steps=%d "
+                         "runs on its fraction", durations.format_duration(cfg.time_budget),
+                         self._clock.elapsed(), cfg.train_steps)
         try:
             with preemption.watch(self.strategy, self._stop_flag, self._save_published,
                                   self._write_dir, enabled=cfg.handle_signals) as (signals,
                                                                                    cluster):
                 self._loop(loop, iterator, signals, cluster)
             self._save(loop.step)
+            budget = self._record_budget(loop.step, start_step)
             if cfg.eval_steps != 0 and loop.evaluated_step != loop.step:
                 loop.eval = self._evaluate_and_keep_best(loop.step)
         finally:
@@ -248,20 +271,36 @@ class Trainer:
             with contextlib.suppress(*storage.WRITE_ERRORS):
                 self._train_writer.flush()
             strategies.remove_write_dir(self._write_dir, self.model_dir)
-        return RunResult(step=loop.step, train=loop.train, eval=loop.eval)
+        return RunResult(step=loop.step, train=loop.train, eval=loop.eval, time_budget=budget)
+
+    def _record_budget(self, step: int, start_step: int) -> dict | None:
+        """A budget run's record (the budget, the time spent, the steps it bought), written to
+        bert_train.json as "time_budget" and logged; None without a budget."""
+        if self._clock is None:
+            return None
+        record = self._clock.record(step, start_step)
+        logging.info("Time budget %s spent: %d steps in %.1f s", record["budget"], step,
+                     record["elapsed_seconds"])
+        if self.is_chief:
+            with self._storage("the model info (bert_train.json)", self.model_dir):
+                model_dir_lib.update_model_info(self.model_dir, time_budget=record)
+        return record
 
     def _loop(self, loop: "_LoopState", iterator, signals, cluster) -> None:
         """The loop of `train_and_evaluate`: runs steps until `train_steps` or a stop."""
-        cfg = self.config
-        progress = summaries.ProgressLogger(cfg.train_steps, loop.step)
+        cfg, clock = self.config, self._clock
+        progress = summaries.ProgressLogger(cfg.train_steps, loop.step, clock)
         interval = (loop.step, time.perf_counter())
-        while loop.step < cfg.train_steps:
+        while (loop.step < cfg.train_steps) if clock is None else not clock.spent():
             if self._rollbacks.skip_at == loop.step:
                 self._rollbacks.skip(iterator, loop.step)
                 self._saved = None  # a checkpoint at this step may exist, without the skip
                 self._save(loop.step)
+            steps = self._next_stop(loop.step) - loop.step
+            if clock is not None:  # as many steps as the time left buys, the rate's fraction
+                steps = clock.plan_loop(loop.step, self._iterations(), steps)
             try:
-                self.run_steps(iterator, self._next_stop(loop.step) - loop.step)
+                self.run_steps(iterator, steps)
             except NonFiniteError as error:
                 iterator = self._roll_back(error)
                 loop.step = int(self.global_step.numpy())
@@ -269,11 +308,11 @@ class Trainer:
                 interval = (loop.step, time.perf_counter())
                 continue
             step = loop.step = int(self.global_step.numpy())
+            last = step == cfg.train_steps if clock is None else clock.loop_done(step)
             progress.update(step, float(self._step.loss_means["loss"].result()),
                             self._examples_done + self._step.counts().examples)
             stopping = signals.requested is not None and cluster is None
-            if step % cfg.summary_interval == 0 or step == cfg.train_steps or (
-                    stopping and step > interval[0]):
+            if step % cfg.summary_interval == 0 or last or (stopping and step > interval[0]):
                 loop.train = self._write_train_summaries(step, interval)
                 interval = (step, time.perf_counter())
             if step % cfg.checkpoint_interval == 0:
@@ -316,7 +355,9 @@ class Trainer:
     def _next_stop(self, step: int) -> int:
         """The next step at which the host has something to do (loops end there)."""
         cfg = self.config
-        stops = [cfg.train_steps, step + cfg.steps_per_loop, self._rollbacks.next_stop(step)]
+        stops = [step + cfg.steps_per_loop, self._rollbacks.next_stop(step)]
+        if self._clock is None:  # a budget run stops on time, not at train_steps
+            stops.append(cfg.train_steps)
         for every in (cfg.summary_interval, cfg.checkpoint_interval, cfg.eval_interval):
             if every:
                 stops.append((step // every + 1) * every)
@@ -358,8 +399,9 @@ class Trainer:
         values = self._step.results()
         # The rate of the last applied update (the optimizer's iteration has moved past it; with
         # float16, loss-scale skips do not advance it).
-        inner = getattr(self.optimizer, "inner_optimizer", self.optimizer)
-        values["learning_rate"] = float(self._schedule(max(int(inner.iterations.numpy()) - 1, 0)))
+        values["learning_rate"] = float(self._schedule(max(self._iterations() - 1, 0)))
+        if self._clock is not None:
+            values["time_budget_fraction"] = self._clock.fraction()
         counts = self._step.counts()
         values["steps_per_second"] = (step - start_step) / elapsed
         values.update(throughput.rates(counts, elapsed, self._peak_flops))
@@ -372,8 +414,14 @@ class Trainer:
         self._step.reset_metrics()
         return values
 
+    def _iterations(self) -> int:
+        """The optimizer's iteration (the schedule's argument)."""
+        return int(getattr(self.optimizer, "inner_optimizer", self.optimizer).iterations.numpy())
+
     def _save(self, step: int) -> str:
         """Saves a checkpoint at `step` (once per step); returns its path."""
+        if self._clock is not None:
+            self._clock.sync()  # the elapsed seconds go with the step
         if self._saved is None or self._saved[0] != step:
             self._saved = (step, storage.save_checkpoint(self._manager, step))
             logging.info("Saved %s", self._saved[1])

@@ -1,0 +1,157 @@
+"""A training run bounded by wall-clock time (`TrainerConfig.time_budget`), as Cramming's.
+
+The learning-rate schedule runs on the fraction of the budget spent, not on the step, so the
+run ends where its schedule ends whatever the machine's speed. The configured step schedule
+(`OptimizerConfig`: warmup, the "bert" or "one_cycle" decay) is stretched over the budget: its
+step is read as `fraction * train_steps`, so `warmup_steps = 200` of `train_steps = 2000` (or
+`warmup_fraction = 0.1`) warms up over the first 10 % of the budget and the decay ends as the
+budget does. `train_steps` no longer stops the run; the budget does.
+
+The host owns the clock (`BudgetClock`): before each compiled loop it sets three variables
+that the in-graph schedule reads (`fraction_at`): the fraction spent at the loop's first step
+and the fraction one step costs (measured over the last loop), so the rate moves step by step
+inside a loop. It also sizes the loop from the remaining time, so the run overshoots its budget
+by at most one step's misestimate, and stops when the budget is spent. The elapsed seconds are
+a checkpointed variable: a resumed run continues its budget instead of starting it again.
+
+What the budget counts: the training loop's wall-clock time, from its start (tracing, the
+first input batches, checkpoints and evaluations during training included); not the start-up
+before it, nor the final checkpoint and evaluation after it.
+"""
+
+import time
+
+import keras
+import tensorflow as tf
+
+from bert_trainer import durations
+
+
+class BudgetClock:
+    """The time budget of one run: host-side clock, in-graph fraction, loop sizes.
+
+    Args:
+        seconds: the budget.
+
+    Attributes:
+        seconds: the budget.
+        elapsed_variable: float64 seconds spent before the last save (checkpoint it).
+    """
+
+    def __init__(self, seconds: float):
+        self.seconds = float(seconds)
+
+        def variable(value, dtype, name):
+            return tf.Variable(value, dtype=dtype, trainable=False, name=name)
+
+        self.elapsed_variable = variable(0.0, tf.float64, "time_budget_elapsed")
+        # What fraction_at reads: fraction(step) = start + (step - start_step) * per_step.
+        self._start_fraction = variable(0.0, tf.float32, "budget_start_fraction")
+        self._start_step = variable(0, tf.int64, "budget_start_step")
+        self._per_step = variable(0.0, tf.float32, "budget_fraction_per_step")
+        self._base = 0.0  # seconds spent before this process's clock started
+        self._started: float | None = None
+        self._seconds_per_step: float | None = None
+        self._traced = False
+        self._loop: tuple[int, float] | None = None  # (first step, start time) of the last loop
+
+    # ------------------------------------------------------------------------- host side
+
+    def start(self) -> None:
+        """Starts the clock from the (restored) elapsed seconds."""
+        self._base = float(self.elapsed_variable.numpy())
+        self._started = time.perf_counter()
+        self._seconds_per_step = None
+        self._traced = False
+
+    def elapsed(self) -> float:
+        """Seconds of the budget spent (this process's and the restored ones)."""
+        if self._started is None:
+            return float(self.elapsed_variable.numpy())
+        return self._base + time.perf_counter() - self._started
+
+    def fraction(self) -> float:
+        """The fraction of the budget spent, in [0, 1]."""
+        return min(self.elapsed() / self.seconds, 1.0)
+
+    def spent(self) -> bool:
+        """Whether the run should stop: less than half a step's time is left."""
+        remaining = self.seconds - self.elapsed()
+        return remaining <= 0.5 * (self._seconds_per_step or 0.0)
+
+    def plan_loop(self, step: int, iteration: int, max_steps: int) -> int:
+        """Sizes the next loop and sets the fraction the schedule reads during it.
+
+        Args:
+            step: the global step now.
+            iteration: the optimizer's iteration now (the schedule's argument).
+            max_steps: the most steps the loop may run (the next summary, checkpoint, ...).
+
+        Returns:
+            Steps to run: as many as the remaining time buys, in [1, max_steps]. The first
+            two loops of a process run one step each: the first traces the step, the second
+            measures it.
+        """
+        remaining = self.seconds - self.elapsed()
+        steps = 1
+        if self._seconds_per_step:
+            steps = max(1, min(max_steps, round(remaining / self._seconds_per_step)))
+        self._start_fraction.assign(self.fraction())
+        self._start_step.assign(iteration)
+        self._per_step.assign((self._seconds_per_step or 0.0) / self.seconds)
+        self._loop = (step, time.perf_counter())
+        return steps
+
+    def loop_done(self, step: int) -> bool:
+        """Measures the last loop's seconds per step (called after it ran).
+
+        Returns:
+            Whether the budget is spent (that loop was the last).
+        """
+        first, started = self._loop
+        if step > first and self._traced:
+            self._seconds_per_step = (time.perf_counter() - started) / (step - first)
+        self._traced = True  # the first loop of a process traces the step: not a measurement
+        return self.spent()
+
+    def sync(self) -> None:
+        """Writes the elapsed seconds into `elapsed_variable` (before a save)."""
+        self.elapsed_variable.assign(self.elapsed())
+
+    def record(self, step: int, start_step: int) -> dict:
+        """What the run records: the budget, the seconds spent and the steps it bought."""
+        return {"seconds": self.seconds, "budget": durations.format_duration(self.seconds),
+                "elapsed_seconds": round(self.elapsed(), 3), "steps": step,
+                "steps_this_process": step - start_step}
+
+    # --------------------------------------------------------------------------- in graph
+
+    def fraction_at(self, iteration) -> tf.Tensor:
+        """The fraction of the budget spent at an optimizer iteration (float32, in [0, 1])."""
+        steps = tf.cast(tf.cast(iteration, tf.int64) - self._start_step, tf.float32)
+        return tf.clip_by_value(self._start_fraction + steps * self._per_step, 0.0, 1.0)
+
+
+class BudgetSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """A step schedule of `train_steps` steps stretched over a time budget.
+
+    rate(iteration) = schedule(clock.fraction_at(iteration) * train_steps).
+
+    Args:
+        schedule: the step schedule (`optimization.build_schedule(config, train_steps)`).
+        train_steps: the step count the schedule was planned for (its end).
+        clock: the run's `BudgetClock`.
+    """
+
+    def __init__(self, schedule, train_steps: int, clock: BudgetClock):
+        self.schedule = schedule
+        self.train_steps = train_steps
+        self.clock = clock
+
+    def __call__(self, step):
+        return self.schedule(self.clock.fraction_at(step) * float(self.train_steps))
+
+    def get_config(self):
+        # The clock is the run's state, not configuration: what is saved is the step schedule.
+        return {"schedule": keras.saving.serialize_keras_object(self.schedule),
+                "train_steps": self.train_steps, "time_budget_seconds": self.clock.seconds}

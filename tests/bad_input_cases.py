@@ -978,3 +978,33 @@ PRECHECK_CASES.extend([
      "{spelled_labels.tsv}:4: label '1.0' is the number '1' (line 2) written another way, "
      "which would make them two classes; write each class one way"),
 ])
+
+
+# Inputs that are outputs (issue 46): an --input glob matching the run's own output, or a
+# TFRecord file, is refused before anything is read or written. Before, with --overwrite and
+# --encoding_errors=replace, the shards were read as text (853 examples of binary junk instead
+# of 371) and replaced; vocab learned from its own old vocabulary and replaced it.
+_OWN_DATA = ["create_pretraining_data", "--vocab={vocab}", "--overwrite",
+             "--encoding_errors=replace", "--output={outputs_root}/data/train-*.tfrecord"]
+_NARROW = "; narrow --input to the text files, e.g. --input='DIR/*.txt'"
+OUTPUT_CASES.extend([
+    ("create_pretraining_data --input glob matching its own shards",
+     [*_OWN_DATA, "--input={outputs_root}/data/*"],
+     "--input={outputs_root}/data/* matches {outputs_root}/data/train-00000-of-00002.tfrecord, "
+     "a shard of this run's --output={outputs_root}/data/train-*.tfrecord" + _NARROW),
+    ("create_pretraining_data --input naming its own summary",
+     [*_OWN_DATA, "--input={outputs_root}/corpus.txt,{outputs_root}/data/train-summary.json"],
+     "matches {outputs_root}/data/train-summary.json, the summary this run writes "
+     "(--output={outputs_root}/data/train-*.tfrecord)" + _NARROW),
+    ("create_pretraining_data --input holding another set's TFRecord shard",
+     ["create_pretraining_data", "--vocab={vocab}", "--encoding_errors=replace",
+      "--input={outputs_root}/corpus.txt,{outputs_root}/odd_summary/train-00000-of-00002"
+      ".tfrecord", "--output={outputs_root}/new_data/train-*.tfrecord"],
+     "matches {outputs_root}/odd_summary/train-00000-of-00002.tfrecord, a TFRecord file "
+     "(binary records, not text)" + _NARROW),
+    ("vocab --input glob matching its own output",
+     ["vocab", "--input={outputs_root}/*", "--output={outputs_root}/my_vocab.txt",
+      "--overwrite", "--encoding_errors=replace"],
+     "--input={outputs_root}/* matches {outputs_root}/my_vocab.txt, the vocabulary this run "
+     "writes (--output={outputs_root}/my_vocab.txt)" + _NARROW),
+])

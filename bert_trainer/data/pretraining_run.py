@@ -122,6 +122,10 @@ def start_run(inputs, vocab_file: str, output: str, options: CorpusOptions, prog
         if unreadable:
             raise UserError(f"--input: {unreadable[0]} is not readable (permission denied); "
                             "fix its permissions or leave it out")
+        # Before the output is checked: --overwrite must not be the fix a rerun is told of.
+        text_corpus.check_not_outputs(files, inputs, {
+            output: f"a shard of this run's --output={output}",
+            shard_set.summary_path(output): f"the summary this run writes (--output={output})"})
     load_vocab(vocab_file)  # A bad vocabulary fails here, in one line (the workers load it).
     summary_path, old = shard_set.check_output(output, options.overwrite)
     if not text_corpus.is_url(output):

@@ -92,6 +92,11 @@ def shard_count(examples: int, num_shards: int | None, examples_per_shard: int |
     return num_shards if num_shards else -(-examples // examples_per_shard)
 
 
+def summary_path(output: str) -> str:
+    """The summary of the shard set `output` (DIR/train-*.tfrecord: DIR/train-summary.json)."""
+    return os.path.splitext(output.replace("*", "summary"))[0] + ".json"
+
+
 def check_output(output: str, overwrite: bool) -> tuple[str, list[str]]:
     """Validates the output pattern; refuses old files that may not be replaced.
 
@@ -114,7 +119,7 @@ def check_output(output: str, overwrite: bool) -> tuple[str, list[str]]:
         if owner is not None:
             raise UserError(f"--output={output} is inside the model directory {owner}, which "
                             "belongs to the run that made it; write the data elsewhere")
-    summary = os.path.splitext(output.replace("*", "summary"))[0] + ".json"
+    summary = summary_path(output)
     shards = [p for p in sorted(matching(output)) if p != summary]
     old = [summary] * is_file(summary) + shards
     if old and not overwrite:

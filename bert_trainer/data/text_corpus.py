@@ -78,6 +78,75 @@ def expand_inputs(spec, what: str = "--input") -> list[str]:
     return sorted(files)
 
 
+def check_not_outputs(files: list[str], spec, own: dict[str, str], what: str = "--input") -> None:
+    """Refuses input files that are outputs, not text: this run's own (`own`), or a TFRecord
+    file of any name (its first bytes are a record header). Read as text with
+    `--encoding_errors=replace`, either would become examples of binary junk; and a run whose
+    --input glob matches its own --output would read the files it is about to replace.
+
+    Args:
+      files: the expanded inputs (`expand_inputs`).
+      spec: the --input value, named in the message.
+      own: path of each file this run writes (a pattern with `*` for a shard set) -> what it
+        is, e.g. "the vocabulary this run writes (--output=...)".
+      what: the flag named in the message.
+
+    Raises:
+      UserError: one line naming the file and the fix.
+    """
+    spec = spec if isinstance(spec, str) else ",".join(map(str, spec))
+    fix = f"narrow {what} to the text files, e.g. {what}='DIR/*.txt'"
+    patterns = {_canonical(path): description for path, description in own.items()}
+    for file in files:
+        path = _canonical(file)
+        for pattern, description in patterns.items():
+            if _matches(path, pattern):
+                raise UserError(f"{what}={spec} matches {file}, {description}; {fix}")
+        if is_tfrecord(file):
+            raise UserError(f"{what}={spec} matches {file}, a TFRecord file (binary records, "
+                            f"not text); {fix}")
+
+
+def _matches(path: str, pattern: str) -> bool:
+    """Whether `path` is `pattern`, or (a `*` in its file name) one of the files it names."""
+    directory, name = os.path.split(pattern)
+    if "*" not in name:
+        return path == pattern
+    prefix, _, suffix = name.partition("*")
+    base = os.path.basename(path)
+    return (os.path.dirname(path) == directory and len(base) >= len(prefix) + len(suffix)
+            and base.startswith(prefix) and base.endswith(suffix))
+
+
+def _canonical(path: str) -> str:
+    """A path as two names of one local file compare equal (URLs as given)."""
+    return path if is_url(path) else os.path.realpath(os.path.expanduser(path))
+
+
+def is_tfrecord(path: str) -> bool:
+    """Whether a local file starts as a TFRecord file does: an 8-byte length and its masked
+    CRC-32C. A text file matches by chance with odds of 2^-32."""
+    if is_url(path):
+        return False  # Not read twice over the network: its text is checked as it is read.
+    try:
+        with open(path, "rb") as f:
+            head = f.read(12)
+    except OSError:
+        return False
+    return len(head) == 12 and int.from_bytes(head[8:], "little") == _masked_crc32c(head[:8])
+
+
+def _masked_crc32c(data: bytes) -> int:
+    """TFRecord's masked CRC-32C (Castagnoli) of a few bytes (bitwise: 8 bytes, once a file)."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    crc ^= 0xFFFFFFFF
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
 def split_sentences(text: str) -> list[str]:
     """Splits a paragraph into sentences with a regex that knows common abbreviations.
 

@@ -181,6 +181,8 @@ def learn_vocab(inputs, vocab_size: int, output: str, *, lower_case: bool = True
         raise UserError(f"--vocab_size={vocab_size} must exceed the "
                         f"{len(features.SPECIAL_TOKENS)} special tokens (BERT uses 30522)")
     files = text_corpus.expand_inputs(inputs)
+    text_corpus.check_not_outputs(
+        files, inputs, {output: f"the vocabulary this run writes (--output={output})"})
     output = outputs.check_output(output, VOCAB, overwrite=overwrite)  # before the slow part
     text_corpus.check_encoding_errors(encoding_errors)
     texts_of = _texts_reader(files, columns, encoding_errors, skip_bad_rows)

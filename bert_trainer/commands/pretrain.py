@@ -27,7 +27,9 @@ SHARED_FLAGS = {**common.SHARED_FLAGS, **shared_flags.declare(
     vocab_file=Usage(None, "The WordPiece vocab.txt (default: the one of --init_checkpoint's "
                      "model directory); overrides PretrainingConfig.vocab_file."),
     init_checkpoint=Usage(None, "Warm start from a bert-train model directory or checkpoint "
-                          "prefix (fresh runs only); its bert_train.json fixes the encoder."))}
+                          "prefix, or continue pretraining a Hugging Face / Google BERT "
+                          "directory (fresh runs only); its config fixes the encoder and its "
+                          "vocabulary the data's."))}
 flags.DEFINE_string("train_data", None, "Training TFRecords (glob, comma list allowed); "
                     "overrides PretrainingConfig.train_data.")
 flags.DEFINE_string("eval_data", None, "Held-out TFRecords; overrides "
@@ -118,14 +120,17 @@ def _build_trainer(model_dir: str, *, strategy_name: str, tpu: str | None):
     model_fn = getattr(configurables, objective.builder_name)
     if checkpoint is not None:
         objective.check_init_checkpoint(checkpoint)
-    # A bert-train or GPT-2 directory fixes the architecture (Hugging Face / Google BERT
-    # directories are checked against the gin-built encoder instead).
+    # A bert-train, Hugging Face, Google BERT or GPT-2 directory fixes the architecture, and
+    # its vocabulary (and casing) the data's unless bound: continued pretraining.
     if checkpoint is not None and checkpoint.fixes_architecture:
         logging.info("Model architecture from %s (build_encoder / build_causal_lm bindings "
                      "are ignored)", checkpoint.directory)
         model_fn = checkpoint.build_encoder
         if checkpoint.vocab_file and not common.gin_is_bound(f"{config_name}.vocab_file"):
             derived[config_name] = {"vocab_file": checkpoint.vocab_file}
+            if not checkpoint.lower_case and not common.gin_is_bound(
+                    f"{config_name}.lower_case"):
+                derived[config_name]["lower_case"] = False
     task_config = configured(getattr(configurables, config_name), config_name,
                              **derived.get(config_name, {}))
     if task_config.eval_data is None and config.eval_steps != 0:

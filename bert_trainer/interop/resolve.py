@@ -165,6 +165,7 @@ class ReferenceCheckpoint(ResolvedCheckpoint):
 
     bert_config: formats.BertConfig
     allow_pickle: bool = False
+    fixes_architecture = True  # its config.json / bert_config.json
 
     def _build(self, overrides: dict) -> keras.Model:
         return pretrained.encoder_from_config(self.bert_config, **overrides)

@@ -100,6 +100,32 @@ class PretrainingConfig:
                             "(dynamic masking needs it; only masking='static' data do without)")
 
 
+def head_lines(source: str, heads, loaded, encoder) -> list[str]:
+    """One line per pretraining head: loaded from `source`, or fresh (in part or whole).
+
+    Args:
+        source: the init checkpoint, as named.
+        heads: (name, head layer, what it is called in a Hugging Face file) triples.
+        loaded: the variable paths the warm start loaded.
+        encoder: the encoder, whose weights a head may share (the masked-LM decoder is the
+            word embeddings, tied): not counted as the head's.
+    """
+    loaded, lines = set(loaded), []
+    shared = {id(v) for v in encoder.weights}
+    for name, head, called in heads:
+        paths = [v.path for v in head.weights if id(v) not in shared]
+        missing = [p for p in paths if p not in loaded]
+        if not missing:
+            lines.append(f"The {name} head is {source}'s (continued pretraining)")
+        elif len(missing) == len(paths):
+            lines.append(f"{source} has no {name} head ({called} in Hugging Face files): it "
+                         "starts fresh")
+        else:
+            lines.append(f"{source} has part of the {name} head; {', '.join(missing)} start "
+                         "fresh")
+    return lines
+
+
 class PretrainingTask(Task):
     """Masked LM + next sentence on a `BertPretrainer`.
 
@@ -266,6 +292,11 @@ class PretrainingTask(Task):
         logging.info("Warm start from %s: loaded %d variables, left %d initialized%s",
                      checkpoint.path, len(report["loaded"]), len(report["initialized"]),
                      f" ({', '.join(report['initialized'])})" if report["initialized"] else "")
+        heads = [("masked-LM", model.masked_lm, "cls.predictions.*")]
+        if model.next_sentence is not None:
+            heads.append(("next-sentence", model.next_sentence, "cls.seq_relationship.*"))
+        for line in head_lines(checkpoint.path, heads, report["loaded"], model.encoder):
+            (logging.warning if line.endswith("fresh") else logging.info)(line)
 
     def _task_info(self) -> dict:
         c = self.config

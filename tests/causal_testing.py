@@ -29,10 +29,11 @@ def build_causal_lm(seed: int = 0, scale: float = 0.2) -> CausalLM:
     return model
 
 
-def make_causal_model_dir(path, seed: int = 0, step: int = 5):
-    """Writes a causal model directory at `path`; returns (path as str, model)."""
+def make_causal_model_dir(path, seed: int = 0, step: int = 5, model: CausalLM | None = None):
+    """Writes a causal model directory at `path` (of `model`, else `build_causal_lm(seed)`);
+    returns (path as str, model)."""
     path.mkdir(parents=True, exist_ok=True)
-    model = build_causal_lm(seed)
+    model = model if model is not None else build_causal_lm(seed)
     vocab = write_vocab(path.parent / f"{path.name}_vocab.txt")
     model_dir.write_model_info(str(path), model, vocab_file=vocab, lower_case=True,
                                task={"name": "causal_lm", "family": "causal_lm",

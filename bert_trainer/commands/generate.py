@@ -25,6 +25,9 @@ SHARED_FLAGS = shared_flags.declare(
     __name__,
     model_dir=Usage(None, "Model directory pretrained with the causal_lm objective."),
     saved_model=Usage(None, "Or: a directory written by 'bert-train export' from one."),
+    trust_saved_model=Usage(False, "Load the --saved_model even if its graph holds ops "
+                            "bert-train's exports never use (files, Python, network): "
+                            "only one whose source you trust."),
     input=Usage(None, "File of prompts, one a line, or - for stdin (the default when no "
                 "--prompt is given)."),
     output=Usage("-", "Output JSON lines file, or - for stdout."),
@@ -54,7 +57,8 @@ def main(argv):
     prompts = run.read_prompts(FLAGS.prompt, FLAGS.input)
     generator = run.load_generator(model_dir=FLAGS.model_dir, saved_model=FLAGS.saved_model,
                                    checkpoint=FLAGS.checkpoint,
-                                   max_new_tokens=FLAGS.max_new_tokens)
+                                   max_new_tokens=FLAGS.max_new_tokens,
+                                   trust_saved_model=FLAGS.trust_saved_model)
     summary = run.run_generate(generator, prompts, FLAGS.output, settings=settings,
                                batch_size=FLAGS.batch_size, overwrite=FLAGS.overwrite)
     seed = f" (seed {summary.seed})" if settings.temperature > 0 else ""

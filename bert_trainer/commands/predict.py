@@ -33,7 +33,10 @@ SHARED_FLAGS = shared_flags.declare(
     family_module=Usage(None, "Comma-separated modules that register task families of your "
                         "own (plugins); a model_dir and an export record "
                         "their family's module, so this is needed only where it moved."),
-    saved_model=Usage(None, "Directory written by 'bert-train export'."))
+    saved_model=Usage(None, "Directory written by 'bert-train export'."),
+    trust_saved_model=Usage(False, "Load the --saved_model even if its graph holds ops "
+                            "bert-train's exports never use (files, Python, network): "
+                            "only one whose source you trust."))
 flags.DEFINE_enum("format", None, list(predict.FORMATS), "Input format; default: from the "
                   "extension (.tsv, .jsonl/.json, else text).")
 flags.DEFINE_enum("on_error", "skip", list(predict.ON_ERROR), "What an unreadable line does: "
@@ -50,7 +53,8 @@ def main(argv):
     predict.check_output(FLAGS.output, FLAGS.overwrite)  # before the slow part
     registry.import_family_modules(FLAGS.family_module)
     predictor = predict.load_predictor(model_dir=FLAGS.model_dir, saved_model=FLAGS.saved_model,
-                                       checkpoint=FLAGS.checkpoint, seq_length=FLAGS.seq_length)
+                                       checkpoint=FLAGS.checkpoint, seq_length=FLAGS.seq_length,
+                                       trust_saved_model=FLAGS.trust_saved_model)
     summary = predict.run_predict(predictor, FLAGS.input, FLAGS.output, fmt=FLAGS.format,
                                   batch_size=FLAGS.batch_size, on_error=FLAGS.on_error,
                                   overwrite=FLAGS.overwrite)

@@ -49,11 +49,14 @@ flags.DEFINE_integer("max_eval_examples", None, "Evaluate on the first N example
 flags.DEFINE_boolean("skip_bad_rows", None, "Skip and count malformed rows instead of failing.")
 flags.DEFINE_string("family_module", None, "Modules registering task families of your own.")
 flags.DEFINE_string("saved_model", None, "A directory written by 'bert-train export'.")
+flags.DEFINE_boolean("trust_saved_model", None, "Load a SavedModel whose graph holds ops "
+                     "bert-train's exports never use.")
 flags.DEFINE_integer("seed", None, "Random seed.")
 
 NAMES = ("input", "output", "overwrite", "model_dir", "checkpoint", "seq_length", "batch_size",
          "lower_case", "encoding_errors", "vocab_file", "init_checkpoint", "task", "eval_file",
-         "data_dir", "max_eval_examples", "skip_bad_rows", "family_module", "saved_model", "seed")
+         "data_dir", "max_eval_examples", "skip_bad_rows", "family_module", "saved_model",
+         "trust_saved_model", "seed")
 
 
 @dataclasses.dataclass(frozen=True)

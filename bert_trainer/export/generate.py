@@ -32,7 +32,7 @@ import tensorflow as tf
 from bert_trainer import outputs
 from bert_trainer.checkpoints import model_dir as model_dir_lib
 from bert_trainer.errors import UserError
-from bert_trainer.export import exporter
+from bert_trainer.export import exporter, graph_check
 from bert_trainer.export.predict import Progress
 from bert_trainer.tasks.causal_lm import family as family_lib
 from bert_trainer.tasks.causal_lm import serving
@@ -113,12 +113,15 @@ def _from_model_dir(model_dir: str, checkpoint: str | None,
                      f"--model_dir={model_dir}")
 
 
-def _from_saved_model(saved_model: str, max_new_tokens: int | None) -> Generator:
+def _from_saved_model(saved_model: str, max_new_tokens: int | None,
+                      trust: bool = False) -> Generator:
     import tensorflow_text  # noqa: F401, PLC0415 (registers the tokenizer ops of an export)
 
     if not os.path.isfile(os.path.join(saved_model, "saved_model.pb")):
         raise UserError(f"--saved_model={saved_model} holds no saved_model.pb; pass a directory "
                         "written by 'bert-train export'")
+    graph_check.check_saved_model(saved_model, [serving.GENERATE, serving.PROMPT_LENGTHS],
+                                  trust=trust)
     loaded = tf.saved_model.load(saved_model)
     missing = {serving.GENERATE, serving.PROMPT_LENGTHS} - set(loaded.signatures)
     if missing:
@@ -138,7 +141,8 @@ def _from_saved_model(saved_model: str, max_new_tokens: int | None) -> Generator
 
 def load_generator(*, model_dir: str | None = None, saved_model: str | None = None,
                    checkpoint: str | None = None,
-                   max_new_tokens: int | None = None) -> Generator:
+                   max_new_tokens: int | None = None,
+                   trust_saved_model: bool = False) -> Generator:
     """The generation functions of a causal model directory or of its export (exactly one).
 
     Args:
@@ -147,6 +151,8 @@ def load_generator(*, model_dir: str | None = None, saved_model: str | None = No
       checkpoint: model_dir only (see `checkpoints.select.select_checkpoint`).
       max_new_tokens: the most pieces generated (model_dir: any below its positions; an
         export: its own bound only); None: the default.
+      trust_saved_model: load an export whose graph holds ops bert-train's exports never use
+        (else refused before loading: `graph_check.check_saved_model`).
 
     Returns:
       A `Generator`.
@@ -156,7 +162,7 @@ def load_generator(*, model_dir: str | None = None, saved_model: str | None = No
                         "(its export)")
     if model_dir is not None:
         return _from_model_dir(model_dir, checkpoint, max_new_tokens)
-    return _from_saved_model(saved_model, max_new_tokens)
+    return _from_saved_model(saved_model, max_new_tokens, trust_saved_model)
 
 
 def read_prompts(prompts: list[str] | None, input_path: str | None) -> list[str]:

@@ -49,7 +49,7 @@ import numpy as np
 
 from bert_trainer import outputs
 from bert_trainer.errors import UserError
-from bert_trainer.export import exporter
+from bert_trainer.export import exporter, graph_check
 from bert_trainer.export.predict_inputs import (  # noqa: F401 (part of predict's API)
     FORMATS,
     HEADER_ALIASES,
@@ -112,13 +112,16 @@ def _ordered(names, family: Family) -> tuple[str, ...]:
 
 
 def load_predictor(*, model_dir: str | None = None, saved_model: str | None = None,
-                   checkpoint: str | None = None, seq_length: int | None = None) -> Predictor:
+                   checkpoint: str | None = None, seq_length: int | None = None,
+                   trust_saved_model: bool = False) -> Predictor:
     """The text predictor of a SavedModel or of a model directory (exactly one of them).
 
     Args:
       model_dir: a bert-train model directory; its model is wrapped in-process.
       saved_model: a directory written by `bert-train export`.
       checkpoint, seq_length: model directory only (see `export.build_serving_module`).
+      trust_saved_model: load a SavedModel whose graph holds ops bert-train's exports never
+        use (else refused before loading: `graph_check.check_saved_model`).
 
     Returns:
       A `Predictor`.
@@ -143,6 +146,7 @@ def load_predictor(*, model_dir: str | None = None, saved_model: str | None = No
     if not os.path.isfile(os.path.join(saved_model, "saved_model.pb")):
         raise UserError(f"--saved_model={saved_model} holds no saved_model.pb; pass a directory "
                         "written by 'bert-train export'")
+    graph_check.check_saved_model(saved_model, ["serving_default"], trust=trust_saved_model)
     loaded = tf.saved_model.load(saved_model)
     if "serving_default" not in loaded.signatures:
         raise UserError(f"--saved_model={saved_model} has no serving_default signature (only "

@@ -876,6 +876,7 @@ def write_untrusted_dirs(root, pretrained: str) -> dict[str, str]:
                     "family_module": "planted_family"}
     info_file.write_text(json.dumps(info))
     paths["planted_run"] = str(planted)
+    paths["edited_family_run"] = _edited_family_run(root, pretrained)
     paths.update(truncated_shards(root, str(pathlib.Path(pretrained) / "vocab.txt")))
     return paths
 
@@ -1008,3 +1009,44 @@ OUTPUT_CASES.extend([
      "--input={outputs_root}/* matches {outputs_root}/my_vocab.txt, the vocabulary this run "
      "writes (--output={outputs_root}/my_vocab.txt)" + _NARROW),
 ])
+
+
+# Refusals that name the right cause (issue 46). Before: a vocab.txt starting with a BOM was
+# "lacks the special tokens [PAD]" (line 1 is [PAD]); an sst2 run whose bert_train.json family
+# was edited to squad got "seq_length=32 leaves no room for the context ...; raise --seq_length".
+BAD_FILES["bom_vocab.txt"] = "\ufeff" + "".join(
+    f"{t}\n" for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "film"])
+_BOM = ("vocab file {bom_vocab.txt} starts with a UTF-8 byte-order mark (BOM), which the "
+        "tokenizer would read as part of its first token '[PAD]'; re-save it as UTF-8 without a "
+        "BOM")
+CLI_CASES.extend([
+    ("create_pretraining_data vocab with a BOM",
+     ["create_pretraining_data", "--input={lines.txt}", "--vocab={bom_vocab.txt}",
+      "--output={root}/d6-*.tfrecord"], _BOM),
+    ("finetune vocab with a BOM",
+     [*SST2, "--model_dir={fresh}", "--train_file={good.tsv}", "--vocab_file={bom_vocab.txt}"],
+     _BOM),
+])
+FAMILY_CASES.append(
+    ("evaluate a model_dir whose task family was edited",
+     ["evaluate", "--model_dir={edited_family_run}", "--eval_file={good.tsv}"],
+     "{edited_family_run}/bert_train.json: the task entry names family 'squad' (task 'squad') "
+     "but records the class names ['negative', 'positive'], which a squad task does not have: "
+     "the entry does not describe the model trained here"))
+
+
+def _edited_family_run(root, pretrained: str) -> str:
+    """A copy of `pretrained` whose bert_train.json records an sst2 classifier's task entry
+    with its family and name edited to squad."""
+    import pathlib  # noqa: PLC0415
+    import shutil  # noqa: PLC0415
+
+    edited = pathlib.Path(root) / "edited_family_run"
+    shutil.copytree(pretrained, edited)
+    info_file = edited / "bert_train.json"
+    info = json.loads(info_file.read_text())
+    info["task"] = {"name": "squad", "family": "squad", "label_names": ["negative", "positive"],
+                    "seq_length": 32, "text_keys": ["text"], "metrics": ["accuracy"],
+                    "pooling": "cls"}
+    info_file.write_text(json.dumps(info))
+    return str(edited)

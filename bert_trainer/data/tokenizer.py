@@ -58,7 +58,8 @@ def load_vocab(vocab_file: str) -> list[str]:
       The tokens in id order.
 
     Raises:
-      UserError: the file is missing, not UTF-8, empty, has duplicates or lacks a special token.
+      UserError: the file is missing, not UTF-8, starts with a byte-order mark, is empty, has
+        duplicates or lacks a special token.
     """
     remote = "://" in vocab_file  # gs://, ram://: through TensorFlow's file systems.
     if not (tf.io.gfile.exists(vocab_file) and not tf.io.gfile.isdir(vocab_file) if remote
@@ -77,6 +78,13 @@ def load_vocab(vocab_file: str) -> list[str]:
     except UnicodeDecodeError as e:
         raise UserError(f"vocab file {vocab_file} is not UTF-8 ({e.reason} at byte {e.start}); "
                         "re-save it as UTF-8") from None
+    # A BOM (Windows editors write one) is refused, not stripped: model directories and
+    # exports copy vocab.txt byte for byte, and other tools would read it into token 0.
+    if vocab and vocab[0].startswith("\ufeff"):
+        raise UserError(f"vocab file {vocab_file} starts with a UTF-8 byte-order mark (BOM), "
+                        f"which the tokenizer would read as part of its first token "
+                        f"{vocab[0][1:]!r}; re-save it as UTF-8 without a BOM (e.g. "
+                        "sed -i '1s/^\\xEF\\xBB\\xBF//' FILE)")
     while vocab and not vocab[-1]:  # A trailing blank line is an editor artifact, not a token.
         vocab.pop()
     if not vocab:

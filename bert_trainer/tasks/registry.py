@@ -391,6 +391,11 @@ def task_from_info(info: dict, encoder: EncoderSpec, *, config: FinetuneConfig |
     if not name or not info.get("family"):
         raise UserError(f"{where}: the task entry lacks a name or a known family; pass --task")
     family = family_from_info(info, where)
+    if info.get("label_names") and not family.has_label_names:  # e.g. "family" edited by hand
+        raise UserError(f"{where}: the task entry names family '{family.name}' (task {name!r}) "
+                        f"but records the class names {list(info['label_names'])[:20]}, which "
+                        f"a {family.name} task does not have: the entry does not describe the "
+                        "model trained here; restore the family it was trained as")
     if not (family.presets() or family.local_tasks):
         raise UserError(f"{where}: a {family.name} model directory has no fine-tuning task to "
                         "evaluate; fine-tune it first (bert-train finetune --init_checkpoint="

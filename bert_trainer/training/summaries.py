@@ -60,12 +60,16 @@ class SummaryWriter:
 
 
 def write_operative_config(model_dir: str, writer: SummaryWriter | None = None,
-                           step: int = 0, derived=()) -> str:
+                           step: int = 0, derived=(), resumed: bool = False) -> str:
     """Writes gin's operative config to `model_dir/operative_config.gin` and to TensorBoard.
 
     The operative config lists every gin parameter that the run actually used (defaults
     included), so the run can be repeated exactly. Call it after the task, model, optimizer and
     input pipeline are built: gin only records configurables that have been called.
+
+    A resumed run keeps the file of the run it continues (it repeats the run from its start);
+    a config that differs from it (a longer run, another batch size) goes to
+    `operative_config-STEP.gin`, STEP being the step the run resumed at.
 
     Args:
         model_dir: the run directory.
@@ -73,6 +77,7 @@ def write_operative_config(model_dir: str, writer: SummaryWriter | None = None,
         step: the step the text summary is recorded at.
         derived: binding lines of settings the command derived and passed as arguments
             (gin does not list those); appended under a header comment.
+        resumed: the run resumed from a checkpoint of `model_dir`.
 
     Returns:
         The config text (empty when nothing was configured with gin).
@@ -82,13 +87,25 @@ def write_operative_config(model_dir: str, writer: SummaryWriter | None = None,
         header = "# Derived by the command (passed as arguments, not bound in gin):"
         config = "\n".join([config.rstrip("\n"), "", header, *derived]).lstrip("\n") + "\n"
     tf.io.gfile.makedirs(model_dir)
-    storage.write_text_atomically(os.path.join(model_dir, OPERATIVE_CONFIG_FILE), config)
+    path = os.path.join(model_dir, OPERATIVE_CONFIG_FILE)
+    if resumed and tf.io.gfile.exists(path):
+        with tf.io.gfile.GFile(path) as f:
+            original = f.read()
+        path = None if original == config else resumed_config_path(model_dir, step)
+    if path is not None:
+        storage.write_text_atomically(path, config)
     if writer is not None:
         # Markdown would reflow the config; indenting each line makes it a code block.
         body = "\n".join("    " + line for line in config.splitlines()) or "    (no gin bindings)"
         writer.text("operative_config", body, step)
         writer.flush()
     return config
+
+
+def resumed_config_path(model_dir: str, step: int) -> str:
+    """Where the operative config of a run resumed at `step` goes when it differs."""
+    stem, extension = os.path.splitext(OPERATIVE_CONFIG_FILE)
+    return os.path.join(model_dir, f"{stem}-{step}{extension}")
 
 
 def format_duration(seconds: float) -> str:

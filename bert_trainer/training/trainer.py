@@ -11,7 +11,8 @@ into the micro-batches of the run's `BatchPlan` and accumulated into one optimiz
 Exact resume: a checkpoint holds the model, the optimizer, the step and the dropout seed
 states; the input position is restored by skipping the batches already consumed
 (`step * accumulation_steps` per replica, counted in task batches before any split into
-micro-batches, so a fitted run resumes exactly whatever its micro-batch) in a freshly built,
+micro-batches, so a fitted run resumes exactly whatever its micro-batch; in examples across a
+change of batch size: `checkpoints/run_record.py`) in a freshly built,
 deterministically ordered training dataset. `tf.data` iterators of distributed datasets
 cannot be checkpointed, and skipping also replays the input pipeline's own random ops
 identically. The cost: a restart re-reads the skipped part of the input once (no model
@@ -44,7 +45,7 @@ import tensorflow as tf
 from absl import logging
 
 from bert_trainer import durations, outputs
-from bert_trainer.checkpoints import best, resume, storage
+from bert_trainer.checkpoints import best, resume, run_record, storage
 from bert_trainer.checkpoints import model_dir as model_dir_lib
 from bert_trainer.errors import UserError
 from bert_trainer.tasks.base import Task
@@ -105,6 +106,14 @@ class Trainer:
         self._build()
         self.task.check_resume(model_dir)  # before a restore: a resume as another task refused
         self._restore_or_initialize()
+        # What the run is trained with; a resume that changes it is refused (run_record.py).
+        step = int(self.global_step.numpy())
+        self.run_record = run_record.resume(
+            model_dir, run_record.settings(self.optimizer_config, getattr(task, "config", None),
+                                           self.derived_bindings),
+            task_batch=task.global_batch_size(True), accumulation_steps=config.accumulation_steps,
+            restored_step=step if self._saved else None,
+            consumed_steps=self._rollbacks.consumed_steps(step))
         self._train_writer = summaries.SummaryWriter(os.path.join(model_dir, "train"),
                                                      enabled=self.is_chief)
         self._eval_writer = summaries.SummaryWriter(os.path.join(model_dir, "eval"),
@@ -201,7 +210,9 @@ class Trainer:
     def _train_dataset(self, start_step: int):
         """The distributed training input, positioned after the batches already trained on."""
         # Task batches per replica trained on or dropped by rollbacks.
-        consumed = self._rollbacks.consumed_steps(start_step) * self.config.accumulation_steps
+        consumed = run_record.batches_before(self.run_record,
+                                             self._rollbacks.consumed_steps(start_step),
+                                             self.task.global_batch_size(True))
         plan = self.batch_plan
 
         def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
@@ -369,6 +380,7 @@ class Trainer:
         with self._storage("the model info (bert_train.json)", self.model_dir):
             tf.io.gfile.makedirs(self.model_dir)  # the first write of a run
             self.task.write_model_info(self.model_dir)
+            run_record.write(self.model_dir, self.run_record)
         plan = self.batch_plan
         if plan is not None and plan.how != "cached":  # a resume reuses it: no probe again
             path = os.path.join(self.model_dir, batch_fit.PLAN_FILE)
@@ -378,7 +390,8 @@ class Trainer:
         # Everything gin configures (task, model, optimizer, input) has been built by now.
         with self._storage("the operative config", self.model_dir):
             summaries.write_operative_config(self.model_dir, self._train_writer, step,
-                                             derived=self.derived_bindings)
+                                             derived=self.derived_bindings,
+                                             resumed=self._saved is not None)
 
     def _storage(self, writing: str, path: str):
         """`storage.guard` naming the checkpoint a rerun resumes from."""

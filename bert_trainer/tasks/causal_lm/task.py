@@ -243,7 +243,7 @@ class CausalLMTask(Task):
     def check_resume(self, model_dir: str) -> None:
         """Refuses a model_dir trained as another task, model or vocabulary.
 
-        The block size may change between resumes (e.g. a longer second phase).
+        Another block size is another run: warm-start it from this one in a new --model_dir.
         """
         if self._model is None:
             raise RuntimeError("check_resume called before build_model")
@@ -251,7 +251,7 @@ class CausalLMTask(Task):
             model_dir, encoder_class=type(self._model).__name__,
             encoder_config=self._model.get_config(), vocab_file=self.config.vocab_file,
             lower_case=self.config.lower_case, task=self.task_info(),
-            task_keys=("name", "family"))
+            task_keys=("name", "family", "block_size"))
 
     def write_model_info(self, model_dir: str) -> None:
         """Writes bert_train.json (the CausalLM's config, the task) and copies the vocab."""

@@ -305,9 +305,11 @@ class PretrainingTask(Task):
                 "use_next_sentence_label": c.use_next_sentence_label}
 
     def check_resume(self, model_dir: str) -> None:
-        """Refuses a model_dir trained as another task, encoder or vocabulary.
+        """Refuses a model_dir trained as another task, sequence length, number of
+        predictions, encoder or vocabulary.
 
-        The sequence length may change between resumes (e.g. a longer second phase).
+        A second phase at another sequence length is a new run that warm-starts from this one
+        (--init_checkpoint=MODEL_DIR in a new --model_dir): a resume continues the same run.
         """
         if self._model is None:
             raise RuntimeError("check_resume called before build_model")
@@ -315,7 +317,8 @@ class PretrainingTask(Task):
         model_dir_lib.check_resume(
             model_dir, encoder_class=type(encoder).__name__, encoder_config=encoder.get_config(),
             vocab_file=self.config.vocab_file, lower_case=self.config.lower_case,
-            task=self._task_info(), task_keys=("name", "family"))
+            task=self._task_info(),
+            task_keys=("name", "family", "seq_length", "max_predictions_per_seq"))
 
     def write_model_info(self, model_dir: str) -> None:
         """Writes bert_train.json (encoder config, task) and copies the vocabulary."""

@@ -56,6 +56,13 @@ def test_every_config_is_installed(installed):
 
 
 @pytest.mark.slow
+def test_the_ops_a_saved_model_may_hold_are_installed(installed):
+    site, _ = installed  # predict/generate --saved_model read them (export/graph_check.py)
+    listed = REPO / "bert_trainer" / "export" / "allowed_ops.txt"
+    assert (site / "bert_trainer" / "export" / "allowed_ops.txt").read_text() == listed.read_text()
+
+
+@pytest.mark.slow
 def test_names_resolve_inside_the_installed_package(installed, tmp_path):
     site, env = installed
     code = ("import bert_trainer; from bert_trainer.commands import common; "

@@ -135,9 +135,12 @@ def _called(node, library) -> list[str]:
     return [name for name in names if name in library]
 
 
-def _reached(roots, library) -> set[str]:
-    """Every function `roots` (top-level nodes) call, directly or at any depth."""
-    seen, pending = set(), [name for node in roots for name in _called(node, library)]
+def _reached(roots, library, functions=()) -> set[str]:
+    """Every function `roots` (top-level nodes) and `functions` call, at any depth, and
+    `functions` themselves."""
+    seen = set()
+    pending = [name for node in roots for name in _called(node, library)]
+    pending += [name for name in functions if name in library]
     while pending:
         name = pending.pop()
         if name not in seen:
@@ -167,10 +170,14 @@ def _meta_graph_findings(meta_graph, allowed: AllowedOps, used: tuple) -> list[F
         outputs = [t.name for t in meta_graph.signature_def[key].outputs.values()]
         for name in _reached(_feeding(nodes, outputs), library):
             reached_from.setdefault(name, key)
+    # The saver's functions (TF1 loaders run them; tf.saved_model.load restores variables
+    # itself) may hold the checkpoint ops, unless anything else reaches them too: another
+    # node, a signature, or a function of the object graph (which loading may call).
     saver = meta_graph.saver_def
     saver_nodes = _feeding(nodes, [saver.save_tensor_name, saver.restore_op_name])
     others = [node for node in graph.node if node.name not in {n.name for n in saver_nodes}]
-    saver_only = _reached(saver_nodes, library) - _reached(others, library)
+    exposed = _reached(others, library, meta_graph.object_graph_def.concrete_functions)
+    saver_only = _reached(saver_nodes, library) - exposed - set(reached_from)
     found = []
 
     def check(node, function: str, signature) -> None:

@@ -213,6 +213,36 @@ def test_the_deny_list_holds_even_if_the_allow_list_is_widened(hostile):
     assert {f.op for f in found} == {"WriteFile", "ReadFile"} and all(f.denied for f in found)
 
 
+class _Saves(tf.Module):
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    def serve(self, text):
+        tf.raw_ops.SaveV2(prefix=self.marker, tensor_names=["leak"], shape_and_slices=[""],
+                          tensors=[text])
+        return {"label_name": text}
+
+
+def test_checkpoint_ops_pass_only_in_the_savers_own_functions(tmp_path):
+    """SaveV2 is allowed where the saver writes the variables, not in a signature's function,
+    even when the graph's SaverDef names the signature's node as its restore op."""
+    from tensorflow.core.protobuf import saved_model_pb2  # noqa: PLC0415
+
+    module = _Saves()
+    module.marker = str(tmp_path / "PWNED_saver")
+    tf.saved_model.save(module, str(tmp_path / "saves"), signatures={"serving_default":
+                                                                      module.serve})
+    proto = saved_model_pb2.SavedModel()
+    proto.ParseFromString((tmp_path / "saves" / "saved_model.pb").read_bytes())
+    meta_graph = proto.meta_graphs[0]
+    assert meta_graph.saver_def.restore_op_name  # the export's own saver: allowed as it is
+    serving_node = meta_graph.signature_def["serving_default"].outputs["label_name"].name
+    for restore_op in (meta_graph.saver_def.restore_op_name, serving_node.split(":")[0]):
+        meta_graph.saver_def.restore_op_name = restore_op
+        found = graph_check.foreign_ops(proto.SerializeToString(), ["serving_default"])
+        assert [(f.op, f.signature, f.denied) for f in found if f.op == "SaveV2"] == [
+            ("SaveV2", "serving_default", True)]
+    assert not os.path.exists(module.marker)
+
+
 def test_an_unreadable_saved_model_pb_is_one_line(tmp_path):
     (tmp_path / "saved_model.pb").write_bytes(b"\x0a\xff\xff\xff\xff not a SavedModel")
     with pytest.raises(UserError, match=r"saved_model.pb cannot be read as a SavedModel \("):

@@ -106,14 +106,8 @@ class Trainer:
         self._build()
         self.task.check_resume(model_dir)  # before a restore: a resume as another task refused
         self._restore_or_initialize()
-        # What the run is trained with; a resume that changes it is refused (run_record.py).
-        step = int(self.global_step.numpy())
-        self.run_record = run_record.resume(
-            model_dir, run_record.settings(self.optimizer_config, getattr(task, "config", None),
-                                           self.derived_bindings),
-            task_batch=task.global_batch_size(True), accumulation_steps=config.accumulation_steps,
-            restored_step=step if self._saved else None,
-            consumed_steps=self._rollbacks.consumed_steps(step))
+        self.restored = self._saved[1] if self._saved else None  # the checkpoint resumed from
+        self._run_record = None  # checked when training starts (an evaluation only reads)
         self._train_writer = summaries.SummaryWriter(os.path.join(model_dir, "train"),
                                                      enabled=self.is_chief)
         self._eval_writer = summaries.SummaryWriter(os.path.join(model_dir, "eval"),
@@ -210,7 +204,7 @@ class Trainer:
     def _train_dataset(self, start_step: int):
         """The distributed training input, positioned after the batches already trained on."""
         # Task batches per replica trained on or dropped by rollbacks.
-        consumed = run_record.batches_before(self.run_record,
+        consumed = run_record.batches_before(self.trained_with(),
                                              self._rollbacks.consumed_steps(start_step),
                                              self.task.global_batch_size(True))
         plan = self.batch_plan
@@ -228,6 +222,25 @@ class Trainer:
         if consumed:
             logging.info("Skipping the %d batches per replica already trained on", consumed)
         return self.strategy.distribute_datasets_from_function(dataset_fn)
+
+    def trained_with(self) -> dict:
+        """What the run trains with (`checkpoints/run_record.py`), checked against what the
+        resumed run recorded the first time it is asked for (before training writes anything).
+
+        Raises:
+            UserError: the resume changes a recorded setting.
+        """
+        if self._run_record is None:
+            step = int(self.global_step.numpy())
+            self._run_record = run_record.resume(
+                self.model_dir, run_record.settings(
+                    self.optimizer_config, getattr(self.task, "config", None),
+                    self.derived_bindings),
+                task_batch=self.task.global_batch_size(True),
+                accumulation_steps=self.config.accumulation_steps,
+                restored_step=step if self.restored else None,
+                consumed_steps=self._rollbacks.consumed_steps(step))
+        return self._run_record
 
     # ------------------------------------------------------------------------ the host loop
 
@@ -380,7 +393,7 @@ class Trainer:
         with self._storage("the model info (bert_train.json)", self.model_dir):
             tf.io.gfile.makedirs(self.model_dir)  # the first write of a run
             self.task.write_model_info(self.model_dir)
-            run_record.write(self.model_dir, self.run_record)
+            run_record.write(self.model_dir, self.trained_with())
         plan = self.batch_plan
         if plan is not None and plan.how != "cached":  # a resume reuses it: no probe again
             path = os.path.join(self.model_dir, batch_fit.PLAN_FILE)
@@ -391,7 +404,7 @@ class Trainer:
         with self._storage("the operative config", self.model_dir):
             summaries.write_operative_config(self.model_dir, self._train_writer, step,
                                              derived=self.derived_bindings,
-                                             resumed=self._saved is not None)
+                                             resumed=self.restored is not None)
 
     def _storage(self, writing: str, path: str):
         """`storage.guard` naming the checkpoint a rerun resumes from."""

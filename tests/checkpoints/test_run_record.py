@@ -57,15 +57,15 @@ def five_steps(tmp_path):
 def test_a_resume_with_another_learning_rate_is_refused_before_anything_is_written(five_steps):
     before = tree_digest(five_steps)
     with pytest.raises(UserError) as refused:
-        trainer(five_steps, steps=10, learning_rate=0.5)
+        trainer(five_steps, steps=10, learning_rate=0.5).train_and_evaluate()
     assert str(refused.value) == (
         f"--model_dir={five_steps} was trained with OptimizerConfig.learning_rate=0.01; this "
         "run asks for OptimizerConfig.learning_rate=0.5; resume with 0.01 (the same flags and "
         "gin files), or train in a new --model_dir")
     with pytest.raises(UserError, match="OptimizerConfig.schedule='bert'"):
-        trainer(five_steps, steps=10, schedule="one_cycle")
+        trainer(five_steps, steps=10, schedule="one_cycle").train_and_evaluate()
     with pytest.raises(UserError, match="OptimizerConfig.warmup_steps=2"):
-        trainer(five_steps, steps=10, warmup_steps=4)
+        trainer(five_steps, steps=10, warmup_steps=4).train_and_evaluate()
     assert tree_digest(five_steps) == before  # operative_config.gin, bert_train.json too
 
 
@@ -87,8 +87,8 @@ def test_another_batch_size_continues_from_the_first_example_not_trained_on(five
     stream = example_stream(100)
     # 5 steps x 8 = 40 examples trained: batch 4 starts at example 41 (not at 5 x 4 + 1 = 21).
     halves = trainer(five_steps, steps=10, batch=4)
-    assert "Batch size 4 (was 8): resuming at step 5 from example 41" in caplog.text
     np.testing.assert_array_equal(first_batch(halves), stream[40:44])
+    assert "Batch size 4 (was 8): resuming at step 5 from example 41" in caplog.text
     halves.train_and_evaluate()  # 5 steps x 4: 60 examples in all
     recorded = json.loads((five_steps / "bert_train.json").read_text())["trained_with"]
     assert recorded["batches"][1:] == [{"step": 5, "consumed_steps": 5, "examples": 40,
@@ -99,8 +99,19 @@ def test_another_batch_size_continues_from_the_first_example_not_trained_on(five
     before = tree_digest(five_steps)
     with pytest.raises(UserError, match=r"has trained on 60 examples \(batch size 4\); a batch "
                                         r"of 16 cannot start at example 61"):
-        trainer(five_steps, steps=11, batch=16)
+        trainer(five_steps, steps=11, batch=16).train_and_evaluate()
     assert tree_digest(five_steps) == before
+
+
+def test_an_evaluation_of_the_run_is_not_a_resume(five_steps):
+    # `evaluate` builds a Trainer with the default optimizer settings: it trains nothing.
+    before = tree_digest(five_steps)
+    evaluator = Trainer(RecordedToyTask(ToyConfig(train_batch_size=32)), str(five_steps),
+                        config=TrainerConfig(train_steps=1))
+    assert evaluator.restored == f"{five_steps}/ckpt-5"
+    assert set(evaluator.evaluate()) >= {"loss", "accuracy"}
+    assert {k: v for k, v in tree_digest(five_steps).items() if not k.startswith("eval/")} \
+        == before
 
 
 def test_settings_leave_out_what_the_command_derived_from_the_run_length():

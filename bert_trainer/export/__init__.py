@@ -34,6 +34,8 @@ contexts.
 Modules:
   exporter.py   model_dir -> the family's serving module -> SavedModel (`export_saved_model`)
   predict.py    `bert-train predict`: inputs in, the family's JSON answers out
+  graph_check.py  the ops a SavedModel may hold (`allowed_ops.txt`), checked in its
+                saved_model.pb before `predict`/`generate --saved_model` load it
 
 The serving-module base (`ServingModule`, `EncoderServing`, `TaskServing`, the signature
 names) is `bert_trainer/serving.py`, below the task families that subclass it.

@@ -54,12 +54,11 @@ class AttentionSoftmaxOp : public DropoutStreamOp {
     T* ys = y->flat<T>().data();
     const bool drops = stream.drops();
     ParallelFor(ctx, batch * heads * queries, keys * 30, [&](int64_t begin, int64_t end) {
-      // Eigen's storage, aligned to its widest packet: a reduction over an unaligned Map
-      // starts its packets where the alignment does, so a malloc'd buffer's address (which
-      // differs between threads and runs) would change the sum's last bits.
-      Eigen::ArrayXf buffer(keys * (drops ? 2 : 1));
+      // Padded and aligned (common.h): exp runs on Eigen's vector path for every element.
+      const int64_t padded = Padded(keys);
+      Eigen::ArrayXf buffer = Eigen::ArrayXf::Zero(padded + (drops ? keys : 0));
       float* row = buffer.data();
-      float* keep = drops ? row + keys : nullptr;
+      float* keep = drops ? row + padded : nullptr;
       for (int64_t r = begin; r < end; ++r) {
         const int64_t b = r / (heads * queries), q = r % queries;
         const T* s = ss + r * keys;
@@ -68,9 +67,9 @@ class AttentionSoftmaxOp : public DropoutStreamOp {
         for (int64_t j = 0; j < keys; ++j) {
           row[j] = static_cast<float>(s[j]) + static_cast<float>(m[j]);
         }
-        Array a(row, keys);
-        a = (a - a.maxCoeff()).exp();
-        const float inverse_sum = 1.0f / a.sum();
+        AlignedArray a(row, padded);
+        a = (a - FixedMax(row, keys)).exp();
+        const float inverse_sum = 1.0f / FixedSum(row, keys);
         T* p = ps + r * keys;
         for (int64_t j = 0; j < keys; ++j) {
           row[j] *= inverse_sum;
@@ -116,7 +115,8 @@ class AttentionSoftmaxGradOp : public DropoutStreamOp {
           stream.Keep(r * keys, keys, keep.data());
           g *= keep;
         }
-        g = p * (g - (g * p).sum());
+        const float gp = FixedSum(keys, [&](int64_t j) { return g[j] * p[j]; });
+        g = p * (g - gp);
         Store(g.data(), keys, out + r * keys);
       }
     });

@@ -17,6 +17,8 @@ the sources and headers, the compile policy, the TensorFlow version and the CPU'
 flags, so a change to any of them builds a new library and a cache shared between different
 machines never loads code compiled for another CPU. Concurrent processes (parallel tests,
 workers) wait on a file lock and build it once; the library appears atomically.
+`$BERT_TRAIN_KERNEL_MARCH` builds for one named target instead (`x86-64-v3`: the AVX2 library
+of a CPU without AVX-512, on one that has it).
 
 A build that fails is remembered (`*.failed` beside where the library would be, named by the
 compiler's version and the exact flags too): later processes report the same cause at once
@@ -47,14 +49,21 @@ from bert_trainer.kernels import targets
 
 KERNEL_DIR = pathlib.Path(__file__).parent
 CACHE_ENV = "BERT_TRAIN_KERNEL_CACHE"
+# Builds for one named target instead of this CPU's own (`targets.forced_target`): how a test
+# gets the AVX2 (`x86-64-v3`) library of a CPU without AVX-512 on one that has it.
+MARCH_ENV = "BERT_TRAIN_KERNEL_MARCH"
 COMPILE_TIMEOUT_S = 900
 WARNINGS = ("-Wall", "-Wextra")
 # Stop at the first error: only it is reported (`first_error`), and a compile that fails in
 # TensorFlow's headers (the bundled Eigen on a CPU it cannot target) then costs seconds, not
 # the minutes of parsing everything after it.
 FAIL_FAST = ("-Wfatal-errors",)
+# No fused multiply-add unless a kernel asks for one: contracted, `a * b + c` rounds once in
+# the code the compiler chose to fuse and twice elsewhere, so an element's bits would follow
+# whether Eigen's vector loop or its scalar head and tail computed it (common.h).
+NUMERICS = ("-ffp-contract=off",)
 # Part of the cache key: bump when the flag policy changes in a way the key cannot see.
-POLICY = "march-native-minus-broken/2"
+POLICY = "march-native-minus-broken/3"
 OFF_HINT = "set BERT_TRAIN_FUSED_KERNELS=off to use TensorFlow's own ops"
 
 
@@ -144,7 +153,7 @@ def compile_command(source: pathlib.Path, output: pathlib.Path, cxx: str | None 
     """The command compiling `source` to the object `output` for `target`; `cxx` defaults to
     `compiler()` (which must exist)."""
     cxx = cxx or compiler()
-    return [cxx, "-c", "-fPIC", "-O3", *arch_flags(target, cxx), *WARNINGS, *FAIL_FAST,
+    return [cxx, "-c", "-fPIC", "-O3", *NUMERICS, *arch_flags(target, cxx), *WARNINGS, *FAIL_FAST,
             str(source), "-o", str(output), *_tf_compile_flags()]
 
 
@@ -176,7 +185,8 @@ def library_path(target: str = "native") -> pathlib.Path:
 
     key = hashlib.sha256()
     parts = [f"{p.name}\0".encode() + p.read_bytes() for p in sources() + headers()]
-    parts += [shlex.join([os.environ.get("CXX") or "default-c++", "-O3", *WARNINGS, *FAIL_FAST,
+    parts += [shlex.join([os.environ.get("CXX") or "default-c++", "-O3", *NUMERICS, *WARNINGS,
+                          *FAIL_FAST,
                           POLICY, *targets.BROKEN_EXTENSIONS, target, *_tf_compile_flags(),
                           *tf.sysconfig.get_link_flags()]).encode()]
     for part in (*parts, tf.__version__.encode(), _cpu_fingerprint().encode()):
@@ -192,7 +202,17 @@ def failure_path(library: pathlib.Path, cxx: str, flags: list[str]) -> pathlib.P
 
 
 def build_targets() -> list[str]:
-    """The targets a build tries, in order: "native", then the CPU's fallback level."""
+    """The targets a build tries, in order: "native", then the CPU's fallback level; only
+    `$BERT_TRAIN_KERNEL_MARCH` where it is set.
+
+    Raises:
+      BuildError: `$BERT_TRAIN_KERNEL_MARCH` names a target this CPU cannot run.
+    """
+    if os.environ.get(MARCH_ENV):
+        try:
+            return [targets.forced_target(os.environ[MARCH_ENV])]
+        except targets.TargetError as e:
+            raise BuildError(str(e), environmental=True) from None
     fallback = targets.fallback_target()
     return ["native"] + ([fallback] if fallback else [])
 
@@ -379,7 +399,7 @@ def check(target: str = "native") -> tuple[int, str]:
     with tempfile.TemporaryDirectory() as scratch:
         unity = pathlib.Path(scratch) / "all_kernels.cc"
         unity.write_text("".join(f'#include "{s}"\n' for s in sources()), encoding="utf-8")
-        code, text = _run([cxx, "-fsyntax-only", *flags, *WARNINGS, *FAIL_FAST, "-I",
+        code, text = _run([cxx, "-fsyntax-only", *NUMERICS, *flags, *WARNINGS, *FAIL_FAST, "-I",
                            str(KERNEL_DIR), str(unity), *_tf_compile_flags()])
     if code is None:
         return 2, f"{cxx} could not run ({text})"

@@ -35,6 +35,15 @@
 //
 // Reductions accumulate in float32; half-precision inputs are computed in float32.
 //
+// The same bits whatever the thread count and wherever a buffer lies: work is split into
+// pieces that follow the shapes alone (rows, fixed row blocks, chunks of kChunk), never the
+// pool's size; every sum runs in an order that follows the element index alone (FixedSum,
+// never Eigen's reductions, whose vector packets start where the buffer's address is aligned,
+// with a scalar head and tail whose length follows the heap address); exp and erf run on
+// aligned buffers padded to kLanes (Padded), so every element takes Eigen's vector path, not
+// the scalar one for a head or tail; and the build turns off floating-point contraction
+// (-ffp-contract=off), so a * b + c rounds the same in scalar and vector code.
+//
 // One file per op family, each with its ops' registrations: elementwise.cc (dropout, GELU),
 // attention.cc (attention probabilities, the heads' layout), layer_norm.cc, packing.cc,
 // cross_entropy.cc, adamw.cc; dropout.h holds the dropout stream two families share.
@@ -111,6 +120,53 @@ inline void ParallelChunks(OpKernelContext* ctx, int64_t n, int64_t cost_per_ele
                   fn(first, std::min(kChunk, n - first));
                 }
               });
+}
+
+// The fixed-order reductions: element i goes to partial sum i % kLanes, and the partial sums
+// are added pairwise at the end. The lane loop vectorizes as written (each lane is a chain of
+// its own, so nothing needs reassociating), for any vector width that divides kLanes.
+constexpr int64_t kLanes = 16;
+
+// n rounded up to a multiple of kLanes: the length of a padded buffer (see above).
+inline int64_t Padded(int64_t n) { return (n + kLanes - 1) / kLanes * kLanes; }
+
+// A padded buffer declared `alignas(64)` (or an Eigen::ArrayXf's data), which Eigen is told is
+// aligned: its vector packets start at element 0, and a padded length leaves no scalar tail.
+using AlignedArray = Eigen::Map<Eigen::ArrayXf, Eigen::AlignedMax>;
+
+// term(0) + ... + term(n - 1) in the fixed order above.
+template <typename Term>
+inline float FixedSum(int64_t n, Term term) {
+  float lane[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int64_t j = 0; j < kLanes; ++j) lane[j] += term(i + j);
+  }
+  for (int64_t j = 0; i + j < n; ++j) lane[j] += term(i + j);
+  for (int64_t width = kLanes / 2; width > 0; width /= 2) {
+    for (int64_t j = 0; j < width; ++j) lane[j] += lane[j + width];
+  }
+  return lane[0];
+}
+
+inline float FixedSum(const float* x, int64_t n) {
+  return FixedSum(n, [x](int64_t i) { return x[i]; });
+}
+
+// The largest of x[0, n) (-inf for none), in the same fixed order: a maximum is exact, but
+// which of -0 and +0 it keeps follows the order.
+inline float FixedMax(const float* x, int64_t n) {
+  float lane[kLanes];
+  std::fill(lane, lane + kLanes, -std::numeric_limits<float>::infinity());
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int64_t j = 0; j < kLanes; ++j) lane[j] = std::max(lane[j], x[i + j]);
+  }
+  for (int64_t j = 0; i + j < n; ++j) lane[j] = std::max(lane[j], x[i + j]);
+  for (int64_t width = kLanes / 2; width > 0; width /= 2) {
+    for (int64_t j = 0; j < width; ++j) lane[j] = std::max(lane[j], lane[j + width]);
+  }
+  return lane[0];
 }
 
 template <typename T>

@@ -52,11 +52,15 @@ class SparseSoftmaxXentOp : public OpKernel {
     float* maxes = row_max->flat<float>().data();
     float* log_sums = log_sum->flat<float>().data();
     ParallelFor(ctx, rows, classes * 12, [&](int64_t begin, int64_t end) {
+      // Padded and aligned (common.h): exp runs on Eigen's vector path for every element.
+      Eigen::ArrayXf shifted = Eigen::ArrayXf::Zero(Padded(classes));
       for (int64_t r = begin; r < end; ++r) {
-        const ConstArray row(ls + r * classes, classes);
-        const float max = row.maxCoeff();
-        const float log_sum_shifted = std::log((row - max).exp().sum());
-        const float label_logit = row(static_cast<int64_t>(ys[r]));
+        const float* row = ls + r * classes;
+        const float max = FixedMax(row, classes);
+        for (int64_t j = 0; j < classes; ++j) shifted[j] = row[j] - max;
+        shifted = shifted.exp();
+        const float log_sum_shifted = std::log(FixedSum(shifted.data(), classes));
+        const float label_logit = row[static_cast<int64_t>(ys[r])];
         // (max - label) + log_sum: exact when the label holds the max.
         losses[r] = (max - label_logit) + log_sum_shifted;
         tops[r] = label_logit >= max ? 1.0f : 0.0f;
@@ -95,10 +99,15 @@ class SparseSoftmaxXentGradOp : public OpKernel {
     const float* ups = upstream.flat<float>().data();
     float* out = dlogits->flat<float>().data();
     ParallelFor(ctx, rows, classes * 10, [&](int64_t begin, int64_t end) {
+      // Computed in a padded, aligned buffer and copied out (common.h): an output row's own
+      // address would decide which of its elements take Eigen's scalar exp.
+      Eigen::ArrayXf d = Eigen::ArrayXf::Zero(Padded(classes));
       for (int64_t r = begin; r < end; ++r) {
-        Array d(out + r * classes, classes);
-        d = ((ConstArray(ls + r * classes, classes) - maxes[r]) - log_sums[r]).exp() * ups[r];
-        d(static_cast<int64_t>(ys[r])) -= ups[r];
+        const float* row = ls + r * classes;
+        for (int64_t j = 0; j < classes; ++j) d[j] = (row[j] - maxes[r]) - log_sums[r];
+        d = d.exp() * ups[r];
+        d[static_cast<int64_t>(ys[r])] -= ups[r];
+        std::copy(d.data(), d.data() + classes, out + r * classes);
       }
     });
   }

@@ -43,9 +43,11 @@ class GeluOp : public OpKernel {
     const T* in = x.flat<T>().data();
     T* out = y->flat<T>().data();
     ParallelChunks(ctx, x.NumElements(), 20, [&](int64_t first, int64_t count) {
-      float buffer[kChunk];
+      // Padded and aligned (common.h): erf runs on Eigen's vector path for every element.
+      alignas(64) float buffer[kChunk];
       Load(in + first, count, buffer);
-      Array v(buffer, count);
+      std::fill(buffer + count, buffer + Padded(count), 0.0f);
+      AlignedArray v(buffer, Padded(count));
       v = v * (0.5f * (1.0f + (v * kSqrtHalf).erf()));
       Store(buffer, count, out + first);
     });
@@ -68,11 +70,14 @@ class GeluGradOp : public OpKernel {
     const T* xs = x.flat<T>().data();
     T* out = dx->flat<T>().data();
     ParallelChunks(ctx, x.NumElements(), 30, [&](int64_t first, int64_t count) {
-      float xb[kChunk], gb[kChunk];
+      alignas(64) float xb[kChunk];
+      alignas(64) float gb[kChunk];
       Load(xs + first, count, xb);
       Load(dys + first, count, gb);
-      const Array v(xb, count);
-      Array g(gb, count);
+      std::fill(xb + count, xb + Padded(count), 0.0f);
+      std::fill(gb + count, gb + Padded(count), 0.0f);
+      const AlignedArray v(xb, Padded(count));
+      AlignedArray g(gb, Padded(count));
       // d/dx x * Phi(x) = Phi(x) + x * phi(x)
       g *= 0.5f * (1.0f + (v * kSqrtHalf).erf()) + v * ((-0.5f * v.square()).exp() * kInvSqrt2Pi);
       Store(gb, count, out + first);

@@ -47,10 +47,14 @@ class LayerNormOp : public OpKernel {
     const float epsilon = epsilon_;
     ParallelFor(ctx, rows, width * 6, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
-        const ConstArray xr(xs + r * width, width);
-        const float m = xr.mean();
-        const float inv = 1.0f / std::sqrt((xr - m).square().mean() + epsilon);
-        Array(ys + r * width, width) = (xr - m) * inv * g + b;
+        const float* x_row = xs + r * width;
+        const float m = FixedSum(x_row, width) / static_cast<float>(width);
+        const float variance = FixedSum(width, [x_row, m](int64_t i) {
+                                 const float d = x_row[i] - m;
+                                 return d * d;
+                               }) / static_cast<float>(width);
+        const float inv = 1.0f / std::sqrt(variance + epsilon);
+        Array(ys + r * width, width) = (ConstArray(x_row, width) - m) * inv * g + b;
         means[r] = m;
         rstds[r] = inv;
       }
@@ -92,7 +96,8 @@ class LayerNormGradOp : public OpKernel {
     if (rows == 0 || width == 0) return;
     // Row blocks, each with its own dgamma/dbeta partial sums, added up at the end.
     const int64_t blocks = std::min<int64_t>(rows, 16);
-    std::vector<float> partial(static_cast<size_t>(blocks * 2 * width), 0.0f);
+    // Fixed by the shape alone (never by the pool's size), so the sums' order is too.
+    Eigen::ArrayXf partial = Eigen::ArrayXf::Zero(blocks * 2 * width);
     const float* dys = dy.flat<float>().data();
     const float* xs = x.flat<float>().data();
     const float* ms = mean.flat<float>().data();
@@ -112,8 +117,9 @@ class LayerNormGradOp : public OpKernel {
           const float inv = rs[r];
           xhat = (xr - ms[r]) * inv;
           gdy = dyr * g;
-          const float a = gdy.mean();
-          const float c = (gdy * xhat).mean();
+          const float a = FixedSum(gdy.data(), width) / static_cast<float>(width);
+          const float c = FixedSum(width, [&](int64_t i) { return gdy[i] * xhat[i]; }) /
+                          static_cast<float>(width);
           Array(dxs + r * width, width) = inv * (gdy - a - xhat * c);
           pg += dyr * xhat;
           pb += dyr;

@@ -142,6 +142,28 @@ def fallback_target() -> str | None:
     return None
 
 
+def forced_target(name: str) -> str:
+    """`name` (from `BERT_TRAIN_KERNEL_MARCH`) as the one target a build here uses: "native",
+    an x86-64 psABI level this CPU has (`x86-64-v3` on an AVX-512 machine builds the AVX2
+    library a CPU without AVX-512 would get), or `armv8-a` on Arm.
+
+    Raises:
+      TargetError: another name, or a level this CPU lacks (its library could not run here).
+    """
+    levels = dict(X86_LEVELS)
+    if name == "native" or (name == "armv8-a" and machine() == "aarch64"):
+        return name
+    if name in levels and machine() == "x86_64":
+        lacking = sorted(set(levels[name]) - cpu_flags())
+        if not lacking:
+            return name
+        raise TargetError(f"BERT_TRAIN_KERNEL_MARCH={name}: this CPU lacks "
+                          f"{', '.join(lacking)}, so a library built for it could not run "
+                          f"here; use {x86_level(cpu_flags()) or 'native'} or a lower level")
+    choices = ["native", *(levels if machine() == "x86_64" else ["armv8-a"])]
+    raise TargetError(f"BERT_TRAIN_KERNEL_MARCH={name}: choose one of {', '.join(choices)}")
+
+
 def target_compiler(target: str, host_cxx: str) -> str:
     """The compiler for `target`: the host's for the host's architecture, else the Debian
     cross compiler (`g++-aarch64-linux-gnu`) for Arm targets on x86.

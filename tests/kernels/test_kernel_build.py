@@ -59,7 +59,8 @@ def test_targets_the_compiler_does_not_know_use_what_native_would_expand_to():
         targets.target_flags("pentium9", "g++")
 
 
-def test_the_fallback_level_follows_the_cpu_flags():
+def test_the_fallback_level_follows_the_cpu_flags(monkeypatch):
+    monkeypatch.delenv(build.MARCH_ENV, raising=False)
     v4 = set(targets._X86_V4)
     assert targets.x86_level(v4) == "x86-64-v4"
     assert targets.x86_level(v4 - {"avx512bw"}) == "x86-64-v3"
@@ -68,6 +69,25 @@ def test_the_fallback_level_follows_the_cpu_flags():
     if X86:
         assert targets.fallback_target() == targets.x86_level(targets.cpu_flags())
         assert build.build_targets() == ["native", targets.fallback_target()]
+
+
+@needs_x86
+def test_kernel_march_builds_for_one_level_this_cpu_has(monkeypatch):
+    """BERT_TRAIN_KERNEL_MARCH=x86-64-v3 builds (and tests) the AVX2 library of a CPU without
+    AVX-512 on one with it; a level the CPU lacks could not run, so it is refused."""
+    monkeypatch.setattr(targets, "cpu_flags", lambda: set(targets._X86_V3))
+    monkeypatch.setenv(build.MARCH_ENV, "x86-64-v3")
+    assert build.build_targets() == ["x86-64-v3"]
+    monkeypatch.setenv(build.MARCH_ENV, "x86-64-v4")
+    with pytest.raises(build.BuildError, match=r"^BERT_TRAIN_KERNEL_MARCH=x86-64-v4: this CPU "
+                                               r"lacks avx512bw, avx512cd, avx512dq, avx512f, "
+                                               r"avx512vl, so a library built for it could not "
+                                               r"run here; use x86-64-v3 or a lower level$"):
+        build.build_targets()
+    monkeypatch.setenv(build.MARCH_ENV, "znver4")
+    with pytest.raises(build.BuildError, match=r"=znver4: choose one of native, x86-64-v4, "
+                                               r"x86-64-v3, x86-64-v2$"):
+        build.build_targets()
 
 
 # --------------------------------------------------------------------- the compile matrix
@@ -154,6 +174,7 @@ def _compiles(tmp_path) -> int:
 @pytest.fixture
 def fake_cache(tmp_path, monkeypatch):
     monkeypatch.setenv(build.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.delenv(build.MARCH_ENV, raising=False)  # native, then the fallback level
     targets.accepts.cache_clear()
     build.compiler_identity.cache_clear()
     yield tmp_path / "cache"

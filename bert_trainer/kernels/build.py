@@ -16,7 +16,9 @@ The library is cached under `$BERT_TRAIN_KERNEL_CACHE` (default: the user cache'
 the sources and headers, the compile policy, the TensorFlow version and the CPU's feature
 flags, so a change to any of them builds a new library and a cache shared between different
 machines never loads code compiled for another CPU. Concurrent processes (parallel tests,
-workers) wait on a file lock and build it once; the library appears atomically.
+workers) wait on a file lock and build it once; the library appears atomically, after the
+record of its digest, in a directory of mode 0700, and is loaded only if its bytes match that
+record (`cache.py`): a damaged or foreign file is rebuilt, with one log line.
 `$BERT_TRAIN_KERNEL_MARCH` builds for one named target instead (`x86-64-v3`: the AVX2 library
 of a CPU without AVX-512, on one that has it).
 
@@ -44,8 +46,10 @@ import subprocess
 import sys
 import tempfile
 
+from absl import logging
+
 from bert_trainer import user_cache
-from bert_trainer.kernels import targets
+from bert_trainer.kernels import cache, targets
 
 KERNEL_DIR = pathlib.Path(__file__).parent
 CACHE_ENV = "BERT_TRAIN_KERNEL_CACHE"
@@ -218,11 +222,14 @@ def build_targets() -> list[str]:
 
 
 def cached() -> Build | None:
-    """A library already built for this machine (no compiler needed), or None."""
+    """A library already built for this machine (no compiler needed), or None: the first of
+    `build_targets()` whose library exists, if its bytes match its digest record and its
+    directory is the user's alone (`cache.py`); None if not (`build()` then rebuilds it)."""
     for target in build_targets():
         path = library_path(target)
         if path.exists():
-            return Build(path, target)
+            trusted = not cache.not_private(path.parent) and not cache.untrusted(path)
+            return Build(path, target) if trusted else None
     return None
 
 
@@ -263,15 +270,23 @@ def _build_target(target: str, cxx: str) -> pathlib.Path:
     try:
         import fcntl  # noqa: PLC0415 - POSIX only
 
-        path.parent.mkdir(parents=True, exist_ok=True)
+        opened = path.parent.exists() and cache.not_private(path.parent)
+        cache.make_private(path.parent)
         with open(path.with_suffix(".lock"), "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-            if path.exists():  # another process built it while this one waited
-                return path
+            if path.exists():
+                # Anyone could have written library and record alike while others could write.
+                reason = f"lay in a directory that {opened}" if opened else cache.untrusted(path)
+                if reason is None:  # another process built it while this one waited
+                    return path
+                logging.warning("Fused CPU kernels: %s %s; rebuilding it", path, reason)
             if failed.exists():
                 raise BuildError(failed.read_text(encoding="utf-8").splitlines()[0] +
                                  f" (remembered: delete {failed} to try again)")
             _compile(path, target, cxx, failed)
+    except cache.CacheError as e:
+        raise BuildError(f"{e}: set {CACHE_ENV} to a directory of your own",
+                         environmental=True) from None
     except (OSError, ImportError) as e:
         raise BuildError(f"cannot build in the kernel cache {path.parent} ({e}): set "
                          f"{CACHE_ENV} to a writable local directory",
@@ -339,16 +354,18 @@ def _run(command: list[str]) -> tuple[int | None, str]:
 
 def _compile(path: pathlib.Path, target: str, cxx: str, failed: pathlib.Path) -> None:
     """Builds into a staging file beside `path`, then renames it into place: a library
-    appears whole or not at all, with what its compilers printed beside it
-    (`warnings_path`: empty for a clean build). A failure of the sources (not of the
-    machine) is written to `failed`, so that later processes do not pay for it again."""
+    appears whole or not at all, after its digest record (`cache.py`), with what its
+    compilers printed beside it (`warnings_path`: empty for a clean build). A failure of the
+    sources (not of the machine) is written to `failed`, so that later processes do not pay
+    for it again."""
     fd, staging = tempfile.mkstemp(suffix=".so", dir=path.parent)
     os.close(fd)
     try:
         printed = compile_library(pathlib.Path(staging), log=path.with_suffix(".log"),
                                   target=target)
         _write_aside(warnings_path(path), printed)
-        os.chmod(staging, 0o755)  # mkstemp's 0600 would lock other users of the cache out
+        os.chmod(staging, 0o500)  # the cache is the user's alone; read-only guards the bytes
+        cache.write_record(pathlib.Path(staging), path)
         os.replace(staging, path)
     except BuildError as e:
         if not e.environmental:

@@ -352,9 +352,12 @@ def test_exported_saved_model_holds_only_tensorflow_ops(tmp_path):
 # ----------------------------------------------------------------------------------- build
 
 
-def test_the_cached_library_is_readable_by_every_user():
+def test_the_cache_is_the_users_alone_and_its_library_matches_its_record():
     kernels.library()
-    assert build.library_path().stat().st_mode & 0o777 == 0o755
+    library = build.cached().path
+    assert library.stat().st_mode & 0o777 == 0o500  # no one writes it in place
+    assert library.parent.stat().st_mode & 0o777 == 0o700
+    assert build.cache.untrusted(library) is None  # its bytes are those the build recorded
 
 
 @_without_the_library

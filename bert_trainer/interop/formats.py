@@ -82,6 +82,33 @@ _SYMBOLS = {"V": ("vocab_size", "vocab_size"),
             "I": ("intermediate_size", "inner_dim")}
 
 
+# What a config may say, far beyond any released BERT or GPT-2 (the largest: 30 to 250
+# thousand tokens, hidden 1,600, 48 layers, 25 heads, 6,400 inner units, 1,024 to 8,192
+# positions) yet refusing sizes no machine could build: (config key, lowest, highest).
+SIZE_BOUNDS = {"vocab_size": (1, 1 << 22), "hidden_size": (1, 1 << 16),
+               "num_hidden_layers": (1, 1024), "num_attention_heads": (1, 1024),
+               "intermediate_size": (1, 1 << 18), "max_position_embeddings": (1, 1 << 20),
+               "type_vocab_size": (1, 1 << 10)}
+
+
+def check_bounds(path: str, sizes: dict[str, int], bounds: dict | None = None) -> None:
+    """Refuses a size outside SIZE_BOUNDS (or `bounds`: {config key: (lowest, highest)}),
+    before anything is built from it.
+
+    Args:
+      path: the config file, named in the message.
+      sizes: config key -> value as read.
+
+    Raises:
+      UserError: naming the first field out of bounds, its value and the bounds.
+    """
+    for key, (low, high) in (bounds or SIZE_BOUNDS).items():
+        value = sizes.get(key)
+        if value is not None and not low <= value <= high:
+            raise UserError(f"{path}: {key}={value} is outside [{low}, {high}]; this is no "
+                            "model bert-train can build: use the config.json of the weights")
+
+
 def layer_prefix(index: int) -> str:
     return f"bert/encoder/layer_{index}/"
 
@@ -124,6 +151,8 @@ class BertConfig:
         if activation not in SUPPORTED_ACTIVATIONS:
             raise UserError(f"{path}: hidden_act '{activation}' is not supported; bert-train "
                             f"converts {', '.join(SUPPORTED_ACTIVATIONS)} (gelu = exact erf form)")
+        check_bounds(path, {key: integer(path, raw, key) for key in SIZE_BOUNDS
+                            if key in raw})
         config = cls(
             vocab_size=int(raw["vocab_size"]), hidden_size=int(raw["hidden_size"]),
             num_layers=int(raw["num_hidden_layers"]),
@@ -224,31 +253,52 @@ def float_weight(name: str, array, source: str) -> np.ndarray:
     return array
 
 
+def integer(path: str, raw: dict, key: str) -> int:
+    """`raw[key]`, a whole number (an integral float too); UserError naming the key if not."""
+    value = raw[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+            isinstance(value, float) and not value.is_integer()):
+        raise UserError(f"{path}: {key}={value!r} is not a whole number")
+    return int(value)
+
+
 def validate(ckpt: BertCheckpoint) -> None:
     """Checks that config, weights and vocabulary fit each other; UserError naming both sides."""
-    config = ckpt.config
-    held = sum(1 for n in ckpt.weights if n.endswith("attention/self/query/kernel"))
+    check_fit(ckpt.config, {n: tuple(w.shape) for n, w in ckpt.weights.items()},
+              config_file=ckpt.config_file, weights_file=ckpt.weights_file,
+              vocab_file=ckpt.vocab_file)
+
+
+def check_fit(config: BertConfig, shapes: dict[str, tuple[int, ...]], *, config_file: str,
+              weights_file: str, vocab_file: str | None = None) -> None:
+    """Checks that a config and the shapes of the weights (by reference name; from a file's
+    header, before any tensor is read) fit each other, and the vocabulary the embeddings.
+
+    Raises:
+      UserError: naming the config, the weights file, the tensor and both shapes.
+    """
+    held = sum(1 for n in shapes if n.endswith("attention/self/query/kernel"))
     if held and held != config.num_layers:
-        raise UserError(f"{ckpt.config_file} says num_hidden_layers={config.num_layers} but "
-                        f"{ckpt.weights_file} holds {held} layers; use the config of these weights")
+        raise UserError(f"{config_file} says num_hidden_layers={config.num_layers} but "
+                        f"{weights_file} holds {held} layers; use the config of these weights")
     for group in GROUPS:
-        shapes = reference_shapes(config, group)
-        present = [n for n in shapes if n in ckpt.weights]
+        expected_shapes = reference_shapes(config, group)
+        present = [n for n in expected_shapes if n in shapes]
         if group != ENCODER and not present:
             continue
-        missing = [n for n in shapes if n not in ckpt.weights]
-        if missing:
-            raise UserError(f"{ckpt.weights_file}: the {group} lacks {missing[0]} (reference "
-                            f"name; {len(missing)} of {len(shapes)} tensors missing); "
-                            "is this a complete BERT checkpoint?")
-        for name, expected in shapes.items():
-            actual = tuple(ckpt.weights[name].shape)
+        for name in present:  # a shape the config does not imply first: the likelier cause
+            actual, expected = tuple(shapes[name]), expected_shapes[name]
             if actual != expected:
                 raise UserError(
-                    f"{ckpt.config_file} does not fit {ckpt.weights_file}: {name} has shape "
+                    f"{config_file} does not fit {weights_file}: {name} has shape "
                     f"{actual} but the config ({_explain(name, config)}) implies {expected}")
-    if ckpt.vocab_file:
-        _check_vocab(ckpt)
+        missing = [n for n in expected_shapes if n not in shapes]
+        if missing:
+            raise UserError(f"{weights_file}: the {group} lacks {missing[0]} (reference "
+                            f"name; {len(missing)} of {len(expected_shapes)} tensors missing); "
+                            "is this a complete BERT checkpoint?")
+    if vocab_file:
+        _check_vocab(vocab_file, shapes["bert/embeddings/word_embeddings"][0], weights_file)
 
 
 def _explain(name: str, config: BertConfig) -> str:
@@ -265,13 +315,12 @@ def _group_of(name: str) -> str:
     return ENCODER
 
 
-def _check_vocab(ckpt: BertCheckpoint) -> None:
-    with open(ckpt.vocab_file, encoding="utf-8") as f:
+def _check_vocab(vocab_file: str, rows: int, weights_file: str) -> None:
+    with open(vocab_file, encoding="utf-8") as f:
         tokens = sum(1 for _ in f)
-    rows = ckpt.weights["bert/embeddings/word_embeddings"].shape[0]
     if tokens != rows:
-        raise UserError(f"{ckpt.vocab_file} has {tokens} tokens but the embedding table in "
-                        f"{ckpt.weights_file} has {rows} rows; use the vocab.txt of these weights")
+        raise UserError(f"{vocab_file} has {tokens} tokens but the embedding table in "
+                        f"{weights_file} has {rows} rows; use the vocab.txt of these weights")
 
 
 def read_json(path: str) -> dict:

@@ -41,6 +41,10 @@ from bert_trainer.models.causal_lm import CausalLM
 MODEL_TYPE = formats.GPT2  # config.json's model_type
 _PREFIX = "transformer."
 _TIED_HEAD = "lm_head.weight"  # tied to wte; `save_pretrained` leaves it out
+# GPT-2's config keys and the BERT ones whose bounds they take (formats.SIZE_BOUNDS).
+_SIZE_KEYS = {"vocab_size": "vocab_size", "n_embd": "hidden_size", "n_layer": "num_hidden_layers",
+              "n_head": "num_attention_heads", "n_inner": "intermediate_size",
+              "n_positions": "max_position_embeddings"}
 _BUFFER = re.compile(r"^h\.\d+\.attn\.(bias|masked_bias)$")
 
 _APPROXIMATE = "gelu_approximate"  # CausalLM's name for the tanh form
@@ -133,6 +137,9 @@ class GPT2Config:
             if bool(raw.get(field, value)) != value:
                 raise UserError(f"{path}: {field}={raw[field]} ({meaning}) is not supported; "
                                 f"bert-train's CausalLM computes {field}={value}")
+        bounds = {gpt2_key: formats.SIZE_BOUNDS[key] for gpt2_key, key in _SIZE_KEYS.items()}
+        formats.check_bounds(path, {k: formats.integer(path, raw, k) for k in bounds
+                                    if raw.get(k) is not None}, bounds)
         hidden = int(raw.get("n_embd", 768))
         config = cls(
             vocab_size=int(raw.get("vocab_size", 50257)), hidden_size=hidden,
@@ -230,28 +237,16 @@ def read_gpt2(path: str, *, allow_pickle: bool = False) -> GPT2Checkpoint:
     directory = checkpoint_directory(path)
     config_file = os.path.join(directory, formats.HF_CONFIG)
     config = GPT2Config.from_json(config_file)
-    tensors, weights_file = hf._load_tensors(directory, allow_pickle)  # noqa: SLF001 (shared)
-    tensors = {k.removeprefix(_PREFIX): v for k, v in tensors.items()}
-    expected = expected_shapes(config)
-    skipped = sorted(k for k in tensors if _BUFFER.match(k))
-    if _TIED_HEAD in tensors:
-        skipped.append(_TIED_HEAD)
-        if "wte.weight" in tensors and not np.array_equal(tensors[_TIED_HEAD],
-                                                          tensors["wte.weight"]):
-            raise UserError(f"{weights_file}: {_TIED_HEAD} differs from wte.weight; an untied "
-                            "output projection cannot be converted (CausalLM ties it)")
-    held = {int(m.group(1)) for k in tensors if (m := re.match(r"^h\.(\d+)\.", k))}
-    if held and max(held) + 1 != config.num_layers:
-        raise UserError(f"{config_file} says n_layer={config.num_layers} but {weights_file} "
-                        f"holds {max(held) + 1} layers; use the config of these weights")
-    extra = sorted(set(tensors) - set(expected) - set(skipped))
-    if extra:
-        raise UserError(f"{weights_file}: unexpected tensor {extra[0]} ({len(extra)} unknown); "
-                        "is this a GPT2LMHeadModel / GPT2Model checkpoint?")
-    missing = [k for k in expected if k not in tensors]
-    if missing:
-        raise UserError(f"{weights_file} lacks {missing[0]} ({len(missing)} of {len(expected)} "
-                        "tensors missing); is this a complete GPT-2 checkpoint?")
+    source = hf.tensor_source(directory, allow_pickle)
+    skipped = check_source(source, config, config_file)  # before any tensor is read
+    file_names = {k.removeprefix(_PREFIX): k for k in source.shapes}
+    weights_file, expected = source.weights_file, expected_shapes(config)
+    wanted = [*expected, *([_TIED_HEAD, "wte.weight"] if _TIED_HEAD in file_names else [])]
+    tensors = {k.removeprefix(_PREFIX): v
+               for k, v in source.read(file_names[k] for k in wanted).items()}
+    if _TIED_HEAD in tensors and not np.array_equal(tensors[_TIED_HEAD], tensors["wte.weight"]):
+        raise UserError(f"{weights_file}: {_TIED_HEAD} differs from wte.weight; an untied "
+                        "output projection cannot be converted (CausalLM ties it)")
     weights = {}
     for name, shape in expected.items():
         array = formats.float_weight(name, tensors[name], weights_file).astype(np.float32)
@@ -260,6 +255,43 @@ def read_gpt2(path: str, *, allow_pickle: bool = False) -> GPT2Checkpoint:
                             f"{array.shape} but the config implies {shape}")
         weights[name] = array
     return GPT2Checkpoint(config, weights, skipped, config_file, weights_file)
+
+
+def check_source(source, config: GPT2Config, config_file: str) -> list[str]:
+    """Checks the names and shapes a weights file declares (`hf.tensor_source`: its header)
+    against the config's, before any tensor is read.
+
+    Returns:
+      The names that are not weights (attention mask buffers, the tied lm_head.weight).
+
+    Raises:
+      UserError: a layer count, an unknown, missing or misshapen tensor (named, one line).
+    """
+    shapes = {k.removeprefix(_PREFIX): v for k, v in source.shapes.items()}
+    weights_file, expected = source.weights_file, expected_shapes(config)
+    skipped = sorted(k for k in shapes if _BUFFER.match(k))
+    if _TIED_HEAD in shapes:
+        skipped.append(_TIED_HEAD)
+        if "wte.weight" in shapes and shapes[_TIED_HEAD] != shapes["wte.weight"]:
+            raise UserError(f"{weights_file}: {_TIED_HEAD} differs from wte.weight; an untied "
+                            "output projection cannot be converted (CausalLM ties it)")
+    held = {int(m.group(1)) for k in shapes if (m := re.match(r"^h\.(\d+)\.", k))}
+    if held and max(held) + 1 != config.num_layers:
+        raise UserError(f"{config_file} says n_layer={config.num_layers} but {weights_file} "
+                        f"holds {max(held) + 1} layers; use the config of these weights")
+    extra = sorted(set(shapes) - set(expected) - set(skipped))
+    if extra:
+        raise UserError(f"{weights_file}: unexpected tensor {extra[0]} ({len(extra)} unknown); "
+                        "is this a GPT2LMHeadModel / GPT2Model checkpoint?")
+    missing = [k for k in expected if k not in shapes]
+    if missing:
+        raise UserError(f"{weights_file} lacks {missing[0]} ({len(missing)} of {len(expected)} "
+                        "tensors missing); is this a complete GPT-2 checkpoint?")
+    for name, shape in expected.items():
+        if tuple(shapes[name]) != shape:
+            raise UserError(f"{config_file} does not fit {weights_file}: {name} has shape "
+                            f"{tuple(shapes[name])} but the config implies {shape}")
+    return skipped
 
 
 def split_qkv(kernel: np.ndarray, bias: np.ndarray, num_heads: int) -> list[tuple]:

@@ -3,8 +3,9 @@
 HF tensor names map one to one onto the reference (Google) names of `formats.py`; a `Linear`
 weight is [out, in] and becomes a reference `kernel` [in, out] by a transpose. Checkpoints of
 `BertModel` have no prefix (`embeddings.word_embeddings.weight`), those of `BertFor*` models a
-`bert.` prefix and the heads under `cls.`. Weights are read with `safetensors.numpy`; a pickle
-`pytorch_model.bin` only with `allow_pickle=True` and torch installed.
+`bert.` prefix and the heads under `cls.`. The shapes in a safetensors header are checked
+against config.json before any tensor is read (`tensor_files.py`), and only the tensors used
+are read; a pickle `pytorch_model.bin` only with `allow_pickle=True` and torch installed.
 """
 
 import json
@@ -12,11 +13,10 @@ import os
 import shutil
 
 import numpy as np
-from safetensors import SafetensorError
-from safetensors.numpy import load_file, save_file
+from safetensors.numpy import save_file
 
 from bert_trainer.errors import UserError
-from bert_trainer.interop import formats
+from bert_trainer.interop import formats, tensor_files
 
 _EMBEDDINGS = {
     "embeddings.word_embeddings.weight": "bert/embeddings/word_embeddings",
@@ -84,24 +84,58 @@ def read_hf(path: str, *, allow_pickle: bool = False) -> formats.BertCheckpoint:
     """
     config_file = os.path.join(path, formats.HF_CONFIG)
     config = formats.BertConfig.from_json(config_file)
-    tensors, weights_file = _load_tensors(path, allow_pickle)
-    tensors = {_modern_name(k): v for k, v in tensors.items()}
+    source = tensor_source(path, allow_pickle)
+    names = _reference_names(source, config)
+    check_weights(source, names, config, config_file, path)  # before any tensor is read
+    read = source.read([*names, _DECODER_WEIGHT, _DECODER_BIAS])
+    tensors = {_modern_name(k): v for k, v in read.items()}
     if _DECODER_BIAS in tensors:  # Tied to cls.predictions.bias; some files keep only this one.
         tensors.setdefault("cls.predictions.bias", tensors[_DECODER_BIAS])
-    prefix = "bert." if "bert.embeddings.word_embeddings.weight" in tensors else ""
-    # Map every layer the file holds, so that validate() can name a layer-count mismatch.
-    held = sum(1 for k in tensors if k.endswith("attention.self.query.weight"))
     weights = {}
-    for hf_name, ref_name in hf_names(max(held, config.num_layers), prefix).items():
+    for file_name, ref_name in names.items():
+        hf_name = _modern_name(file_name)
         if hf_name in tensors:
-            array = formats.float_weight(hf_name, tensors[hf_name], weights_file)
+            array = formats.float_weight(hf_name, tensors[hf_name], source.weights_file)
             weights[ref_name] = np.ascontiguousarray(array.T if _transposed(ref_name) else array)
     ckpt = formats.BertCheckpoint(
         config=config, weights=weights, vocab_file=formats.find_vocab(path, required=False),
-        lower_case=lower_case(path), weights_file=weights_file, config_file=config_file)
+        lower_case=lower_case(path), weights_file=source.weights_file, config_file=config_file)
     formats.validate(ckpt)
-    _check_decoder_tie(tensors, weights, weights_file)
+    _check_decoder_tie(tensors, weights, source.weights_file)
     return ckpt
+
+
+def _reference_names(source: tensor_files.TensorSource,
+                     config: formats.BertConfig) -> dict[str, str]:
+    """Name in the file -> reference name, for every tensor of a BERT the file holds (every
+    layer it holds, so that a layer-count mismatch is named); the MLM bias may come from the
+    decoder's (tied to it in HF; some files keep only that one)."""
+    modern = {_modern_name(k): k for k in source.shapes}
+    if _DECODER_BIAS in modern:
+        modern.setdefault("cls.predictions.bias", modern[_DECODER_BIAS])
+    prefix = "bert." if "bert.embeddings.word_embeddings.weight" in modern else ""
+    held = sum(1 for k in modern if k.endswith("attention.self.query.weight"))
+    return {modern[hf]: ref for hf, ref in hf_names(max(held, config.num_layers), prefix).items()
+            if hf in modern}
+
+
+def check_weights(source: tensor_files.TensorSource, names: dict[str, str] | None,
+                  config: formats.BertConfig, config_file: str, path: str) -> None:
+    """Checks the shapes a file declares (its header) against config.json and the vocabulary,
+    before any tensor is read; `names` from `_reference_names` (None: computed here).
+
+    Raises:
+      UserError: naming the config, the file, the tensor and both shapes (`formats.check_fit`).
+    """
+    names = _reference_names(source, config) if names is None else names
+    shapes = {ref: source.shapes[name][::-1] if _transposed(ref) else source.shapes[name]
+              for name, ref in names.items()}
+    formats.check_fit(config, shapes, config_file=config_file, weights_file=source.weights_file,
+                      vocab_file=formats.find_vocab(path, required=False))
+    decoder = source.shapes.get(_DECODER_WEIGHT)
+    if decoder is not None and decoder != shapes["bert/embeddings/word_embeddings"]:
+        raise UserError(f"{source.weights_file}: {_DECODER_WEIGHT} has shape {decoder}, not the "
+                        "word embeddings'; untied MLM output embeddings cannot be converted")
 
 
 def _modern_name(name: str) -> str:
@@ -110,36 +144,28 @@ def _modern_name(name: str) -> str:
         "LayerNorm.beta", "LayerNorm.bias")
 
 
-def _load_tensors(path: str, allow_pickle: bool) -> tuple[dict[str, np.ndarray], str]:
+def tensor_source(path: str, allow_pickle: bool) -> tensor_files.TensorSource:
+    """The tensors of a Hugging Face directory (model.safetensors, a sharded index, or with
+    `allow_pickle` pytorch_model.bin), their names and shapes known before any is read."""
     single = os.path.join(path, formats.HF_WEIGHTS)
     index = os.path.join(path, formats.HF_INDEX)
     if os.path.isfile(single):
-        return _load_safetensors(single), single
+        return tensor_files.safetensors_source([single], single)
     if os.path.isfile(index):
-        shards = sorted(set(formats.read_json(index).get("weight_map", {}).values()))
-        if not shards:
-            raise UserError(f"{index} has no weight_map; re-save the model with save_pretrained")
-        tensors = {}
-        for shard in shards:
-            tensors.update(_load_safetensors(os.path.join(path, shard)))
-        return tensors, index
+        weight_map = formats.read_json(index).get("weight_map", {})
+        shards = sorted(set(weight_map.values())) if isinstance(weight_map, dict) else []
+        if not shards or not all(isinstance(s, str) and os.path.basename(s) == s
+                                 for s in shards):
+            raise UserError(f"{index} has no weight_map of file names beside it; re-save the "
+                            "model with save_pretrained")
+        return tensor_files.safetensors_source([os.path.join(path, s) for s in shards], index)
     pickle_file = os.path.join(path, formats.HF_PICKLE)
     if os.path.isfile(pickle_file):
         if not allow_pickle:
             raise UserError(formats.pickle_refusal(pickle_file))
-        return _load_pickle(pickle_file), pickle_file
+        return tensor_files.loaded_source(_load_pickle(pickle_file), pickle_file)
     raise UserError(f"{single} does not exist; a Hugging Face BERT directory needs "
                     f"{formats.HF_CONFIG} and {formats.HF_WEIGHTS}")
-
-
-def _load_safetensors(path: str) -> dict[str, np.ndarray]:
-    if not os.path.isfile(path):
-        raise UserError(f"{path} does not exist (listed in {formats.HF_INDEX})")
-    try:
-        return load_file(path)
-    except (SafetensorError, OSError, ValueError, TypeError) as e:
-        raise UserError(f"{path} could not be read as safetensors ({e}); re-download it or "
-                        "save it again with float32/float16 tensors") from None
 
 
 def _load_pickle(path: str) -> dict[str, np.ndarray]:

@@ -267,6 +267,9 @@ def resolve_checkpoint(path: str, *, flag: str | None = None, allow_pickle: bool
         return _bert_train(path, path)
     if kind == formats.GPT2:  # No WordPiece vocabulary: GPT-2 tokenizes with a byte-level BPE.
         config = gpt2.GPT2Config.from_json(os.path.join(path, formats.HF_CONFIG))
+        if _has_safetensors(path):  # the config against the weights' header, nothing read
+            gpt2.check_source(hf.tensor_source(path, False), config,
+                              os.path.join(path, formats.HF_CONFIG))
         return GPT2Checkpoint(
             path=path, format=kind, directory=path,
             registered_name=keras.saving.get_registered_name(gpt2.CausalLM),
@@ -274,6 +277,9 @@ def resolve_checkpoint(path: str, *, flag: str | None = None, allow_pickle: bool
             gpt2_config=config)
     if kind == formats.HF:
         config = formats.BertConfig.from_json(os.path.join(path, formats.HF_CONFIG))
+        if _has_safetensors(path):  # the config against the weights' header, nothing read
+            hf.check_weights(hf.tensor_source(path, False), None, config,
+                             os.path.join(path, formats.HF_CONFIG), path)
         vocab_file, lower_case = formats.find_vocab(path, required=False), hf.lower_case(path)
     else:  # Google's: its checkpoint prefix and vocabulary must be there.
         config = formats.BertConfig.from_json(os.path.join(path, formats.TF1_CONFIG))
@@ -284,6 +290,13 @@ def resolve_checkpoint(path: str, *, flag: str | None = None, allow_pickle: bool
             pretrained.BertEncoder), encoder_config=pretrained.encoder_arguments(config),
         vocab_file=vocab_file, lower_case=lower_case, bert_config=config,
         allow_pickle=allow_pickle)
+
+
+def _has_safetensors(path: str) -> bool:
+    """Whether a Hugging Face directory's weights have headers (safetensors, not a pickle,
+    which is read whole only when the weights are loaded)."""
+    return any(os.path.isfile(os.path.join(path, name))
+               for name in (formats.HF_WEIGHTS, formats.HF_INDEX))
 
 
 def as_resolved(checkpoint: "str | ResolvedCheckpoint") -> ResolvedCheckpoint:

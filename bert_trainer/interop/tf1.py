@@ -34,6 +34,9 @@ def read_tf1(path: str) -> formats.BertCheckpoint:
     shapes = reader.get_variable_to_shape_map()
     held = sum(1 for n in shapes if n.endswith("attention/self/query/kernel"))
     wanted = _reference_names(max(held, config.num_layers))
+    # The shapes the index declares, against the config, before any tensor is read.
+    formats.check_fit(config, {n: tuple(s) for n, s in shapes.items() if n in wanted},
+                      config_file=config_file, weights_file=prefix + ".index")
     weights = {n: formats.float_weight(n, reader.get_tensor(n), prefix + ".index")
                for n in shapes if n in wanted}
     ckpt = formats.BertCheckpoint(

@@ -32,6 +32,30 @@ ENCODE = "encode"                    # encoder inputs in, encoder outputs out
 # Text signature inputs and outputs several families share.
 TEXT, TEXT_B = "text", "text_b"
 SCORE = "score"
+# What the text signatures padded (every family returns both, int32 [b]): the real token
+# slots ([CLS], pieces, [SEP]) of each input's model rows, and their [PAD] slots. A batch is
+# padded to its longest row only (`ServingModule.pad_to_longest`).
+INPUT_TOKENS, PADDING_TOKENS = "input_tokens", "padding_tokens"
+
+
+def padding_counts(mask, example=None, count=None) -> dict:
+    """INPUT_TOKENS and PADDING_TOKENS int32 [b] of the model rows an input ran as.
+
+    Args:
+      mask: int [rows, width], 1 at the real tokens of each row the model computed.
+      example: int [rows] the input of each row (windows); None: row i is input i.
+      count: int scalar, the number of inputs b (with `example`).
+
+    Returns:
+      {INPUT_TOKENS, PADDING_TOKENS}: int32 [b].
+    """
+    mask = tf.cast(mask, tf.int32)
+    real = tf.reduce_sum(mask, axis=1)  # (rows,)
+    padding = tf.shape(mask)[1] - real
+    if example is not None:
+        real = tf.math.unsorted_segment_sum(real, example, count)
+        padding = tf.math.unsorted_segment_sum(padding, example, count)
+    return {INPUT_TOKENS: real, PADDING_TOKENS: padding}
 
 
 def byte_to_char(text: tf.Tensor, byte_offsets: tf.RaggedTensor) -> tf.RaggedTensor:
@@ -70,6 +94,19 @@ def _tensorflow_ops_only(fn):
     return traced
 
 
+def _fastest_ops(fn):
+    """`fn`, traced with the fused kernels and token packing where this process has them
+    (as `BERT_TRAIN_FUSED_KERNELS` says, "auto" by default): for a module that serves
+    in-process, never saved."""
+
+    @functools.wraps(fn)
+    def traced(*args, **kwargs):
+        with ops.fused_kernels():
+            return fn(*args, **kwargs)
+
+    return traced
+
+
 class _Functions:
     """A plain holder of a module's tf.functions (see `ServingModule.__init__`)."""
 
@@ -99,6 +136,13 @@ class ServingModule(tf.Module):
       model, encoder, seq_length, lower_case: as given (`encoder` is `model.encoder`).
       vocab_file: `tf.saved_model.Asset` of the vocabulary.
       tokenizer: the `Tokenizer` (`FastBertTokenizer`) built from it.
+      pad_to_longest: the text signatures pad a batch to its longest packed row, not to
+        `seq_length` (the same answers, fewer FLOPs); False pads to `seq_length`. Set before
+        the first trace.
+      portable: trace with TensorFlow's own ops and static padding rules (`ops.portable()`),
+        what a SavedModel must hold. False (set before the first trace, never for a module
+        that is saved) traces with the fused kernels and token packing where this process
+        has them: `bert-train predict --model_dir` serves that way.
 
     `function(name)` is the tf.function of a signature, e.g. `function("encode")`:
     (input_word_ids, input_mask, input_type_ids int32 [b, s]) -> {sequence_output float32
@@ -106,6 +150,8 @@ class ServingModule(tf.Module):
     """
 
     family = "encoder"
+    pad_to_longest = True
+    portable = True
 
     def __init__(self, model, *, vocab_file: str, lower_case: bool, seq_length: int,
                  name: str | None = None):
@@ -134,8 +180,14 @@ class ServingModule(tf.Module):
         cache = self._functions.cache
         if name not in cache:
             fn, spec = self._specs()[name]
-            cache[name] = tf.function(_tensorflow_ops_only(fn), input_signature=spec)
+            wrap = _tensorflow_ops_only if self.portable else _fastest_ops
+            cache[name] = tf.function(wrap(fn), input_signature=spec)
         return cache[name]
+
+    def pack(self, segments) -> dict:
+        """`Tokenizer.pack` of the text signatures: `[CLS] A [SEP] (B [SEP])` at most
+        `seq_length` long, padded to the batch's longest row (`pad_to_longest`)."""
+        return self.tokenizer.pack(segments, self.seq_length, pad_to_longest=self.pad_to_longest)
 
     def _encode(self, input_word_ids, input_mask, input_type_ids):
         outputs = self.encoder({features.INPUT_WORD_IDS: input_word_ids,

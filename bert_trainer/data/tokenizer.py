@@ -301,7 +301,7 @@ class Tokenizer(tf.Module):
         text = tf.strings.reduce_join(ids.with_flat_values(pieces), axis=-1)
         return restore_spacing(tf.strings.strip(text))
 
-    def pack(self, segments, seq_length: int) -> dict:
+    def pack(self, segments, seq_length: int, *, pad_to_longest: bool = False) -> dict:
         """Packs 1 or 2 segments into `[CLS] A [SEP] (B [SEP])`, padded to `seq_length`.
 
         Truncation removes pieces from the end of the longer segment first (ties: the second),
@@ -311,9 +311,12 @@ class Tokenizer(tf.Module):
         Args:
           segments: list of 1 or 2 int RaggedTensors [batch, (pieces)].
           seq_length: length of the packed sequence; >= 2 for one segment, >= 3 for two.
+          pad_to_longest: pad only to the batch's longest packed row (at most `seq_length`,
+            at least the special tokens): the serving signatures' dynamic length axis.
 
         Returns:
-          dict of int32 [batch, seq_length]: features.INPUT_WORD_IDS, INPUT_MASK, INPUT_TYPE_IDS.
+          dict of int32 [batch, seq_length] (with `pad_to_longest`: [batch, longest]):
+          features.INPUT_WORD_IDS, INPUT_MASK, INPUT_TYPE_IDS.
         """
         segments = list(segments)
         if len(segments) not in (1, 2):
@@ -326,8 +329,11 @@ class Tokenizer(tf.Module):
         trimmed = tf_text.RoundRobinTrimmer(seq_length - special).trim(segments)
         ids, type_ids = tf_text.combine_segments(
             trimmed, start_of_sequence_id=self.cls_id, end_of_segment_id=self.sep_id)
-        word_ids, mask = tf_text.pad_model_inputs(ids, seq_length, pad_value=self.pad_id)
-        type_ids, _ = tf_text.pad_model_inputs(type_ids, seq_length, pad_value=0)
+        width = seq_length
+        if pad_to_longest:  # max of no rows is int64's min: an empty batch gets `special`
+            width = tf.maximum(tf.reduce_max(ids.row_lengths()), special)
+        word_ids, mask = tf_text.pad_model_inputs(ids, width, pad_value=self.pad_id)
+        type_ids, _ = tf_text.pad_model_inputs(type_ids, width, pad_value=0)
         return {
             features.INPUT_WORD_IDS: tf.cast(word_ids, tf.int32),
             features.INPUT_MASK: tf.cast(mask, tf.int32),

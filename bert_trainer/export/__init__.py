@@ -24,6 +24,12 @@ An export answers raw strings in any process that has `tensorflow` and `tensorfl
                     encode(input_word_ids, input_mask, input_type_ids) -> sequence_output
                                                         [b, s, h], pooled_output [b, h]
 
+Every text signature also returns truncated bool [b] (the input was cut to fit), and
+input_tokens, padding_tokens int32 [b]: the real and the [PAD] token slots of the model rows
+an input ran as. A batch is padded to its longest row (window, source, prompt), never to
+seq_length: the length axis of the model's inputs is dynamic (at most seq_length), so a TF
+Serving process computes no more padding than a batch needs.
+
 A pretraining model directory exports `encode` only (there is no task to answer). Character
 offsets count Unicode code points of the original string (Python's `str` indices), not bytes.
 Texts longer than the task's seq_length are read whole: classification, regression and tagging

@@ -148,6 +148,9 @@ def save(module: ServingModule, output: str, *, overwrite: bool = False) -> str:
       UserError: a refused `output`, or a full disk / refused write while saving (the
         temporary directory is removed and an existing export is left as it was).
     """
+    if not module.portable:  # its functions may hold bert-train's kernels: no SavedModel
+        raise ValueError("a module traced for in-process serving (portable=False) cannot be "
+                         "saved; build another with build_serving_module")
     output = check_output_dir(output, overwrite)
     size = sum(v.shape.num_elements() * v.dtype.size for v in module.variables)
     with outputs.new_directory(output, SAVED_MODEL, writing="SavedModel",

@@ -45,6 +45,7 @@ TOL = 1e-5
 SQUAD = {"doc_stride": 6, "max_query_length": 8, "max_answer_length": 10, "n_best": 10}
 TEXTS = ["John Smith lives in Paris, France.", "Élève  à  New York 🙂", "", "the cat " * 30]
 TEXTS_B = ["a good film", "very  bad", "nice", "x"]
+SHORT = {"text": ["a good film", "nice", ""], "text_b": ["very  bad", "x", "the cat sat"]}
 QUESTIONS = ["who lives in paris?", "where?", "what is the capital of france?"]
 CONTEXTS = ["The cat sat on the mat. " * 5 + "John Smith lives in Paris, France. " * 2,
             "Élève  à  London,  the café is nice.", ""]
@@ -90,6 +91,8 @@ def exported(tmp_path_factory):
     requests = [{"key": f"{family}/serving_default", "export": str(root / f"{family}_export"),
                  "signature": "serving_default", "inputs": inputs}
                 for family, inputs in text_inputs.items()]
+    requests.append({"key": "classification/short", "export": str(root / "classification_export"),
+                     "signature": "serving_default", "inputs": SHORT})
     requests += [{"key": f"{family}/{sig}", "export": str(root / f"{family}_export"),
                   "signature": sig, "inputs": ids}
                  for family in made for sig in ("serving_ids", "encode")
@@ -163,6 +166,18 @@ def test_classification_answers_equal_the_keras_model(exported):
     assert got["label_index"] == probabilities.argmax(-1).tolist()
     assert got["label_name"] == [["negative", "positive"][i] for i in got["label_index"]]
     assert np.ptp(probabilities[:, 0]) > 0.01  # the inputs are told apart
+
+
+@pytest.mark.slow
+def test_a_bare_tensorflow_process_pads_a_batch_to_its_longest_only(exported):
+    got = exported.results["classification/short"]
+    path, model = exported.made["classification"]
+    inputs = text_features(_tokenizer(path), {k: tf.constant(v) for k, v in SHORT.items()}, SEQ)
+    probabilities = tf.nn.softmax(model(inputs)["logits"]).numpy()  # padded to seq_length
+    assert np.abs(np.array(got["probabilities"]) - probabilities).max() <= TOL
+    real = inputs[features.INPUT_MASK].numpy().sum(axis=1)
+    assert got["input_tokens"] == real.tolist() and max(real) < SEQ
+    assert got["padding_tokens"] == (max(real) - real).tolist()  # not SEQ - real
 
 
 @pytest.mark.slow

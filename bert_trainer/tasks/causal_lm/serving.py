@@ -15,7 +15,9 @@ Signatures (b prompts):
                                                  max_new_tokens <= 0: the export's bound
       -> generated_text string [b], generated_ids int32 [b, max_new_tokens] (0 after the
          end), generated_length int32 [b], score float32 [b] (the model's log-probability
-         of the generated pieces), truncated bool [b] (the prompt lost its first pieces)
+         of the generated pieces), truncated bool [b] (the prompt lost its first pieces),
+         input_tokens, padding_tokens int32 [b] (the prompts' `serving.padding_counts`:
+         padded to the batch's longest)
   prompt_length(prompt string [b])
       -> prompt_length int32 [b] (pieces, [SEP] included, before any cut),
          max_prompt_length int32 [], max_new_tokens int32 []
@@ -30,7 +32,7 @@ so (`predict` marks the record); `bert-train generate` refuses a longer prompt i
 import tensorflow as tf
 
 from bert_trainer.models.generation.causal import generate
-from bert_trainer.serving import SERVING_DEFAULT, TaskServing, text_input_spec
+from bert_trainer.serving import SERVING_DEFAULT, TaskServing, padding_counts, text_input_spec
 from bert_trainer.tasks.family import TRUNCATED
 
 PROMPT = "prompt"
@@ -122,7 +124,8 @@ class CausalLMServing(TaskServing):
         sep = tf.fill([pieces.nrows(), 1], tf.constant(self.tokenizer.sep_id, tf.int32))
         ids = tf.concat([tf.RaggedTensor.from_tensor(sep), pieces], axis=1)  # [SEP] pieces
         lengths = tf.cast(ids.row_lengths(), tf.int32)
-        out = generate(self.model, ids.to_tensor(0), lengths, max_new_tokens=bound,
+        prompt_ids = ids.to_tensor(0)  # (b, the longest prompt)
+        out = generate(self.model, prompt_ids, lengths, max_new_tokens=bound,
                        new_token_limit=limit, end_id=self.tokenizer.sep_id,
                        temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
                        jit_compile=self.jit_compile)
@@ -131,4 +134,5 @@ class CausalLMServing(TaskServing):
                 GENERATED_IDS: generated,
                 GENERATED_LENGTH: out["generated_lengths"],
                 SCORE: tf.cast(out["scores"], tf.float32),
-                TRUNCATED: first > 0}  # the prompt lost its first pieces
+                TRUNCATED: first > 0,  # the prompt lost its first pieces
+                **padding_counts(tf.sequence_mask(lengths, tf.shape(prompt_ids)[1]))}

@@ -39,7 +39,8 @@ def head_and_tail(pieces: tf.RaggedTensor, room: int) -> tf.RaggedTensor:
 
 
 def text_features(tokenizer, batch: dict, seq_length: int, *, regression: bool = False,
-                  with_cut: bool = False, head_tail: bool = False) -> dict:
+                  with_cut: bool = False, head_tail: bool = False,
+                  pad_to_longest: bool = False) -> dict:
     """Encoder inputs (and labels) of a batch of raw classification examples.
 
     Args:
@@ -50,6 +51,7 @@ def text_features(tokenizer, batch: dict, seq_length: int, *, regression: bool =
       with_cut: add CUT (which texts `pack` truncates).
       head_tail: a single text longer than the row keeps its head and tail
         (`head_and_tail`) instead of its first pieces.
+      pad_to_longest: pad to the batch's longest row, not to `seq_length` (`Tokenizer.pack`).
 
     Returns:
       features.ENCODER_INPUTS int32 [batch, seq_length]; features.LABEL_IDS [batch], int32 for
@@ -63,7 +65,7 @@ def text_features(tokenizer, batch: dict, seq_length: int, *, regression: bool =
     pack = segments
     if head_tail:  # `pack` then trims nothing; CUT still counts the texts that lost pieces
         pack = [head_and_tail(segments[0], seq_length - 2)]
-    inputs = tokenizer.pack(pack, seq_length)
+    inputs = tokenizer.pack(pack, seq_length, pad_to_longest=pad_to_longest)
     if with_cut:
         pieces = tf.add_n([s.row_lengths() for s in segments])
         inputs[CUT] = tf.cast(pieces > seq_length - 1 - len(segments), tf.int32)
@@ -80,7 +82,8 @@ def _keep_first(pieces: tf.RaggedTensor, keep) -> tf.RaggedTensor:
 
 
 def window_features(tokenizer, batch: dict, seq_length: int, *, doc_stride: int | None = None,
-                    regression: bool = False, with_cut: bool = False) -> dict:
+                    regression: bool = False, with_cut: bool = False,
+                    pad_to_longest: bool = False) -> dict:
     """Encoder inputs (and labels) of every window of a batch of raw classification examples.
 
     A text that fits is one window, equal to its `text_features` row. A pair keeps
@@ -95,6 +98,7 @@ def window_features(tokenizer, batch: dict, seq_length: int, *, doc_stride: int 
       doc_stride: pieces between window starts (None: half a window).
       regression: labels are float scores rather than class ids.
       with_cut: add CUT (a pair's first text was cut; on the text's first window only).
+      pad_to_longest: pad to the longest window, not to `seq_length` (`Tokenizer.pack`).
 
     Returns:
       features.ENCODER_INPUTS int32 [W, seq_length] over the W windows, text after text;
@@ -115,7 +119,8 @@ def window_features(tokenizer, batch: dict, seq_length: int, *, doc_stride: int 
     else:
         cut = windows.cut(first.row_lengths(), seq_length - 2, doc_stride)
         segments = [windows.gather(first, cut)]
-    inputs = tokenizer.pack(segments, seq_length)  # Every window fits: nothing is trimmed.
+    # Every window fits: nothing is trimmed.
+    inputs = tokenizer.pack(segments, seq_length, pad_to_longest=pad_to_longest)
     inputs.update(windows.row_features(cut, batch.get(windows.EXAMPLE_INDEX)))
     if with_cut:
         inputs[CUT] = tf.cast(tf.gather(cut_first, cut.example) & tf.equal(cut.start, 0),

@@ -5,15 +5,16 @@ Tokenization and packing are the training pipeline's (`data.text_features` /
 than `seq_length` is cut into windows whose logits are combined (mean or max) in graph.
 Every signature also returns `truncated` bool [b]: the text (pair) lost pieces to fit
 (`--long_texts=truncate` or `head_tail`, or a pair's first text cut to leave room for the
-second's windows).
+second's windows), and what its rows padded (`serving.padding_counts`): a batch is padded to
+its longest row (window), not to `seq_length`.
 """
 
 import tensorflow as tf
 
 from bert_trainer.data import windows
 from bert_trainer.errors import UserError
-from bert_trainer.features import LOGITS
-from bert_trainer.serving import TEXT, TEXT_B, TaskServing, text_input_spec
+from bert_trainer.features import INPUT_MASK, LOGITS
+from bert_trainer.serving import TEXT, TEXT_B, TaskServing, padding_counts, text_input_spec
 from bert_trainer.tasks.classification.data import CUT, text_features, window_features
 from bert_trainer.tasks.family import TRUNCATED
 
@@ -32,7 +33,8 @@ class ClassifierServing(TaskServing):
       **kwargs: `ServingModule` arguments.
 
     `serving_default(text [b] string[, text_b [b] string])` returns probabilities float32
-    [b, C], label_index int32 [b], label_name string [b] and truncated bool [b]. With
+    [b, C], label_index int32 [b], label_name string [b], truncated bool [b], input_tokens and
+    padding_tokens int32 [b] (`serving.padding_counts`). With
     windows, the probabilities are the softmax of the combined (mean or max) window logits.
     """
 
@@ -71,17 +73,21 @@ class ClassifierServing(TaskServing):
         """Tokenizes and packs as in training, runs the model, combines a text's windows."""
         if self.long_texts == "windows":
             rows = window_features(self.tokenizer, batch, self.seq_length,
-                                   doc_stride=self.doc_stride, with_cut=True)
+                                   doc_stride=self.doc_stride, with_cut=True,
+                                   pad_to_longest=self.pad_to_longest)
             window_logits = self._run_windows(rows, [None, self.model.num_classes])  # (W, C)
             count = tf.shape(batch[TEXT])[0]
-            logits = windows.pool(window_logits, rows[windows.EXAMPLE_INDEX], count,
-                                  self.window_pooling)
-            cut = tf.math.unsorted_segment_max(rows[CUT], rows[windows.EXAMPLE_INDEX], count)
+            example = rows[windows.EXAMPLE_INDEX]
+            logits = windows.pool(window_logits, example, count, self.window_pooling)
+            cut = tf.math.unsorted_segment_max(rows[CUT], example, count)
+            padding = padding_counts(rows[INPUT_MASK], example, count)
         else:
             inputs = text_features(self.tokenizer, batch, self.seq_length, with_cut=True,
-                                   head_tail=self.long_texts == "head_tail")
+                                   head_tail=self.long_texts == "head_tail",
+                                   pad_to_longest=self.pad_to_longest)
             logits, cut = self._run_model(inputs)[LOGITS], inputs[CUT]
-        return {**self._answer(logits), TRUNCATED: cut > 0}
+            padding = padding_counts(inputs[INPUT_MASK])
+        return {**self._answer(logits), TRUNCATED: cut > 0, **padding}
 
     def _answer(self, logits) -> dict:
         """The signature's outputs of the combined logits (batch, classes)."""

@@ -22,8 +22,8 @@ truncated bool: the question was cut to `max_query_length` pieces (`predict` mar
 import tensorflow as tf
 
 from bert_trainer.errors import UserError
-from bert_trainer.features import END_LOGITS, START_LOGITS
-from bert_trainer.serving import SCORE, TaskServing, byte_to_char
+from bert_trainer.features import END_LOGITS, INPUT_MASK, INPUT_WORD_IDS, START_LOGITS
+from bert_trainer.serving import SCORE, TaskServing, byte_to_char, padding_counts
 from bert_trainer.tasks.family import TRUNCATED
 
 QUESTION, CONTEXT = "question", "context"
@@ -33,13 +33,14 @@ CHAR_START, CHAR_END = "char_start", "char_end"
 IS_MAX_CONTEXT, EXAMPLE_INDEX = "is_max_context", "example_index"
 
 
-def _dense(prefix_lengths, values: tf.RaggedTensor, prefix_value, seq_length: int):
-    """[W, seq_length]: `prefix_lengths[w]` times `prefix_value`, then `values[w]`, padded."""
+def _dense(prefix_lengths, values: tf.RaggedTensor, prefix_value, width):
+    """[W, width]: `prefix_lengths[w]` times `prefix_value`, then `values[w]`, padded."""
     prefix = tf.RaggedTensor.from_row_lengths(
         tf.fill([tf.reduce_sum(prefix_lengths)], tf.constant(prefix_value, values.dtype)),
         prefix_lengths)
+    shape = tf.stack([tf.constant(-1, tf.int64), tf.cast(width, tf.int64)])  # [None, width]
     return tf.concat([prefix, values], axis=1).to_tensor(default_value=prefix_value,
-                                                         shape=[None, seq_length])
+                                                         shape=shape)
 
 
 def _max_context(pieces: tf.RaggedTensor, lengths: tf.Tensor, num_ids) -> tf.RaggedTensor:
@@ -75,7 +76,9 @@ class SquadServing(TaskServing):
       **kwargs: `ServingModule` arguments.
 
     `serving_default(question [b] string, context [b] string)` returns answer string [b],
-    score float32 [b], start and end int32 [b].
+    score float32 [b], start and end int32 [b], truncated bool [b], and input_tokens,
+    padding_tokens int32 [b] (`serving.padding_counts`: windows are padded to the batch's
+    longest).
     """
 
     family = "squad"
@@ -104,7 +107,9 @@ class SquadServing(TaskServing):
         answers = self.select(windows, logits[START_LOGITS], logits[END_LOGITS], context)
         # The question kept its first max_query_length pieces: say so (no silent truncation).
         cut = self.tokenizer.tokenize(question).row_lengths() > self.max_query_length
-        return {**answers, TRUNCATED: cut}
+        padding = padding_counts(windows[INPUT_MASK], windows[EXAMPLE_INDEX],
+                                 tf.shape(question)[0])
+        return {**answers, TRUNCATED: cut, **padding}
 
     def windows(self, question, context) -> dict:
         """Every doc-stride window of every (question, context), as `squad_windows` cuts them.
@@ -114,8 +119,10 @@ class SquadServing(TaskServing):
 
         Returns:
           dict of [W, ...] over all W windows, example after example: features.ENCODER_INPUTS
-          int32 [W, seq]; char_start, char_end int64 [W, seq], the character span of each
-          context piece (-1 elsewhere); is_max_context bool [W, seq]; example_index int64 [W].
+          int32 [W, width] (width: `seq_length`, or the longest window with
+          `pad_to_longest`); char_start, char_end int64 [W, width], the character span of
+          each context piece (-1 elsewhere); is_max_context bool [W, width]; example_index
+          int64 [W].
         """
         seq = self.seq_length
         q = self.tokenizer.tokenize(question)[:, :self.max_query_length]  # (b, (q))
@@ -130,26 +137,26 @@ class SquadServing(TaskServing):
         # Batch-global ids of each window's context pieces: (W, (length)).
         pieces = (tf.ragged.range(start, start + length)
                   + tf.expand_dims(tf.gather(ids.row_starts(), example), 1))
-        inputs = self.tokenizer.pack([tf.gather(q, example),
-                                      tf.gather(ids.flat_values, pieces)], seq)
+        inputs = self.pack([tf.gather(q, example), tf.gather(ids.flat_values, pieces)])
+        width = tf.shape(inputs[INPUT_WORD_IDS], out_type=tf.int64)[1]
         prefix = tf.gather(q_len, example) + 2  # [CLS] question [SEP]
         outputs = dict(inputs)
         for name, offsets in ((CHAR_START, starts), (CHAR_END, ends)):
             chars = byte_to_char(context, offsets).flat_values
-            outputs[name] = _dense(prefix, tf.gather(chars, pieces), -1, seq)
+            outputs[name] = _dense(prefix, tf.gather(chars, pieces), -1, width)
         outputs[IS_MAX_CONTEXT] = _dense(
             prefix, _max_context(pieces, length, tf.size(ids.flat_values, out_type=tf.int64)),
-            False, seq)
+            False, width)
         outputs[EXAMPLE_INDEX] = example
         return outputs
 
     def _window_best(self, windows, start_logits, end_logits):
         """(score, start, end) [W] of each window's best valid span; score -inf if none."""
-        seq = self.seq_length
+        seq = tf.shape(start_logits)[1]  # seq_length, or the longest window
         in_context = windows[CHAR_START] >= 0  # (W, seq)
 
         def top(logits):  # (W, seq) True at the n_best largest logits
-            index = tf.math.top_k(logits, min(self.n_best, seq)).indices
+            index = tf.math.top_k(logits, tf.minimum(self.n_best, seq)).indices
             return tf.reduce_any(tf.one_hot(index, seq, on_value=True, off_value=False), axis=1)
 
         ok_start = in_context & windows[IS_MAX_CONTEXT] & top(start_logits)

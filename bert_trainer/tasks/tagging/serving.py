@@ -22,8 +22,8 @@ import tensorflow as tf
 
 from bert_trainer.data import windows
 from bert_trainer.errors import UserError
-from bert_trainer.features import LOGITS
-from bert_trainer.serving import TEXT, TaskServing, byte_to_char
+from bert_trainer.features import INPUT_MASK, LOGITS
+from bert_trainer.serving import TEXT, TaskServing, byte_to_char, padding_counts
 from bert_trainer.tasks.family import TRUNCATED
 
 OUTSIDE = "O"
@@ -115,7 +115,9 @@ class TaggerServing(TaskServing):
 
     `serving_default(text [b] string)` returns entity_type, entity_text string [b, E],
     entity_start, entity_end int32 [b, E] (characters of `text`, end exclusive),
-    num_entities int32 [b] and truncated bool [b] (later pieces untagged: truncate only).
+    num_entities int32 [b], truncated bool [b] (later pieces untagged: truncate only), and
+    input_tokens, padding_tokens int32 [b] (`serving.padding_counts`: rows are padded to the
+    batch's longest).
     """
 
     family = "tagging"
@@ -135,25 +137,28 @@ class TaggerServing(TaskServing):
         return self._tag, [tf.TensorSpec([None], tf.string, name=TEXT)]
 
     def _word_tags(self, text):
-        """(ids [b, (pieces)], byte starts, byte ends, predicted tag [b, (pieces)], and cut
-        bool [b]: the text lost pieces, which are left untagged (truncate only))."""
+        """(ids [b, (pieces)], byte starts, byte ends, predicted tag [b, (pieces)], cut
+        bool [b]: the text lost pieces, which are left untagged (truncate only), and the
+        rows' `padding_counts`)."""
         ids, starts, ends = self.tokenizer.tokenize_with_offsets(text)
         if self.long_texts == "windows":  # every piece is tagged
-            return ids, starts, ends, self._window_tags(ids), tf.zeros([ids.nrows()], tf.bool)
+            tags, padding = self._window_tags(ids)
+            return ids, starts, ends, tags, tf.zeros([ids.nrows()], tf.bool), padding
         keep = self.seq_length - 2  # Room for [CLS] and [SEP], as in `tag_features`.
         kept = ids[:, :keep]
-        logits = self._run_model(self.tokenizer.pack([kept], self.seq_length))[LOGITS]
-        predicted = tf.argmax(logits[:, 1:keep + 1], axis=-1, output_type=tf.int32)  # (b, keep)
+        inputs = self.pack([kept])  # (b, width <= seq_length)
+        logits = self._run_model(inputs)[LOGITS]
+        predicted = tf.argmax(logits[:, 1:keep + 1], axis=-1, output_type=tf.int32)  # (b, <=keep)
         predicted = tf.RaggedTensor.from_tensor(predicted, lengths=kept.row_lengths())
         return (kept, starts[:, :keep], ends[:, :keep], predicted,
-                ids.row_lengths() > kept.row_lengths())
+                ids.row_lengths() > kept.row_lengths(), padding_counts(inputs[INPUT_MASK]))
 
-    def _window_tags(self, ids: tf.RaggedTensor) -> tf.RaggedTensor:
-        """int32 [b, (pieces)]: each piece's tag from its max-context window."""
+    def _window_tags(self, ids: tf.RaggedTensor):
+        """(int32 [b, (pieces)]: each piece's tag from its max-context window; the windows'
+        `padding_counts`)."""
         cut = windows.cut(ids.row_lengths(), self.seq_length - 2, self.doc_stride)
-        logits = self._run_windows(self.tokenizer.pack([windows.gather(ids, cut)],
-                                                        self.seq_length),
-                                   [None, self.seq_length, len(self.label_names)])  # (W, seq, T)
+        inputs = self.pack([windows.gather(ids, cut)])  # (W, width <= seq_length)
+        logits = self._run_windows(inputs, [None, None, len(self.label_names)])  # (W, width, T)
         predicted = tf.argmax(logits[:, 1:], axis=-1, output_type=tf.int32)  # (W, seq - 1)
         predicted = tf.RaggedTensor.from_tensor(predicted, lengths=cut.length)  # (W, (len))
         chosen = windows.max_context(ids, cut).flat_values  # one True per piece
@@ -161,10 +166,11 @@ class TaggerServing(TaskServing):
         total = tf.size(ids.flat_values, out_type=tf.int64)
         flat = tf.math.unsorted_segment_sum(tf.where(chosen, predicted.flat_values, 0),
                                             piece, total)
-        return ids.with_flat_values(flat)
+        return ids.with_flat_values(flat), padding_counts(inputs[INPUT_MASK], cut.example,
+                                                          ids.nrows())
 
     def _tag(self, text):
-        ids, starts, ends, predicted, cut = self._word_tags(text)
+        ids, starts, ends, predicted, cut, padding = self._word_tags(text)
         first_piece, last_piece, word_row = word_pieces(ids, self.tokenizer.is_continuation)
         tags = tf.gather(predicted.flat_values, first_piece)  # (words,) tag of the first piece
         first, last, kind = find_entities(tags, word_row, self._type_of, self._is_begin)
@@ -187,5 +193,6 @@ class TaggerServing(TaskServing):
             ENTITY_END: tf.cast(char_end.to_tensor(default_value=-1), tf.int32),
             NUM_ENTITIES: tf.cast(by_row(kind).row_lengths(), tf.int32),
             TRUNCATED: cut,
+            **padding,
         }
 

@@ -10,7 +10,13 @@ import tensorflow as tf
 
 from bert_trainer import features
 from bert_trainer.models.generation.seq2seq import translate
-from bert_trainer.serving import ENCODE, SERVING_DEFAULT, TaskServing, text_input_spec
+from bert_trainer.serving import (
+    ENCODE,
+    SERVING_DEFAULT,
+    TaskServing,
+    padding_counts,
+    text_input_spec,
+)
 from bert_trainer.tasks.translate.data import source_cut
 
 INPUT, TRANSLATION, SCORE = "input", "translation", "score"
@@ -19,7 +25,8 @@ TRUNCATED = "truncated"  # bool [b]: the source was cut to seq_length before tra
 
 class TranslateServing(TaskServing):
     """`serving_default(input [b] string)` -> translation string [b], score float32 [b],
-    truncated bool [b] (the source was cut to `seq_length`).
+    truncated bool [b] (the source was cut to `seq_length`), input_tokens and padding_tokens
+    int32 [b] of the sources (`serving.padding_counts`: padded to the batch's longest).
 
     Args:
       model: a `Seq2SeqTransformer`.
@@ -58,11 +65,12 @@ class TranslateServing(TaskServing):
 
     def _translate(self, input):  # noqa: A002 (the signature's input name: predict calls by it)
         pieces = self.tokenizer.tokenize(input)
-        inputs = self.tokenizer.pack([pieces], self.seq_length)  # as data.source_features
+        inputs = self.pack([pieces])  # as data.source_features, to the batch's longest
         decoded = translate(
             self.model, inputs, beam_size=self.beam_size, length_penalty=self.length_penalty,
             max_decode_length=self.max_decode_length, start_id=self.tokenizer.cls_id,
             end_id=self.tokenizer.sep_id, jit_compile=self.jit_compile)
         return {TRANSLATION: self.tokenizer.detokenize(decoded[features.DECODED_IDS]),
                 SCORE: tf.cast(decoded[features.DECODED_SCORES], tf.float32),
-                TRUNCATED: source_cut(pieces, self.seq_length)}
+                TRUNCATED: source_cut(pieces, self.seq_length),
+                **padding_counts(inputs[features.INPUT_MASK])}

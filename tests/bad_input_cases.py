@@ -139,6 +139,9 @@ CLI_CASES = [
      "(--init_checkpoint={pretrained}); use --seq_length <= 64"),
     ("finetune zero batch", [*SST2, "--train_file={good.tsv}", "--batch_size=0"],
      "flag --batch_size=0: 0 is not a positive integer"),
+    ("predict zero length window",
+     ["predict", "--model_dir={existing}", "--input={lines.txt}", "--window_batches=0"],
+     "flag --window_batches=0: 0 is not a positive integer"),
     ("finetune negative batch", [*SST2, "--train_file={good.tsv}", "--batch_size=-8"],
      "flag --batch_size=-8: -8 is not a positive integer"),
     ("finetune zero steps", [*SST2, "--train_file={good.tsv}", "--train_steps=0"],
@@ -225,6 +228,9 @@ SUBPROCESS_CASES = [
     ("predict zero batch",
      ["predict", "--model_dir={existing}", "--input={lines.txt}", "--batch_size=0"],
      "flag --batch_size=0: 0 is not a positive integer"),
+    ("predict zero length window",
+     ["predict", "--model_dir={existing}", "--input={lines.txt}", "--window_batches=0"],
+     "flag --window_batches=0: 0 is not a positive integer"),
     ("export output is a file", ["export", "--model_dir={existing}", "--output={a_file}"],
      "--output={a_file} is a file"),
     ("export truncated checkpoint",
@@ -1050,3 +1056,40 @@ def _edited_family_run(root, pretrained: str) -> str:
                     "pooling": "cls"}
     info_file.write_text(json.dumps(info))
     return str(edited)
+
+
+# Numbers users would not mean (issue 46). Before: --train_steps=10^12 trained (a 10^11-step
+# warmup, the learning rate ~0, "ETA 29644369h"); --batch_size=10^7 on 2,556 rows trained
+# 640 micro-batches a step. Both now refused before a model_dir is made ({fresh}).
+CLI_CASES.extend([
+    ("finetune absurd train_steps", [*SST2_FRESH, "--train_steps=1000000000000"],
+     "TrainerConfig: train_steps=1000000000000 is over 10^9, 1,000 times BERT's 10^6 steps"),
+    ("pretrain absurd train_steps",
+     [*PRETRAIN, "--gin_param=TrainerConfig.train_steps = 1000000000000"],
+     "TrainerConfig: train_steps=1000000000000 is over 10^9"),
+    ("finetune batch far beyond the rows, steps given", [*SST2_FRESH, "--batch_size=10000000"],
+     "FinetuneConfig.train_batch_size=10000000 (--batch_size) is over 100x the 24 training rows "
+     "of {good.tsv}: every batch would hold each row about 416666 times; use --batch_size <= 24"),
+    ("finetune batch far beyond the rows, steps from epochs",
+     [*FT, "--model_dir={fresh}", "--task=sst2", "--train_file={good.tsv}",
+      "--eval_file={good.tsv}", "--batch_size=5000"],
+     "FinetuneConfig.train_batch_size=5000 (--batch_size) is over 100x the 24 training rows"),
+])
+
+# The environment a run reads (issue 46), as (name, environment, argv, message): checked
+# before anything is written. Before: BERT_TRAIN_PEAK_FLOPS=abc was refused only after the
+# model_dir was filled (bert_train.json, operative_config.gin, vocab.txt, train/ events); a
+# malformed TF_CONFIG was a 48-line json.decoder.JSONDecodeError traceback, exit 1.
+_PEAK = ("BERT_TRAIN_PEAK_FLOPS='abc' must be a number > 0: one device's peak FLOP/s in the "
+         "run's precision")
+ENV_CASES = [
+    ("finetune bad BERT_TRAIN_PEAK_FLOPS", {"BERT_TRAIN_PEAK_FLOPS": "abc"}, SST2_FRESH, _PEAK),
+    ("pretrain bad BERT_TRAIN_PEAK_FLOPS", {"BERT_TRAIN_PEAK_FLOPS": "abc"},
+     [*PRETRAIN, "--model_dir={fresh}"], _PEAK),
+    ("finetune TF_CONFIG not JSON", {"TF_CONFIG": '{"cluster": {"worker": ["localhost:1"'},
+     [*SST2_FRESH, "--strategy=multi_worker_mirrored"],
+     "TF_CONFIG is not valid JSON (Expecting ',' delimiter at character 37); set it as in "),
+    ("finetune TF_CONFIG cluster not an object", {"TF_CONFIG": '{"cluster": ["localhost:1"]}'},
+     [*SST2_FRESH, "--strategy=multi_worker_mirrored"],
+     "TF_CONFIG must be a JSON object whose \"cluster\" and \"task\" are objects"),
+]

@@ -7,7 +7,10 @@
 order under a header naming them) or JSONL (objects keyed by the input names), from the
 extension unless --format says. A progress line goes to stderr. A line that cannot be read is
 reported with its number and skipped (--on_error=skip), or stops the run with exit code 2
-(--on_error=stop). With --model_dir the model is wrapped in-process exactly as an export.
+(--on_error=stop). With --model_dir the model is wrapped in-process as an export, but runs
+the fused kernels and token packing where this process has them. Inputs are read in windows
+of --window_batches batches, sorted by length, and answered in input order; the final line
+gives the inputs/s and the share of the model's token slots that was padding.
 """
 
 import sys
@@ -39,6 +42,10 @@ SHARED_FLAGS = shared_flags.declare(
                             "only one whose source you trust."))
 flags.DEFINE_enum("format", None, list(predict.FORMATS), "Input format; default: from the "
                   "extension (.tsv, .jsonl/.json, else text).")
+flags.DEFINE_integer("window_batches", 32, "Batches per length window: this many batches of "
+                     "inputs are read, sorted by length and batched (less padding); answers "
+                     "keep the input order. 1: batches in input order (answers sooner).",
+                     lower_bound=1)
 flags.DEFINE_enum("on_error", "skip", list(predict.ON_ERROR), "What an unreadable line does: "
                   "skip (report, count, go on) or stop (exit 2).")
 FLAGS = flags.FLAGS
@@ -56,9 +63,9 @@ def main(argv):
                                        checkpoint=FLAGS.checkpoint, seq_length=FLAGS.seq_length,
                                        trust_saved_model=FLAGS.trust_saved_model)
     summary = predict.run_predict(predictor, FLAGS.input, FLAGS.output, fmt=FLAGS.format,
-                                  batch_size=FLAGS.batch_size, on_error=FLAGS.on_error,
-                                  overwrite=FLAGS.overwrite)
+                                  batch_size=FLAGS.batch_size,
+                                  window_batches=FLAGS.window_batches,
+                                  on_error=FLAGS.on_error, overwrite=FLAGS.overwrite)
     skipped = f", skipped {summary.skipped} unreadable lines" if summary.skipped else ""
-    print(f"predict: answered {summary.answered} inputs in {summary.seconds:.1f}s{skipped}",
-          file=sys.stderr)
+    print(f"predict: {summary.report()}{skipped}", file=sys.stderr)
     return 0

@@ -10,6 +10,11 @@ column count) is reported on stderr with its line number; `on_error="skip"` coun
 on, `"stop"` raises a `UserError` naming file:line (stdout gets what came before it; an output
 file is written only when complete, so an existing one is left as it was).
 
+Inputs are answered in windows of `window_batches` batches: a window is sorted by length
+(characters), cut into batches, and its answers are written in input order, so a batch holds
+texts of similar length and the signature pads little (it pads a batch to its longest row;
+its `input_tokens` / `padding_tokens` outputs say how much, and the summary counts them).
+
 Outputs, one JSON line per input, in input order: {"line": N, <the inputs>, <the answer>}
 with the answer as the task family writes it (`Family.format_answer`):
   classification {"label", "label_index", "probabilities": [per class, in label order]}
@@ -58,6 +63,8 @@ from bert_trainer.export.predict_inputs import (  # noqa: F401 (part of predict'
     parse_line,
     read_inputs,
 )
+from bert_trainer.export.progress import Progress  # noqa: F401 (part of predict's API)
+from bert_trainer.serving import INPUT_TOKENS, PADDING_TOKENS
 from bert_trainer.tasks import registry
 from bert_trainer.tasks.family import Family
 
@@ -137,6 +144,9 @@ def load_predictor(*, model_dir: str | None = None, saved_model: str | None = No
         if not hasattr(module, "text_function"):
             raise UserError(f"{model_dir} is a pretraining model directory: it has no task to "
                             "predict; fine-tune it first (bert-train finetune)")
+        # Served here, never saved: the fused kernels and token packing where this process
+        # has them, as fine-tuning runs (an export holds TensorFlow's ops only).
+        module.portable = False
         if hasattr(module, "jit_compile"):  # XLA is in this process (an export leaves it off)
             module.jit_compile = True
         fn = module.text_function()
@@ -170,64 +180,65 @@ def format_answer(family: Family | str, outputs: dict, i: int) -> dict:
     return family.format_answer(outputs, i)
 
 
-class Progress:
-    """A progress line on stderr: lines read (of the total when known), inputs answered, rate.
-
-    On a terminal it is redrawn in place after every batch; in a log it prints a line every
-    `log_interval` seconds, so a long run shows it is alive without flooding the log.
-    """
-
-    def __init__(self, stream, total_lines: int | None = None, log_interval: float = 10.0, *,
-                 command: str = "predict", done: str = "answered"):
-        self.stream, self.total_lines = stream, total_lines
-        self.command, self.done = command, done  # "generate: ... | 3 generated"
-        self.tty = hasattr(stream, "isatty") and stream.isatty()
-        self.log_interval = log_interval
-        self._start = self._last = time.perf_counter()
-
-    def update(self, lines: int, answered: int, final: bool = False) -> None:
-        now = time.perf_counter()
-        if not (self.tty or final or now - self._last >= self.log_interval):
-            return
-        self._last = now
-        rate = answered / max(now - self._start, 1e-9)
-        if self.total_lines:
-            filled = int(20 * lines / self.total_lines)
-            where = f"[{'#' * filled}{'.' * (20 - filled)}] line {lines}/{self.total_lines}"
-        else:
-            where = f"line {lines}"
-        text = f"{self.command}: {where} | {answered} {self.done} | {rate:.1f}/s"
-        end = "\n" if final or not self.tty else ""
-        print(("\r\x1b[K" if self.tty else "") + text, end=end, file=self.stream, flush=True)
-
-    def message(self, text: str) -> None:
-        """Prints a line without mangling the progress line."""
-        print(("\r\x1b[K" if self.tty else "") + text, file=self.stream, flush=True)
-
-
 @dataclasses.dataclass
 class PredictSummary:
-    """What a run did: inputs answered, bad lines skipped, and the wall time."""
+    """What a run did: inputs answered, bad lines skipped, the wall time, and the token slots
+    the model computed: real tokens and padding (None: the export does not say)."""
 
     answered: int = 0
     skipped: int = 0
     seconds: float = 0.0
+    input_tokens: int | None = None
+    padding_tokens: int | None = None
+
+    def count(self, outputs: dict) -> None:
+        """Adds a batch's `input_tokens` and `padding_tokens` outputs, where it has them."""
+        if INPUT_TOKENS in outputs and PADDING_TOKENS in outputs:
+            self.input_tokens = (self.input_tokens or 0) + int(outputs[INPUT_TOKENS].sum())
+            self.padding_tokens = (self.padding_tokens or 0) + int(outputs[PADDING_TOKENS].sum())
+
+    def report(self) -> str:
+        """E.g. "answered 872 inputs in 3.1s (281.3 inputs/s; padding 9.1% of 30112 slots)"."""
+        rate = self.answered / max(self.seconds, 1e-9)
+        if self.padding_tokens is None:
+            padding = "padding not counted by this export"
+        else:
+            slots = self.input_tokens + self.padding_tokens
+            padding = f"padding {100 * self.padding_tokens / max(slots, 1):.1f}% of {slots} slots"
+        return (f"answered {self.answered} inputs in {self.seconds:.1f}s ({rate:.1f} inputs/s; "
+                f"{padding})")
 
 
-def _answer_batch(predictor: Predictor, pending: list, write) -> int:
-    """Runs one batch of (line, inputs) and writes its JSON lines; returns the count."""
-    batch = {name: [inputs[name] for _, inputs in pending] for name in predictor.input_names}
-    outputs = predictor(batch)
-    for i, (line, inputs) in enumerate(pending):
-        record = {"line": line, **inputs, **predictor.answers.format_answer(outputs, i)}
-        write(json.dumps(record, ensure_ascii=False) + "\n")
-    return len(pending)
+def _input_length(inputs: dict) -> int:
+    """What a window sorts by: the characters of an input's texts (pieces follow them)."""
+    return sum(len(text) for text in inputs.values())
+
+
+def _answer_window(predictor: Predictor, pending: list, write, *, batch_size: int,
+                   summary: PredictSummary, progress_update) -> None:
+    """Answers a window of (line, inputs): sorted by length, in batches of `batch_size`;
+    writes its JSON lines in input order."""
+    order = sorted(range(len(pending)), key=lambda i: _input_length(pending[i][1]))
+    answers = [None] * len(pending)
+    for first in range(0, len(order), batch_size):
+        rows = order[first:first + batch_size]
+        outputs = predictor({name: [pending[i][1][name] for i in rows]
+                             for name in predictor.input_names})
+        summary.count(outputs)
+        for j, i in enumerate(rows):
+            answers[i] = predictor.answers.format_answer(outputs, j)
+        summary.answered += len(rows)
+        progress_update()
+    for (line, inputs), answer in zip(pending, answers, strict=True):
+        write(json.dumps({"line": line, **inputs, **answer}, ensure_ascii=False) + "\n")
 
 
 def predict_lines(predictor: Predictor, lines: Iterable[bytes], write: Callable[[str], None], *,
-                  fmt: str, batch_size: int = 32, on_error: str = "skip",
-                  source: str = "<input>", progress: Progress | None = None) -> PredictSummary:
-    """Answers every input of `lines`, in order, in batches; writes one JSON line each.
+                  fmt: str, batch_size: int = 32, window_batches: int = 32,
+                  on_error: str = "skip", source: str = "<input>",
+                  progress: Progress | None = None) -> PredictSummary:
+    """Answers every input of `lines`, in windows grouped by length; writes one JSON line
+    each, in input order.
 
     Args:
       predictor: from `load_predictor`.
@@ -235,6 +246,8 @@ def predict_lines(predictor: Predictor, lines: Iterable[bytes], write: Callable[
       write: receives each output line (JSON + newline).
       fmt: "text", "tsv" or "jsonl".
       batch_size: inputs per model call.
+      window_batches: batches per window: `batch_size * window_batches` inputs are read,
+        sorted by length and batched before any is written (1: batches in input order).
       on_error: "skip" (report and count bad lines) or "stop" (UserError at the first).
       source: the input's name in messages.
       progress: where progress and skipped lines are reported (None: nowhere).
@@ -244,16 +257,22 @@ def predict_lines(predictor: Predictor, lines: Iterable[bytes], write: Callable[
     """
     if batch_size < 1:
         raise UserError(f"--batch_size={batch_size} must be >= 1")
+    if window_batches < 1:
+        raise UserError(f"--window_batches={window_batches} must be >= 1 (1: no length "
+                        "grouping)")
     if on_error not in ON_ERROR:
         raise UserError(f"--on_error={on_error} is unknown; use skip or stop")
     summary, pending, number, first_bad = PredictSummary(), [], 0, None
     start = time.perf_counter()
 
-    def flush():
-        summary.answered += _answer_batch(predictor, pending, write)
-        pending.clear()
+    def update():
         if progress is not None:
             progress.update(number, summary.answered)
+
+    def flush():
+        _answer_window(predictor, pending, write, batch_size=batch_size, summary=summary,
+                       progress_update=update)
+        pending.clear()
 
     for number, item in read_inputs(lines, fmt, predictor.input_names):
         if isinstance(item, str):
@@ -268,7 +287,7 @@ def predict_lines(predictor: Predictor, lines: Iterable[bytes], write: Callable[
                 progress.message(f"{source}:{number}: skipped: the line {item}")
             continue
         pending.append((number, item))
-        if len(pending) == batch_size:
+        if len(pending) == batch_size * window_batches:
             flush()
     if pending:
         flush()
@@ -320,8 +339,9 @@ def check_output(output_path: str, overwrite: bool = False) -> str:
 
 
 def run_predict(predictor: Predictor, input_path: str, output_path: str, *,
-                fmt: str | None = None, batch_size: int = 32, on_error: str = "skip",
-                overwrite: bool = False, stderr=None) -> PredictSummary:
+                fmt: str | None = None, batch_size: int = 32, window_batches: int = 32,
+                on_error: str = "skip", overwrite: bool = False,
+                stderr=None) -> PredictSummary:
     """`bert-train predict` on files ('-' is stdin / stdout).
 
     An output file is written aside and renamed into place when every input is answered:
@@ -331,7 +351,7 @@ def run_predict(predictor: Predictor, input_path: str, output_path: str, *,
       predictor: from `load_predictor`.
       input_path, output_path: files, or "-".
       fmt: see `detect_format`.
-      batch_size, on_error: see `predict_lines`.
+      batch_size, window_batches, on_error: see `predict_lines`.
       overwrite: replace an existing `output_path` that is a predictions file.
       stderr: progress and messages (default sys.stderr).
 
@@ -355,4 +375,5 @@ def run_predict(predictor: Predictor, input_path: str, output_path: str, *,
         else:
             write = stack.enter_context(outputs.new_file(output_path, writing="predictions")).write
         return predict_lines(predictor, reader, write, fmt=fmt, batch_size=batch_size,
-                             on_error=on_error, source=source, progress=progress)
+                             window_batches=window_batches, on_error=on_error, source=source,
+                             progress=progress)

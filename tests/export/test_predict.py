@@ -89,6 +89,44 @@ def test_predict_lines_batches_in_order_and_skips_bad_lines():
     assert "line 5/5 | 4 answered" in err.getvalue()
 
 
+def padding_predictor(batches: list):
+    """A stand-in export that pads a batch to its longest text (one slot a character) and
+    counts it, as the text signatures do."""
+    def fn(text):
+        batches.append([t.decode() for t in text.numpy()])
+        length = tf.strings.length(text, unit="UTF8_CHAR")
+        return {"score": tf.cast(length, tf.float32), "input_tokens": length,
+                "padding_tokens": tf.reduce_max(length) - length}
+    return predict.Predictor(("text",), fn, "regression")
+
+
+def test_a_window_is_batched_by_length_and_answered_in_input_order():
+    texts = ["ccc", "a", "dddddd", "bb", "eeeee", "ffff", "g"]
+    sorted_batches, in_order = [], []
+    out = []
+    summary = predict.predict_lines(padding_predictor(sorted_batches), lines(*texts), out.append,
+                                    fmt="text", batch_size=2)
+    assert sorted_batches == [["a", "g"], ["bb", "ccc"], ["ffff", "eeeee"], ["dddddd"]]
+    assert [json.loads(o)["text"] for o in out] == texts
+    assert [json.loads(o)["score"] for o in out] == [len(t) for t in texts]
+    assert (summary.input_tokens, summary.padding_tokens) == (sum(map(len, texts)), 2)
+    assert "7 inputs in" in summary.report() and "inputs/s; padding 8.3% of 24 slots" in (
+        summary.report())
+    # One batch a window: batches in input order, padded more.
+    again = predict.predict_lines(padding_predictor(in_order), lines(*texts), out.append,
+                                  fmt="text", batch_size=2, window_batches=1)
+    assert in_order == [["a", "ccc"], ["bb", "dddddd"], ["ffff", "eeeee"], ["g"]]
+    assert again.padding_tokens == 2 + 4 + 1 > summary.padding_tokens
+    # A window of 2 batches: sorted within each window of 4 inputs only.
+    in_order.clear()
+    predict.predict_lines(padding_predictor(in_order), lines(*texts), out.append, fmt="text",
+                          batch_size=2, window_batches=2)
+    assert in_order == [["a", "bb"], ["ccc", "dddddd"], ["g", "ffff"], ["eeeee"]]
+    calls = []
+    old = predict.predict_lines(char_count_predictor(calls), lines("x"), out.append, fmt="text")
+    assert old.padding_tokens is None and "padding not counted by this export" in old.report()
+
+
 def test_stop_on_error_writes_what_came_before_then_names_the_line():
     calls, out = [], []
     raw = lines("one", "two") + [b"\xc3(\n"] + lines("four")
@@ -177,7 +215,8 @@ HELD_OUT = [("that movie was very good", "positive"), ("an awful film", "negativ
 def test_export_cli_lists_signatures_and_keeps_an_existing_output(sentiment_export):
     root, stdout = sentiment_export
     assert f"exported classification model (seq_length 16) to {root / 'export'}" in stdout
-    assert "serving_default(text) -> label_index, label_name, probabilities" in stdout
+    assert ("serving_default(text) -> input_tokens, label_index, label_name, padding_tokens, "
+            "probabilities, truncated") in stdout
     assert "serving_ids(input_word_ids, input_mask, input_type_ids) -> logits" in stdout
     assert (root / "export" / "assets" / "vocab.txt").read_text().split() == (
         (root / "model" / "vocab.txt").read_text().split())

@@ -6,8 +6,12 @@
 The task, its labels, column mapping and sequence length come from model_dir/bert_train.json
 (written by `finetune`); --eval_file / --data_dir say where the examples are (TFDS by
 default). --checkpoint is "latest", "best" (kept by the eval metric during training), a step
-or a checkpoint prefix in --model_dir. Prints the metrics and writes
-model_dir/eval_results.json (SQuAD also writes the answers to model_dir/eval_predictions.json).
+or a checkpoint prefix in --model_dir. Prints the metrics and writes them, with the checkpoint
+evaluated, to model_dir/eval_results-CKPT.json, CKPT naming the checkpoint (ckpt-1000,
+best-ckpt-900; SQuAD also writes the answers to model_dir/eval_predictions-CKPT.json):
+model_dir/eval_results.json is the fine-tuning run's own record, which evaluate never
+replaces, and a run still training there may go on writing checkpoints (the one evaluated is
+the one restored).
 A model_dir this user cannot write (someone else's run, a read-only mount) is evaluated all the
 same: the metrics are printed and a warning says which files were not written. A multi-seed
 run's directory (`finetune --seeds`) holds one model per seed: evaluate
@@ -40,7 +44,7 @@ SHARED_FLAGS = {**common.SHARED_FLAGS, **shared_flags.declare(
     skip_bad_rows=Usage(False, "Skip and count malformed rows instead of failing."))}
 
 FLAGS = flags.FLAGS
-PREDICTIONS_FILE = "eval_predictions.json"
+RESULTS_STEM, PREDICTIONS_STEM = "eval_results", "eval_predictions"
 
 
 def main(argv):
@@ -71,10 +75,11 @@ def main(argv):
                                  skip_bad_rows=FLAGS.skip_bad_rows)
     with common.one_line_errors():
         task = _build_task(model_dir, info, FLAGS.task, data, batch_size=FLAGS.batch_size)
-        prefix = select.select_checkpoint(model_dir, FLAGS.checkpoint)
-        results, step = checkpoint_eval.evaluate_checkpoint(
-            task, model_dir, prefix, strategy=common.get_strategy(FLAGS.strategy, FLAGS.tpu),
-            write_summaries=writable)
+        prefix = select.select_checkpoint(model_dir, FLAGS.checkpoint)  # refuses a bad one
+        # The latest is the one the evaluation restores (a live run moves it meanwhile).
+        results, step, prefix = checkpoint_eval.evaluate_checkpoint(
+            task, model_dir, None if FLAGS.checkpoint == select.LATEST else prefix,
+            strategy=common.get_strategy(FLAGS.strategy, FLAGS.tpu), write_summaries=writable)
     _report(task, model_dir, results, step, prefix, writable)
     return 0
 
@@ -109,6 +114,18 @@ def _build_task(model_dir: str, info, name: str | None, data, *, batch_size: int
     return registry.task_from_info(stored, spec, config=config, data=data, where=where)
 
 
+def own_file(stem: str, model_dir: str, prefix: str) -> str:
+    """evaluate's file for checkpoint `prefix`: STEM-ckpt-N.json (best/: STEM-best-ckpt-N.json).
+
+    Args:
+      stem: "eval_results" or "eval_predictions".
+      model_dir: the run's directory (the file goes there).
+      prefix: the checkpoint evaluated, inside `model_dir`.
+    """
+    name = os.path.relpath(prefix, model_dir).replace(os.sep, "-")
+    return os.path.join(model_dir, f"{stem}-{name}.json")
+
+
 def _report(task, model_dir: str, results: dict, step: int, prefix: str,
             writable: bool) -> None:
     """Prints the metrics, then writes them (and SQuAD's answers) into a writable model_dir.
@@ -125,18 +142,20 @@ def _report(task, model_dir: str, results: dict, step: int, prefix: str,
     for name, value in sorted(results.items()):
         print(f"  {name:<{width}}  {value:.4f}", flush=True)
     predictions = getattr(task, "last_predictions", None)
+    results_path = own_file(RESULTS_STEM, model_dir, prefix)
     if not writable:
-        files = [finetuning.EVAL_RESULTS_FILE, *([PREDICTIONS_FILE] if predictions else []),
-                 "eval/ summaries"]
+        files = [results_path, *([own_file(PREDICTIONS_STEM, model_dir, prefix)]
+                                 if predictions else [])]
+        files = [*map(os.path.basename, files), "eval/ summaries"]
         print(f"bert-train evaluate: warning: {model_dir} is not writable; the metrics are "
               f"printed only ({', '.join(files)} not written)", file=sys.stderr, flush=True)
         return
-    path = os.path.join(model_dir, finetuning.EVAL_RESULTS_FILE)
+    path = results_path
     try:
-        path = finetuning.write_eval_results(model_dir, task, results, step=step,
-                                             checkpoint=prefix)
+        finetuning.write_eval_results(model_dir, task, results, step=step, checkpoint=prefix,
+                                      path=results_path)
         if predictions:
-            path = os.path.join(model_dir, PREDICTIONS_FILE)
+            path = own_file(PREDICTIONS_STEM, model_dir, prefix)
             storage.write_text_atomically(
                 path, json.dumps(predictions, indent=1, ensure_ascii=False))
     except Exception as e:  # noqa: BLE001 (only storage faults are translated)
@@ -144,5 +163,4 @@ def _report(task, model_dir: str, results: dict, step: int, prefix: str,
         if fault is None:
             raise
         raise fault from None
-    print(f"results written to {os.path.join(model_dir, finetuning.EVAL_RESULTS_FILE)}",
-          flush=True)
+    print(f"results written to {results_path}", flush=True)

@@ -369,8 +369,10 @@ class FinetuningTask(Task):
 
 
 def write_eval_results(model_dir: str, task: FinetuningTask, metrics: dict[str, float], *,
-                       step: int, checkpoint: str | None) -> str:
+                       step: int, checkpoint: str | None, path: str | None = None) -> str:
     """Writes model_dir/eval_results.json: the task, the checkpoint evaluated and its metrics.
+
+    `path` writes another file instead (`evaluate` writes its own: eval_results-CKPT.json).
 
     Returns:
       The path written (atomically: a reader never sees half a file).
@@ -378,6 +380,6 @@ def write_eval_results(model_dir: str, task: FinetuningTask, metrics: dict[str, 
     record = {"task": task.name, "family": task.task_data.family, "step": int(step),
               "checkpoint": checkpoint, "eval_file": task.data.eval_file,
               "metrics": {k: float(v) for k, v in sorted(metrics.items())}}
-    path = os.path.join(model_dir, EVAL_RESULTS_FILE)
+    path = path or os.path.join(model_dir, EVAL_RESULTS_FILE)
     storage.write_text_atomically(path, json.dumps(record, indent=2) + "\n")
     return path

@@ -47,8 +47,10 @@ def test_finetune_then_evaluate(tiny_pretrained, tmp_path):
     proc = run_cli("evaluate", f"--model_dir={model_dir}", *eval_args, "--checkpoint=best")
     assert proc.returncode == 0, proc.stderr
     assert "accuracy" in proc.stdout and "task sst2" in proc.stdout
-    evaluated = json.loads((model_dir / "eval_results.json").read_text())
+    # evaluate's own file: the run's eval_results.json stays the run's record.
+    evaluated = json.loads((model_dir / "eval_results-best-ckpt-4.json").read_text())
     assert evaluated["checkpoint"] == str(model_dir / "best" / "ckpt-4")
+    assert json.loads((model_dir / "eval_results.json").read_text()) == trained
     # Another process: float32 rounding, not bits (rel 1e-5).
     assert evaluated["metrics"] == pytest.approx(trained["metrics"], rel=1e-5, abs=1e-6)
 

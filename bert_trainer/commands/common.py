@@ -99,8 +99,12 @@ def model_dir_lock(model_dir: str, command: str, strategy_name: str):
     Raises:
         UserError: another run holds `model_dir` (the message names it).
     """
-    from bert_trainer.training import run_lock  # noqa: PLC0415
+    from bert_trainer.training import run_lock, strategies, throughput  # noqa: PLC0415
 
+    # The environment the run reads later, checked before the lock: the first thing it writes.
+    throughput.check_peak_env()
+    if strategy_name == "multi_worker_mirrored":
+        strategies.check_tf_config()
     chief = _is_chief(strategy_name)
     lock = run_lock.acquire(model_dir, f"bert-train {command}") if chief else None
     try:
@@ -116,7 +120,7 @@ def _is_chief(strategy_name: str) -> bool:
         return True
     from bert_trainer.training.strategies import tf_config  # noqa: PLC0415 (imports TF)
 
-    cluster, task = tf_config()  # a bad TF_CONFIG is the strategy's to report
+    cluster, task = tf_config()  # a bad TF_CONFIG was refused by `model_dir_lock`
     kind, index = task.get("type"), task.get("index", 0)
     return kind in (None, "chief") or (kind == "worker" and index == 0 and "chief" not in cluster)
 

@@ -12,6 +12,8 @@ import dataclasses
 
 from absl import logging
 
+from bert_trainer.errors import UserError
+
 _TRAINER, _OPTIMIZER = "TrainerConfig", "OptimizerConfig"
 
 
@@ -72,13 +74,14 @@ def derive_settings(task, *, train_steps: int | None = None, best_metric_bound: 
     Returns:
       The frozen `RunSettings`.
     """
-    derived = []
+    derived, rows = [], None
     if train_steps is None:
         rows = task.num_train_rows()
         train_steps = task.config.train_steps(rows)
         logging.info("%d training rows x %g epochs / batch %d = %d steps", rows,
                      task.config.num_epochs, task.config.train_batch_size, train_steps)
         derived.append(f"{_TRAINER}.train_steps")
+    check_batch(task, rows)
     warmup = task.config.warmup_steps(train_steps)
     if warmup is not None:
         derived.append(f"{_OPTIMIZER}.warmup_steps")
@@ -91,3 +94,35 @@ def derive_settings(task, *, train_steps: int | None = None, best_metric_bound: 
     return RunSettings(train_steps=train_steps, warmup_steps=warmup, best_metric=best_metric,
                        best_metric_mode=mode, init_checkpoint=init_checkpoint or None,
                        derived=tuple(derived))
+
+
+MAX_BATCH_REPEATS = 100  # A batch over 100x the training rows is refused (see `check_batch`).
+
+
+def check_batch(task, rows: int | None = None) -> None:
+    """Refuses a training batch over `MAX_BATCH_REPEATS` times the training rows: every batch
+    would hold each row that many times (--batch_size=10^7 on 2,556 rows trained 640 micro-
+    batches a step with no word). A batch merely above the rows (a toy file at the recipe's
+    batch) is logged.
+
+    Args:
+      task: the `FinetuningTask` (its config's `train_batch_size`).
+      rows: the training rows one epoch trains on (`num_train_rows`), if already counted;
+        else the examples are counted only when the batch could exceed the bound.
+    """
+    batch = task.config.train_batch_size
+    if rows is None:
+        if batch <= MAX_BATCH_REPEATS:  # At least one row: never over the bound.
+            return
+        rows = task.num_examples(task.train_split)  # A windowed task's rows are >= these.
+        if batch > MAX_BATCH_REPEATS * rows and task.windowed:
+            rows = task.num_train_rows()
+    source = task.data.train_file or f"the {task.name} training split"
+    if batch > MAX_BATCH_REPEATS * rows:
+        raise UserError(f"FinetuneConfig.train_batch_size={batch} (--batch_size) is over "
+                        f"{MAX_BATCH_REPEATS}x the {rows} training rows of {source}: every batch "
+                        f"would hold each row about {batch // max(rows, 1)} times; use "
+                        f"--batch_size <= {rows}")
+    if batch > rows:
+        logging.warning("batch %d is larger than the %d training rows of %s: every batch "
+                        "repeats rows", batch, rows, source)

@@ -10,6 +10,9 @@ from bert_trainer import durations
 from bert_trainer.errors import UserError, require_positive_ints
 from bert_trainer.training import optimization
 
+# No run means more steps than this: BERT pretrained for 10^6; at 1 ms a step, 10^9 is 11 days.
+MAX_TRAIN_STEPS = 10**9
+
 
 class NonFiniteError(RuntimeError):
     """The loss or the gradient norm became NaN/Inf; the run stopped before applying it.
@@ -101,6 +104,10 @@ class TrainerConfig:
                                durations.parse_duration(self.time_budget, "time_budget"))
         require_positive_ints(self, ("train_steps", "steps_per_loop", "checkpoint_interval",
                                      "max_checkpoints", "summary_interval", "accumulation_steps"))
+        if self.train_steps > MAX_TRAIN_STEPS:  # 10^12 trained with a 10^11-step warmup
+            raise UserError(f"TrainerConfig: train_steps={self.train_steps} is over 10^9, 1,000 "
+                            "times BERT's 10^6 steps (11 days even at 1 ms a step); give the "
+                            "steps you mean (a run can be stopped, and resumed, at any step)")
         if self.eval_interval is not None and self.eval_interval <= 0:
             raise UserError(f"eval_interval={self.eval_interval} must be > 0 (or None: at the end)")
         if self.eval_steps is not None and self.eval_steps < 0:

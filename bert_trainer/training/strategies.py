@@ -20,12 +20,33 @@ STRATEGY_NAMES = ("default", "one_device", "mirrored", "multi_worker_mirrored", 
 
 def tf_config() -> tuple[dict, dict]:
     """(cluster, task) of the `TF_CONFIG` environment variable; empty where it is unset or
-    not a JSON object (the strategy itself reports a malformed one)."""
+    not a JSON object (`check_tf_config` refuses a malformed one)."""
     try:
         config = json.loads(os.environ.get("TF_CONFIG") or "{}")
         return dict(config.get("cluster", {})), dict(config.get("task", {}))
     except (json.JSONDecodeError, AttributeError, TypeError, ValueError):
         return {}, {}
+
+
+_TF_CONFIG_EXAMPLE = ('{"cluster": {"worker": ["host1:2222", "host2:2222"]}, '
+                      '"task": {"type": "worker", "index": 0}}')
+
+
+def check_tf_config() -> None:
+    """Refuses, in one line, a set `TF_CONFIG` that is not a JSON object whose "cluster" and
+    "task" are objects (TensorFlow's own parse ends in a 48-line traceback)."""
+    text = os.environ.get("TF_CONFIG")
+    if not text:
+        return
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UserError(f"TF_CONFIG is not valid JSON ({e.msg} at character {e.pos}); set it "
+                        f"as in {_TF_CONFIG_EXAMPLE}, or unset it") from None
+    if not (isinstance(config, dict) and isinstance(config.get("cluster", {}), dict)
+            and isinstance(config.get("task", {}), dict)):
+        raise UserError("TF_CONFIG must be a JSON object whose \"cluster\" and \"task\" are "
+                        f"objects, as in {_TF_CONFIG_EXAMPLE}; it is {text[:80]!r}")
 
 
 def get_strategy(name: str = "default", *, tpu_address: str | None = None,
@@ -59,6 +80,7 @@ def get_strategy(name: str = "default", *, tpu_address: str | None = None,
     if name == "tpu":
         return _tpu_strategy(tpu_address or "")
     if name == "multi_worker_mirrored":
+        check_tf_config()
         return tf.distribute.MultiWorkerMirroredStrategy()
     gpus = [d.name for d in tf.config.list_logical_devices("GPU")]
     if num_gpus is not None and num_gpus > len(gpus):

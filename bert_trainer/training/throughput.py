@@ -127,6 +127,13 @@ def peak_flops(strategy: tf.distribute.Strategy, configured: float | None,
     return peak * replicas
 
 
+def check_peak_env() -> None:
+    """Refuses a malformed `$BERT_TRAIN_PEAK_FLOPS` now: the training commands call this before
+    they write anything (it is read only when the run starts)."""
+    if os.environ.get(PEAK_ENV, "").strip():
+        _peak_from_env()
+
+
 def _peak_from_env() -> float:
     text = os.environ[PEAK_ENV].strip()
     try:

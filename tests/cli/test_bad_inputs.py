@@ -590,6 +590,20 @@ def test_finetune_options_refused_before_anything_is_written(case, args, expecte
     assert_refusal(case, rc, capsys.readouterr().err, expected, paths, digests)
 
 
+@pytest.mark.parametrize("case, env, args, expected", bad_input_cases.ENV_CASES,
+                         ids=[c[0] for c in bad_input_cases.ENV_CASES])
+def test_environment_refused_before_anything_is_written(case, env, args, expected, paths,
+                                                        digests, capsys, monkeypatch):
+    from bert_trainer import cli  # noqa: PLC0415
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    reset()
+    capsys.readouterr()
+    rc = cli.main(["bert-train", *fill(args, paths)])
+    assert_refusal(case, rc, capsys.readouterr().err, expected, paths, digests)
+
+
 # ------------------------------------------------------------------------------------------
 # Task family plugins (bad_input_cases.FAMILY_CASES).
 # ------------------------------------------------------------------------------------------

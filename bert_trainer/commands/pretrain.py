@@ -81,12 +81,16 @@ def main(argv):
 
         try:
             return common.train_and_report(trainer, "pretrain")
-        except tf.errors.DataLossError as e:  # a damaged shard: name it (checkpoints intact)
+        except (tf.errors.DataLossError, tf.errors.NotFoundError) as e:
+            # A damaged or deleted shard: name it (the steps done are checkpointed).
             from bert_trainer.data import record_faults  # noqa: PLC0415
 
             config = trainer.task.config
-            raise record_faults.locate(e, {"--train_data": config.train_data,
-                                           "--eval_data": config.eval_data}) from None
+            inputs = {"--train_data": config.train_data, "--eval_data": config.eval_data}
+            if isinstance(e, tf.errors.NotFoundError):
+                raise record_faults.vanished(e, inputs, tf.train.latest_checkpoint(model_dir)
+                                             ) from None
+            raise record_faults.locate(e, inputs) from None
 
 
 def _build_trainer(model_dir: str, *, strategy_name: str, tpu: str | None):

@@ -29,6 +29,8 @@ Robustness:
   restore (`Task.check_resume`).
 * A full disk or a refused write (`checkpoints/storage.py`): the partial files of that write
   are removed and one `UserError` names the path and the last good checkpoint.
+* An input file deleted or damaged mid-run (`NotFoundError`, `DataLossError` from the input):
+  the steps done are checkpointed, then the error propagates (the command names the file).
 
 Telemetry (`throughput.py`): besides losses and metrics, TensorBoard gets examples/s,
 tokens/s, the padding fraction, model GFLOP/s and MFU, all counted inside the compiled step
@@ -325,6 +327,12 @@ class Trainer:
                 steps = clock.plan_loop(loop.step, self._iterations(), steps)
             try:
                 self.run_steps(iterator, steps)
+            except (tf.errors.NotFoundError, tf.errors.DataLossError):
+                # An input file deleted or damaged mid-run: keep the steps done, then report.
+                logging.warning("The training input failed after step %d; saved %s",
+                                int(self.global_step.numpy()),
+                                self._save(int(self.global_step.numpy())))
+                raise
             except NonFiniteError as error:
                 iterator = self._roll_back(error)
                 loop.step = int(self.global_step.numpy())

@@ -35,7 +35,11 @@ from bert_trainer.checkpoints import layout, select
 from bert_trainer.checkpoints.layout import model_trackable  # noqa: F401 (the trainer's root)
 from bert_trainer.errors import UserError, first_line
 
-_IGNORED_KEYS = ("_CHECKPOINTABLE_OBJECT_GRAPH", "save_counter/.ATTRIBUTES/VARIABLE_VALUE")
+# A time-budget run's elapsed seconds (`training.time_budget`): an evaluation's trainer, which
+# has no budget, restores such a run; whether a training run may resume it is checked there.
+TIME_BUDGET_KEY = "time_budget_elapsed/.ATTRIBUTES/VARIABLE_VALUE"
+_IGNORED_KEYS = ("_CHECKPOINTABLE_OBJECT_GRAPH", "save_counter/.ATTRIBUTES/VARIABLE_VALUE",
+                 TIME_BUDGET_KEY)
 
 
 def check_model_dir(model_dir: str) -> None:

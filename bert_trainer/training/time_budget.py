@@ -9,10 +9,11 @@ budget does. `train_steps` no longer stops the run; the budget does.
 
 The host owns the clock (`BudgetClock`): before each compiled loop it sets three variables
 that the in-graph schedule reads (`fraction_at`): the fraction spent at the loop's first step
-and the fraction one step costs (measured over the last loop), so the rate moves step by step
-inside a loop. It also sizes the loop from the remaining time, so the run overshoots its budget
-by at most one step's misestimate, and stops when the budget is spent. The elapsed seconds are
-a checkpointed variable: a resumed run continues its budget instead of starting it again.
+and each step's share of what is left (from the step time measured over the last loop), so
+the rate moves step by step inside a loop and never jumps back. It also sizes the loop from
+the remaining time, so the run overshoots its budget by at most one step's misestimate, and
+stops when the budget is spent. The elapsed seconds are a checkpointed variable: a resumed run
+continues its budget instead of starting it again.
 
 What the budget counts: the training loop's wall-clock time, from its start (tracing, the
 first input batches, checkpoints and evaluations during training included); not the start-up
@@ -25,6 +26,8 @@ import keras
 import tensorflow as tf
 
 from bert_trainer import durations
+from bert_trainer.checkpoints import resume
+from bert_trainer.errors import UserError
 
 
 class BudgetClock:
@@ -53,7 +56,9 @@ class BudgetClock:
         self._started: float | None = None
         self._seconds_per_step: float | None = None
         self._traced = False
-        self._loop: tuple[int, float] | None = None  # (first step, start time) of the last loop
+        self._reached = 0.0  # the fraction the last loop's last step was given
+        # The last loop: (first step, start time, start fraction, fraction per step).
+        self._loop: tuple[int, float, float, float] | None = None
 
     # ------------------------------------------------------------------------- host side
 
@@ -63,6 +68,7 @@ class BudgetClock:
         self._started = time.perf_counter()
         self._seconds_per_step = None
         self._traced = False
+        self._reached = self.fraction()
 
     def elapsed(self) -> float:
         """Seconds of the budget spent (this process's and the restored ones)."""
@@ -93,13 +99,18 @@ class BudgetClock:
             measures it.
         """
         remaining = self.seconds - self.elapsed()
-        steps = 1
+        steps, per_step = 1, 0.0
+        # Never below the fraction the last loop's steps reached (a loop slower than its
+        # estimate ran ahead of the clock): the rate never jumps back. Each step then takes
+        # its share of what is left, so the fraction reaches 1 as the budget ends.
+        start = max(self.fraction(), self._reached)
         if self._seconds_per_step:
             steps = max(1, min(max_steps, round(remaining / self._seconds_per_step)))
-        self._start_fraction.assign(self.fraction())
+            per_step = (1.0 - start) * self._seconds_per_step / max(remaining, 1e-9)
+        self._start_fraction.assign(start)
         self._start_step.assign(iteration)
-        self._per_step.assign((self._seconds_per_step or 0.0) / self.seconds)
-        self._loop = (step, time.perf_counter())
+        self._per_step.assign(per_step)
+        self._loop = (step, time.perf_counter(), start, per_step)
         return steps
 
     def loop_done(self, step: int) -> bool:
@@ -108,7 +119,8 @@ class BudgetClock:
         Returns:
             Whether the budget is spent (that loop was the last).
         """
-        first, started = self._loop
+        first, started, start, per_step = self._loop
+        self._reached = min(start + (step - first) * per_step, 1.0)
         if step > first and self._traced:
             self._seconds_per_step = (time.perf_counter() - started) / (step - first)
         self._traced = True  # the first loop of a process traces the step: not a measurement
@@ -155,3 +167,30 @@ class BudgetSchedule(keras.optimizers.schedules.LearningRateSchedule):
         # The clock is the run's state, not configuration: what is saved is the step schedule.
         return {"schedule": keras.saving.serialize_keras_object(self.schedule),
                 "train_steps": self.train_steps, "time_budget_seconds": self.clock.seconds}
+
+
+def check_resume(model_dir: str, budget: float | None) -> None:
+    """Refuses to resume a budget run without a budget, or a run of steps with one.
+
+    A budget run's schedule runs on the fraction of its budget, a run of steps' on the step:
+    switching halfway would jump the learning rate. Checked on the latest checkpoint (nothing
+    to check in a fresh model_dir); the trainer's checkpoint holds `elapsed_variable` under
+    `resume.TIME_BUDGET_KEY`.
+
+    Raises:
+        UserError: naming the model_dir and the fix.
+    """
+    prefix = tf.train.latest_checkpoint(model_dir)
+    if prefix is None:
+        return
+    try:
+        held = resume.TIME_BUDGET_KEY in dict(tf.train.list_variables(prefix))
+    except (tf.errors.OpError, ValueError):
+        return  # unreadable: the restore reports it (and falls back to an earlier one)
+    if held and budget is None:
+        raise UserError(f"model_dir {model_dir} holds a time-budget run ({prefix}); resume it "
+                        "with --time_budget (TrainerConfig.time_budget), or use a new "
+                        "--model_dir")
+    if budget is not None and not held:
+        raise UserError(f"model_dir {model_dir} holds a run of steps without a time budget "
+                        f"({prefix}); resume it without --time_budget, or use a new --model_dir")

@@ -101,6 +101,8 @@ class Trainer:
         self.strategy = strategy or tf.distribute.get_strategy()
         self.is_chief = strategies.is_chief(self.strategy)
         resume.check_model_dir(model_dir)
+        if config.time_budget is not None:  # not a run of steps (the restore would fail)
+            time_budget.check_resume(model_dir, config.time_budget)
         self._write_dir = strategies.write_dir(model_dir, self.strategy)
         determinism.set_seed(config.seed)
         if config.deterministic_ops:
@@ -264,6 +266,8 @@ class Trainer:
 
     def _train_and_evaluate(self) -> RunResult:
         cfg = self.config
+        # A run of steps does not resume a budget run (an evaluation may read one: checked here).
+        time_budget.check_resume(self.model_dir, cfg.time_budget)
         loop = _LoopState(step=int(self.global_step.numpy()))
         # The input first: a bad input found while building it fails before anything is written.
         iterator = self.train_iterator()

@@ -23,6 +23,13 @@ def make(model_dir, optimizer, **config):
     return Trainer(ToyTask(), str(model_dir), config=TrainerConfig(**config), optimizer=optimizer)
 
 
+def traced(trainer):
+    """`trainer`, its loop traced (no step runs): on a busy machine tracing takes seconds,
+    which a budget counts, and would leave these seconds-long budgets little to measure."""
+    trainer.run_steps(trainer.train_iterator(), 0)
+    return trainer
+
+
 @pytest.mark.parametrize("text, seconds", [("90s", 90), ("20m", 1200), ("1.5h", 5400),
                                            ("45", 45), (" 2m ", 120), (30, 30), (0.5, 0.5)])
 def test_durations_parse(text, seconds):
@@ -59,27 +66,25 @@ def test_the_schedule_runs_on_the_fraction_of_the_budget(schedule):
 @pytest.mark.slow
 def test_a_budget_run_ends_near_its_budget_with_the_rate_through_warmup_to_zero(tmp_path):
     optimizer = OptimizerConfig(learning_rate=1e-2, warmup_fraction=0.5, schedule="one_cycle")
-    trainer = make(tmp_path, optimizer, time_budget=6.0)
-    started = time.perf_counter()
+    trainer = traced(make(tmp_path, optimizer, time_budget=6.0))
     result = trainer.train_and_evaluate()
-    took = time.perf_counter() - started
     record = result.time_budget
     assert record["seconds"] == 6.0 and record["steps"] == result.step > 20
     # The loop stops within about one step of the budget (steps take milliseconds here); the
     # final checkpoint and summaries follow it.
     assert 5.9 <= record["elapsed_seconds"] <= 6.5
-    assert took < 6.0 + 3
     rates = read_scalars(tmp_path / "train")["learning_rate"]
     fractions = read_scalars(tmp_path / "train")["time_budget_fraction"]
     steps = sorted(rates)
     peak_step = max(steps, key=rates.get)
-    # Warmup (the first loop traced the step: a good part of the warmup's 3 s)...
-    assert rates[steps[0]] < 0.7 * rates[peak_step]
+    assert rates[steps[0]] < 0.3 * rates[peak_step]  # warmup from ~0...
     assert rates[peak_step] > 0.8e-2  # ...to the peak (sampled every other step)...
     assert 0.4 < fractions[peak_step] < 0.6  # ...at half the budget, not of train_steps
     warmup = [rates[step] for step in steps if step <= peak_step]
     assert warmup == sorted(warmup)
-    assert rates[steps[-1]] < 0.03 * rates[peak_step]  # ~0 at the end
+    # ~0 at the end: the last step's rate is the decay's (2 x peak x the fraction left) about
+    # one step (of result.step in the budget) before the budget's end.
+    assert rates[steps[-1]] <= 3.0 * rates[peak_step] / result.step
     assert fractions[steps[-1]] > 0.97
     assert result.step != 100  # train_steps did not stop it
     info = tmp_path / "bert_train.json"
@@ -89,11 +94,11 @@ def test_a_budget_run_ends_near_its_budget_with_the_rate_through_warmup_to_zero(
 @pytest.mark.slow
 def test_a_resumed_budget_run_continues_its_budget(tmp_path):
     optimizer = OptimizerConfig(learning_rate=1e-2, warmup_fraction=0.3)
-    first = make(tmp_path, optimizer, time_budget=2.0)
+    first = traced(make(tmp_path, optimizer, time_budget=2.0))
     done = first.train_and_evaluate()
     assert 1.9 <= done.time_budget["elapsed_seconds"] <= 2.5
     # A second run with a larger budget resumes the step and the seconds already spent.
-    again = make(tmp_path, optimizer, time_budget=BUDGET)
+    again = traced(make(tmp_path, optimizer, time_budget=BUDGET))
     assert int(again.global_step.numpy()) == done.step
     result = again.train_and_evaluate()
     assert result.step > done.step
@@ -101,7 +106,7 @@ def test_a_resumed_budget_run_continues_its_budget(tmp_path):
     assert result.time_budget["steps_this_process"] == result.step - done.step
     # Its first step was taken half-way through the budget, not at its start.
     fractions = read_scalars(tmp_path / "train")["time_budget_fraction"]
-    assert fractions[done.step + 1] >= 0.47
+    assert fractions[min(step for step in fractions if step > done.step)] >= 0.5
     # A finished budget started again trains no step.
     final = make(tmp_path, optimizer, time_budget=BUDGET).train_and_evaluate()
     assert final.step == result.step
@@ -113,3 +118,19 @@ def test_a_budget_is_refused_with_several_workers(tmp_path, monkeypatch):
     monkeypatch.setattr(preemption, "is_multi_worker", lambda strategy: True)
     with pytest.raises(UserError, match="time_budget is not supported with several workers"):
         make(tmp_path, OptimizerConfig())
+
+
+@pytest.mark.slow
+def test_a_budget_run_and_a_run_of_steps_do_not_resume_each_other(tmp_path):
+    optimizer = OptimizerConfig(learning_rate=1e-2)
+    done = make(tmp_path / "budget", optimizer, time_budget=0.5).train_and_evaluate()
+    # A trainer without a budget (an evaluation's) restores the run; it does not train on.
+    steps = make(tmp_path / "budget", optimizer, time_budget=None)
+    assert int(steps.global_step.numpy()) == done.step
+    with pytest.raises(UserError, match=r"^model_dir .*budget holds a time-budget run \(.*"
+                                        r"ckpt-\d+\); resume it with --time_budget"):
+        steps.train_and_evaluate()
+    make(tmp_path / "steps", optimizer, time_budget=None, train_steps=2).train_and_evaluate()
+    with pytest.raises(UserError, match=r"^model_dir .*steps holds a run of steps without a "
+                                        r"time budget \(.*ckpt-2\); resume it without"):
+        make(tmp_path / "steps", optimizer)

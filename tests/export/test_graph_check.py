@@ -266,6 +266,13 @@ def _ops(path) -> set[str]:
                                                    for n in f.node_def]} - functions
 
 
+def test_a_classifier_export_passes(tmp_path):
+    """make test-fast's share of the test below: the commonest export, alone."""
+    path = export_every_family(tmp_path, families=("classification",))["classification"]
+    with open(os.path.join(path, "saved_model.pb"), "rb") as f:
+        assert graph_check.foreign_ops(f.read()) == []
+
+
 @pytest.mark.slow  # exports 13 models
 def test_every_familys_export_passes_and_the_list_is_exactly_their_ops(every_export):
     assert set(every_export) == set(FAMILIES)

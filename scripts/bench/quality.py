@@ -3,8 +3,10 @@
 
 Each system pretrains the same encoder size from scratch on the same token sequences (the
 public-domain corpus of ../shared/data/corpus plus IMDB's training reviews, one WordPiece
-vocabulary learned by `bert-train vocab`) for the largest wall-clock budget, with a snapshot at
-every budget (default 5, 10 and 20 minutes, counted from the process launch). Each snapshot is
+vocabulary learned by `bert-train vocab`) for each wall-clock budget (default 5, 10 and 20
+minutes): bert-train one `--time_budget` run per budget (its schedule ends with the budget),
+pytorch and keras-hub one run planned for the largest budget with a snapshot at every budget
+(counted from the process launch; see quality_systems.py). Each snapshot is
 scored by masked-LM accuracy on held-out reviews and by SST-2 dev accuracy after one fixed
 fine-tuning recipe (`bert-train finetune --seeds`, mean ± sample std). Systems:
 
@@ -22,7 +24,7 @@ Systems run one after the other, each alone on the machine (the harness waits). 
 seeds}), --plot (PNG), --table (the Markdown block in benchmarks/README.md). The work
 directory keeps each stage's results, so a rerun resumes where the last one stopped.
 
-  scripts/bench/quality.py                                   # about 2 hours on 2 cores
+  scripts/bench/quality.py                                   # about 3 hours on 2 cores
   scripts/bench/quality.py --budgets=1,2,4 --seeds=1 --systems=none,bert,cram
 """
 
@@ -49,10 +51,10 @@ TORCH_PYTHON_ENV = "BERT_TRAIN_TORCH_PYTHON"
 DEFAULT_TORCH_PYTHON = "/work/hfenv/bin/python"
 SYSTEMS = ("none", *quality_systems.RECIPES, *quality_systems.WORKERS)
 DEFAULT_SYSTEMS = "none,bert,cram,pytorch,keras-hub"
-SMOKE = dict(budgets="1", seeds=1, hidden_size=32, num_layers=1, num_attention_heads=2,
+SMOKE = dict(seeds=1, hidden_size=32, num_layers=1, num_attention_heads=2,
              inner_dim=64, vocab_size=1000, max_reviews=100, eval_reviews=50,
              max_eval_examples=128, finetune_steps=10, finetune_train_examples=512,
-             planned_steps=20, checkpoint_seconds=2, systems="none,cram",
+             planned_steps=20, systems="none,cram", budgets="0.2",
              corpus="inaugural/180*.txt")
 
 
@@ -89,10 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--finetune_train_examples", type=int, default=None,
                    help="Fine-tune on the first N SST-2 training sentences (default: all).")
     p.add_argument("--calibrate_steps", type=int, default=30,
-                   help="Steps of each system's calibration run (its step rate).")
+                   help="Steps of the pytorch and keras-hub calibration runs (their step "
+                        "rate; bert-train runs on --time_budget).")
     p.add_argument("--planned_steps", type=int, default=None,
-                   help="Skip calibration: every schedule ends at this step.")
-    p.add_argument("--checkpoint_seconds", type=float, default=15.0)
+                   help="Skip the pytorch and keras-hub calibration: their schedules end at "
+                        "this step.")
     p.add_argument("--workdir", default="runs/bench_quality")
     p.add_argument("--output", default="benchmarks/results_quality.json")
     p.add_argument("--plot", default=None, help="PNG to write (default: --output's, .png).")
@@ -190,8 +193,7 @@ def run(args, log=print) -> dict:
     setup = quality_systems.Setup(
         sizes=sizes, seq_length=args.seq_length, max_predictions=args.max_predictions,
         batch_size=args.batch_size, learning_rate=args.learning_rate, budgets_s=budgets_s,
-        calibrate_steps=args.calibrate_steps, checkpoint_seconds=args.checkpoint_seconds,
-        planned_steps=args.planned_steps)
+        calibrate_steps=args.calibrate_steps, planned_steps=args.planned_steps)
     train_file, dev_file = sst2_files(args, workdir)
     recipe = quality_score.FinetuneRecipe(
         train_file, dev_file, args.finetune_steps, args.finetune_learning_rate,

@@ -1,32 +1,32 @@
 """How each system of the pretraining-quality benchmark pretrains for a wall-clock budget.
 
-Every system runs in its own process, launched by the harness; its budgets count from the
-launch (start-up, data loading and tracing included, as a user waits for them). Each is first
-run for a few steps (calibration) to learn its step rate, so that its learning-rate schedule
-can end where its largest budget does: `max_steps = rate * (budget - start-up)`.
+Every system runs in its own process, launched by the harness.
 
-- bert-train: `bert-train pretrain` (configs/mini.gin: the BERT recipe; configs/cram.gin: the
-  budget recipe; ablations add gin bindings), checkpointing every few seconds; the snapshot of
-  a budget is the last checkpoint written by then (its file time). The run is stopped with
-  SIGTERM (bert-train checkpoints and exits) if it has not finished at the largest budget.
+- bert-train: `bert-train pretrain --time_budget` (configs/mini.gin: the BERT recipe;
+  configs/cram.gin: the budget recipe; ablations add gin bindings), one run per budget: its
+  learning-rate schedule runs on the fraction of the budget spent, so each snapshot is a run
+  whose schedule ended with its budget, whatever the step rate (no calibration, no planned
+  step count). The snapshot is the checkpoint the run writes when its budget is spent. The
+  budget counts the training loop (the first step's tracing included); the start-up before
+  it (imports, input, model: `startup` in the snapshot, seconds) does not, as for a user of
+  `--time_budget`; `elapsed` is the launch to the final checkpoint.
 - pytorch (`quality_torch.py`, in the PyTorch interpreter) and keras-hub
-  (`quality_keras_hub.py`) save their snapshots themselves when a budget's time is up.
+  (`quality_keras_hub.py`): their budgets count from the launch (start-up, data loading and
+  tracing included). Each is first run for a few steps (calibration) to learn its step rate,
+  so that its learning-rate schedule can end where its largest budget does:
+  `max_steps = rate * (budget - start-up)`; it saves a snapshot when each budget's time is up.
 """
 
 import dataclasses
-import glob
 import json
 import os
 import pathlib
-import re
-import signal
 import subprocess
 import sys
 import time
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 BENCH = pathlib.Path(__file__).resolve().parent
-RATE = re.compile(r"\| ([0-9.]+) steps/s \|")
 
 # Recipe name -> (gin file, extra bindings). Each ablation reverts one switch of cram.gin.
 RECIPES = {
@@ -55,9 +55,8 @@ class Setup:
     batch_size: int
     learning_rate: float  # the BERT recipe's peak (pytorch, keras-hub, bert-train bert)
     budgets_s: tuple[float, ...]
-    calibrate_steps: int  # at least 2 loops of 10: the first one's rate includes tracing
-    checkpoint_seconds: float
-    planned_steps: int | None = None  # given: no calibration, the schedule ends here
+    calibrate_steps: int  # the workers': at least 2 loops of 10 (the first one traces)
+    planned_steps: int | None = None  # the workers': given, no calibration; the schedule ends here
     seed: int = 1
 
 
@@ -75,10 +74,9 @@ def _wait_until(process: subprocess.Popen, deadline: float) -> bool:
 
 
 def bert_train_pretrain(recipe: str, data, setup: Setup, out_dir: str, log) -> dict:
-    """Pretrains with a bert-train recipe; returns {"snapshots": [...], "steps", "rate"}."""
+    """Pretrains with a bert-train recipe, one `--time_budget` run per budget; returns
+    {"snapshots": [...], "rate": None, "planned_steps": None} (no calibration)."""
     gin_file, extra = RECIPES[recipe]
-    common = [f"--gin_file={gin_file}", f"--train_data={data.train_glob}",
-              f"--vocab_file={data.vocab_file}"]
     bindings = [*size_bindings(setup), f"build_encoder.vocab_size = {data.vocab_size}",
                 f"PretrainingConfig.seq_length = {setup.seq_length}",
                 f"PretrainingConfig.max_predictions_per_seq = {setup.max_predictions}",
@@ -86,70 +84,45 @@ def bert_train_pretrain(recipe: str, data, setup: Setup, out_dir: str, log) -> d
                 "TrainerConfig.eval_interval = None", "TrainerConfig.eval_steps = 0",
                 "TrainerConfig.steps_per_loop = 10", "TrainerConfig.summary_interval = 10",
                 f"TrainerConfig.seed = {setup.seed}", *extra]
-
-    def run(model_dir, steps, interval):
-        args = [*common, f"--model_dir={model_dir}",
-                *(f"--gin_param={b}" for b in bindings),
-                f"--gin_param=TrainerConfig.train_steps = {steps}",
-                f"--gin_param=TrainerConfig.checkpoint_interval = {interval}",
-                "--gin_param=TrainerConfig.max_checkpoints = 100000"]
-        log_file = open(model_dir + ".log", "w")  # noqa: SIM115 - closed by the caller
+    snapshots = []
+    for budget in sorted(setup.budgets_s):
+        model_dir = os.path.join(out_dir, f"run-{budget:g}s")
+        args = [f"--gin_file={gin_file}", f"--train_data={data.train_glob}",
+                f"--vocab_file={data.vocab_file}", f"--model_dir={model_dir}",
+                f"--time_budget={budget:g}s", *(f"--gin_param={b}" for b in bindings)]
         launched = time.time()
-        process = subprocess.Popen([sys.executable, "-m", "bert_trainer.cli", "pretrain", *args],
-                                   cwd=REPO, stdout=log_file, stderr=subprocess.STDOUT)
-        return process, launched, log_file
+        with open(model_dir + ".log", "w") as log_file:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "bert_trainer.cli", "pretrain", *args], cwd=REPO,
+                stdout=log_file, stderr=subprocess.STDOUT)
+            if not _wait_until(process, launched + budget + 1800):
+                process.kill()
+                process.wait()
+        if process.returncode:
+            raise RuntimeError(f"bert-train {recipe}: its {budget:g} s run failed "
+                               f"({process.returncode}); see {model_dir}.log")
+        snapshot = budget_snapshot(model_dir, launched, budget)
+        log(f"bert-train {recipe}: {budget / 60:g} min bought {snapshot['step']} steps "
+            f"(start-up {snapshot['startup']:.0f} s)")
+        snapshots.append(snapshot)
+    return {"snapshots": snapshots, "rate": None, "planned_steps": None}
 
-    if setup.planned_steps:  # about 20 checkpoints, every 10 steps at most
-        rate, steps = None, setup.planned_steps
-        interval = max(10, steps // 200 * 10)
-    else:
-        calibration = os.path.join(out_dir, "calibrate")
-        process, launched, log_file = run(calibration, setup.calibrate_steps, 10_000)
-        code = process.wait()
-        log_file.close()
-        wall = time.time() - launched
-        rates = [float(r) for r in RATE.findall(pathlib.Path(calibration + ".log").read_text())]
-        if code or not rates:
-            raise RuntimeError(f"bert-train {recipe}: calibration failed ({code}); see "
-                               f"{calibration}.log")
-        rate = rates[-1]
-        steps = _planned_steps(rate, wall, setup)
-        interval = max(10, round(rate * setup.checkpoint_seconds / 10) * 10)
-        log(f"bert-train {recipe}: {rate:.2f} steps/s, start-up "
-            f"{wall - setup.calibrate_steps / rate:.0f} s -> {steps} steps, a checkpoint every "
-            f"{interval}")
-    model_dir = os.path.join(out_dir, "run")
-    process, launched, log_file = run(model_dir, steps, interval)
-    if not _wait_until(process, launched + max(setup.budgets_s)):
-        process.send_signal(signal.SIGTERM)  # bert-train checkpoints, then exits
-        process.wait()
-    log_file.close()
-    return {"snapshots": _snapshots(model_dir, launched, setup.budgets_s), "rate": rate,
-            "planned_steps": steps}
+
+def budget_snapshot(model_dir: str, launched: float, budget_s: float) -> dict:
+    """The snapshot of a `--time_budget` run: its final checkpoint, the steps its budget
+    bought (bert_train.json's "time_budget"), the seconds from the launch to that checkpoint
+    and the start-up before its training loop."""
+    with open(os.path.join(model_dir, "bert_train.json")) as f:
+        record = json.load(f)["time_budget"]
+    prefix = os.path.join(model_dir, f"ckpt-{record['steps']}")
+    elapsed = os.path.getmtime(prefix + ".index") - launched
+    return {"seconds": budget_s, "step": record["steps"], "elapsed": elapsed, "dir": prefix,
+            "startup": elapsed - record["elapsed_seconds"]}
 
 
 def _planned_steps(rate: float, calibration_wall: float, setup: Setup) -> int:
     startup = max(0.0, calibration_wall - setup.calibrate_steps / rate)
     return max(setup.calibrate_steps, int(rate * (max(setup.budgets_s) - startup)))
-
-
-def _snapshots(model_dir: str, launched: float, budgets_s) -> list[dict]:
-    """For each budget, the last checkpoint of `model_dir` written by then (or None)."""
-    written = []
-    for index in glob.glob(os.path.join(model_dir, "ckpt-*.index")):
-        step = int(re.search(r"ckpt-(\d+)\.index$", index).group(1))
-        written.append((os.path.getmtime(index) - launched, step, index[:-len(".index")]))
-    written.sort()
-    snapshots = []
-    for budget in sorted(budgets_s):
-        done = [w for w in written if w[0] <= budget]
-        if done:
-            elapsed, step, prefix = done[-1]
-            snapshots.append({"seconds": budget, "step": step, "elapsed": elapsed,
-                              "dir": prefix})
-        else:
-            snapshots.append({"seconds": budget, "step": None, "elapsed": None, "dir": None})
-    return snapshots
 
 
 def worker_pretrain(system: str, data, setup: Setup, out_dir: str, python: str, log) -> dict:

@@ -46,23 +46,26 @@ def test_system_names_follow_the_results_schema():
     assert quality.system_name("cram-post_norm") == "bert-train cram-post_norm"
 
 
-def test_a_budget_takes_the_last_checkpoint_written_by_then(tmp_path):
+def test_a_budget_run_is_snapshot_at_its_final_checkpoint(tmp_path):
+    """bert-train runs one --time_budget run per budget: its snapshot is the checkpoint of the
+    steps the budget bought (bert_train.json), with the start-up before its loop."""
     launched = 1_000_000.0
-    for step, second in ((10, 20), (20, 50), (30, 61), (40, 130)):
+    for step, second in ((10, 20), (37, 62)):
         index = tmp_path / f"ckpt-{step}.index"
         index.write_text("")
         os.utime(index, (launched + second, launched + second))
-    snaps = quality_systems._snapshots(str(tmp_path), launched, (60.0, 120.0, 10.0))
-    assert [s["seconds"] for s in snaps] == [10.0, 60.0, 120.0]
-    assert [s["step"] for s in snaps] == [None, 20, 30]
-    assert snaps[1]["dir"] == str(tmp_path / "ckpt-20")
-    assert snaps[2]["elapsed"] == pytest.approx(61.0)
+    (tmp_path / "bert_train.json").write_text(json.dumps(
+        {"time_budget": {"seconds": 50.0, "elapsed_seconds": 50.4, "steps": 37}}))
+    snap = quality_systems.budget_snapshot(str(tmp_path), launched, 50.0)
+    assert (snap["seconds"], snap["step"], snap["dir"]) == (50.0, 37, str(tmp_path / "ckpt-37"))
+    assert snap["elapsed"] == pytest.approx(62.0)
+    assert snap["startup"] == pytest.approx(62.0 - 50.4)
 
 
 def test_planned_steps_end_the_schedule_at_the_largest_budget():
     setup = quality_systems.Setup(sizes={}, seq_length=64, max_predictions=10, batch_size=16,
                                   learning_rate=5e-4, budgets_s=(60.0, 300.0),
-                                  calibrate_steps=30, checkpoint_seconds=15)
+                                  calibrate_steps=30)
     # 30 steps at 2 steps/s took 35 s: 20 s of start-up, so 280 s of steps remain.
     assert quality_systems._planned_steps(2.0, 35.0, setup) == 560
 
@@ -188,9 +191,11 @@ def test_smoke_run_writes_one_record_per_system_and_budget(tmp_path, monkeypatch
                          f"--output={output}"]) == 0
     results = json.loads(output.read_text())
     assert [(r["system"], r["minutes"]) for r in results["runs"]] == [
-        ("none", 0), ("bert-train cram", 1)]
+        ("none", 0), ("bert-train cram", 0.2)]
     none, cram = results["runs"]
-    assert cram["steps"] == 20  # the planned run ends before the budget: its last checkpoint
+    # A --time_budget run: it trains its whole budget (launch to final checkpoint: start-up
+    # too), not a planned step count, and its snapshot is the checkpoint at the end.
+    assert cram["steps"] > 0 and cram["elapsed_minutes"] >= 0.2
     assert 0 <= none["mlm_accuracy"] < 0.05  # random weights
     assert cram["mlm_accuracy"] > none["mlm_accuracy"]
     for run in results["runs"]:

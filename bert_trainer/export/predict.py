@@ -54,7 +54,7 @@ import numpy as np
 
 from bert_trainer import outputs
 from bert_trainer.errors import UserError
-from bert_trainer.export import exporter, graph_check
+from bert_trainer.export import exporter, graph_check, length_window
 from bert_trainer.export.predict_inputs import (  # noqa: F401 (part of predict's API)
     FORMATS,
     HEADER_ALIASES,
@@ -80,11 +80,14 @@ class Predictor:
       fn: {name: string tensor [b]} -> {output name: tensor [b, ...]}.
       family: the name of the task family that formats the answers (given a `Family`, its
         name is kept; `answers` is the family object).
+      tokenizer: the model's `Tokenizer` (or one built from an export's vocabulary): a
+        window is sorted by word pieces; None: by characters, a rougher guess.
     """
 
     input_names: tuple[str, ...]
     fn: Callable
     family: str
+    tokenizer: object = None
 
     def __post_init__(self):
         if isinstance(self.family, Family):
@@ -96,6 +99,10 @@ class Predictor:
 
         outputs = self.fn(**{k: tf.constant(v, tf.string) for k, v in batch.items()})
         return {k: v.numpy() for k, v in outputs.items()}
+
+    def lengths(self, inputs: list[dict]) -> list[int]:
+        """What a window sorts by (`length_window.input_lengths`)."""
+        return length_window.input_lengths(self.tokenizer, self.input_names, inputs)
 
 
 def _family(output_names) -> Family:
@@ -152,7 +159,7 @@ def load_predictor(*, model_dir: str | None = None, saved_model: str | None = No
         fn = module.text_function()
         names = [spec.name for spec in fn.input_signature]
         family = registry.get_family(module.family)
-        return Predictor(_ordered(names, family), fn, family)
+        return Predictor(_ordered(names, family), fn, family, module.tokenizer)
     if not os.path.isfile(os.path.join(saved_model, "saved_model.pb")):
         raise UserError(f"--saved_model={saved_model} holds no saved_model.pb; pass a directory "
                         "written by 'bert-train export'")
@@ -170,7 +177,8 @@ def load_predictor(*, model_dir: str | None = None, saved_model: str | None = No
                                                                 exporter.FAMILY_FILE))
     else:  # An export written before exports recorded their family.
         family = _family(fn.structured_outputs)
-    return Predictor(_ordered(names, family), fn, family)
+    return Predictor(_ordered(names, family), fn, family,
+                     length_window.export_tokenizer(saved_model))
 
 
 def format_answer(family: Family | str, outputs: dict, i: int) -> dict:
@@ -209,16 +217,12 @@ class PredictSummary:
                 f"{padding})")
 
 
-def _input_length(inputs: dict) -> int:
-    """What a window sorts by: the characters of an input's texts (pieces follow them)."""
-    return sum(len(text) for text in inputs.values())
-
-
 def _answer_window(predictor: Predictor, pending: list, write, *, batch_size: int,
                    summary: PredictSummary, progress_update) -> None:
     """Answers a window of (line, inputs): sorted by length, in batches of `batch_size`;
     writes its JSON lines in input order."""
-    order = sorted(range(len(pending)), key=lambda i: _input_length(pending[i][1]))
+    lengths = predictor.lengths([inputs for _, inputs in pending])
+    order = sorted(range(len(pending)), key=lengths.__getitem__)
     answers = [None] * len(pending)
     for first in range(0, len(order), batch_size):
         rows = order[first:first + batch_size]

@@ -15,7 +15,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from export_testing import build_model, make_model_dir, write_vocab
+from export_testing import VOCAB, build_model, make_model_dir, write_vocab
 
 from bert_trainer.data.tokenizer import Tokenizer
 from bert_trainer.errors import EXIT_USER_ERROR, UserError
@@ -125,6 +125,21 @@ def test_a_window_is_batched_by_length_and_answered_in_input_order():
     calls = []
     old = predict.predict_lines(char_count_predictor(calls), lines("x"), out.append, fmt="text")
     assert old.padding_tokens is None and "padding not counted by this export" in old.report()
+
+
+def test_a_window_sorts_by_word_pieces_where_the_predictor_has_a_tokenizer(tmp_path):
+    texts = ["the cat", "xqzv", "x"]  # 2, 4 and 1 pieces; 7, 4 and 1 characters
+    by_chars, by_pieces = [], []
+    predict.predict_lines(padding_predictor(by_chars), lines(*texts), [].append, fmt="text",
+                          batch_size=1)
+    assert by_chars == [["x"], ["xqzv"], ["the cat"]]
+    predictor = padding_predictor(by_pieces)
+    predictor.tokenizer = Tokenizer(write_vocab(tmp_path / "vocab.txt"))
+    assert predictor.lengths([{"text": t} for t in texts]) == [2, 4, 1]
+    out = []
+    predict.predict_lines(predictor, lines(*texts), out.append, fmt="text", batch_size=1)
+    assert by_pieces == [["x"], ["the cat"], ["xqzv"]]
+    assert [json.loads(o)["text"] for o in out] == texts
 
 
 def test_stop_on_error_writes_what_came_before_then_names_the_line():
@@ -267,6 +282,8 @@ def test_model_dir_and_saved_model_give_the_same_answers(sentiment_export, tmp_p
         predictor = predict.load_predictor(
             **{kind: str(root / ("model" if kind == "model_dir" else "export"))})
         assert (predictor.input_names, predictor.family) == (("text",), "classification")
+        pieces = predictor.tokenizer.tokenize(["good film"]).to_list()  # windows sort by pieces
+        assert pieces == [[VOCAB.index("good"), VOCAB.index("film")]]
         out = tmp_path / f"{kind}.jsonl"
         summary = predict.run_predict(predictor, str(source), str(out), stderr=io.StringIO())
         assert (summary.answered, summary.skipped) == (5, 0)

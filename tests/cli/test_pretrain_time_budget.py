@@ -50,3 +50,37 @@ def test_a_bad_time_budget_is_refused_in_one_line(value, capfd, tmp_path):
     assert err == (f"bert-train pretrain: error: --time_budget={value!r} is not a duration > 0; "
                    "give seconds or a number and a unit, e.g. 90s, 20m or 1.5h")
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_a_causal_lm_trains_for_its_budget(pretraining_data, tmp_path, capfd):
+    """The causal objective runs on the same trainer: its budget, schedule and record."""
+    from conftest import SHARED  # noqa: PLC0415
+    from summary_testing import read_scalars  # noqa: PLC0415
+
+    corpus = SHARED / "data" / "corpus" / "inaugural" / "18*.txt"
+    blocks = str(tmp_path / "blocks" / "train-*.tfrecord")
+    flags.FLAGS.unparse_flags()
+    assert cli.main(["bert-train", "create_pretraining_data", "--objective=causal_lm",
+                     "--block_size=32", f"--input={corpus}", f"--output={blocks}",
+                     f"--vocab={pretraining_data['vocab_file']}", "--seed=5"]) == 0
+    model_dir = tmp_path / "gpt"
+    flags.FLAGS.unparse_flags()
+    code = cli.main(["bert-train", "pretrain", "--gin_file=configs/causal_lm/tiny.gin",
+                     f"--model_dir={model_dir}", f"--train_data={blocks}", "--time_budget=8",
+                     f"--vocab_file={pretraining_data['vocab_file']}",
+                     f"--gin_param=build_causal_lm.vocab_size = {pretraining_data['vocab_size']}",
+                     "--gin_param=build_causal_lm.hidden_size = 32",
+                     "--gin_param=build_causal_lm.max_sequence_length = 32",
+                     "--gin_param=CausalLMConfig.block_size = 32",
+                     "--gin_param=TrainerConfig.summary_interval = 2"])
+    out = capfd.readouterr().out
+    assert code == 0, out[-2000:]
+    record = json.loads((model_dir / "bert_train.json").read_text())["time_budget"]
+    assert record["budget"] == "8s" and 7.9 <= record["elapsed_seconds"] <= 40
+    assert f"time budget 8s: {record['steps']} steps in " in out
+    # The rate decays to ~0 as the budget ends (its 10 % of warmup went to the first step's
+    # tracing here): the last one is about one step's share of the budget above 0.
+    rates = read_scalars(model_dir / "train")["learning_rate"]
+    last = rates[max(rates)]
+    assert last == min(rates.values()) and last <= 3.0 * max(rates.values()) / record["steps"]

@@ -100,7 +100,13 @@ class ApplyAdamWOp : public OpKernel {
       }
       m = m0 + (g - m0) * one_minus_beta1;
       v = v0 + (g.square() - v0) * one_minus_beta2;
-      p -= (m * alpha) / (v.sqrt() + epsilon);
+      // IEEE sqrt, in a loop the compiler vectorizes (-fno-math-errno), not Eigen's: on
+      // AVX-512 that is an rsqrt estimate plus a Newton step, a last bit off in about one
+      // element in 2,000, so an element's bits would follow whether the vector loop or the
+      // scalar tail took it, and the CPU's vector width. g is not needed any more.
+      const float* vs = dst[2] + first;
+      for (int64_t i = 0; i < count; ++i) gb[i] = std::sqrt(vs[i]) + epsilon;
+      p -= (m * alpha) / g;
     });
   }
 };

@@ -64,8 +64,9 @@ WARNINGS = ("-Wall", "-Wextra")
 FAIL_FAST = ("-Wfatal-errors",)
 # No fused multiply-add unless a kernel asks for one: contracted, `a * b + c` rounds once in
 # the code the compiler chose to fuse and twice elsewhere, so an element's bits would follow
-# whether Eigen's vector loop or its scalar head and tail computed it (common.h).
-NUMERICS = ("-ffp-contract=off",)
+# whether Eigen's vector loop or its scalar head and tail computed it (common.h). No errno
+# from math functions (the kernels never read it): a loop of std::sqrt then vectorizes.
+NUMERICS = ("-ffp-contract=off", "-fno-math-errno")
 # Part of the cache key: bump when the flag policy changes in a way the key cannot see.
 POLICY = "march-native-minus-broken/3"
 OFF_HINT = "set BERT_TRAIN_FUSED_KERNELS=off to use TensorFlow's own ops"

@@ -281,6 +281,7 @@ def _build_target(target: str, cxx: str) -> pathlib.Path:
                 if reason is None:  # another process built it while this one waited
                     return path
                 logging.warning("Fused CPU kernels: %s %s; rebuilding it", path, reason)
+                path.unlink()  # never loaded, and should the build fail, not found again
             if failed.exists():
                 raise BuildError(failed.read_text(encoding="utf-8").splitlines()[0] +
                                  f" (remembered: delete {failed} to try again)")

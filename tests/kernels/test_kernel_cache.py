@@ -87,6 +87,24 @@ def test_a_library_that_does_not_match_its_record_is_rebuilt_with_one_line(
     assert cache.digest(found.path) == good and cache.untrusted(found.path) is None
 
 
+def test_a_damaged_library_whose_rebuild_fails_is_removed_not_loaded(fake_cache, tmp_path,
+                                                                     caplog):
+    found = build.build()
+    found.path.chmod(0o600)
+    found.path.write_bytes(b"\x7fELF cut short")
+    # The same compiler (the cache key holds $CXX), now failing every compile.
+    (tmp_path / "fakecc").write_text('#!/bin/sh\ncase "$*" in *--version*) echo "fakecc 2"; '
+                                     'exit 0;; esac\ncase "$*" in *fsyntax-only*) exit 0;; '
+                                     'esac\necho "k.cc:1:1: error: boom"; exit 1\n')
+    build.compiler_identity.cache_clear()
+    with caplog.at_level(logging.WARNING):
+        with pytest.raises(build.BuildError, match="error: boom"):
+            build.build()
+        with pytest.raises(build.BuildError, match="remembered"):  # the next process
+            build.build()
+    assert not found.path.exists() and len(_rebuilt_lines(caplog)) == 1
+
+
 def test_a_directory_others_could_write_is_tightened_and_its_library_rebuilt(fake_cache,
                                                                               caplog):
     found = build.build()

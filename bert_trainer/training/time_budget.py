@@ -24,10 +24,26 @@ import time
 
 import keras
 import tensorflow as tf
+from absl import logging
 
 from bert_trainer import durations
 from bert_trainer.checkpoints import resume
 from bert_trainer.errors import UserError
+from bert_trainer.training import preemption
+
+
+def clock_for(seconds: float | None, strategy) -> "BudgetClock | None":
+    """The clock of a run with a budget of `seconds` (None: no budget, no clock).
+
+    Raises:
+        UserError: several workers (their clocks would disagree on the last step).
+    """
+    if seconds is None:
+        return None
+    if preemption.is_multi_worker(strategy):
+        raise UserError("TrainerConfig.time_budget is not supported with several workers "
+                        "(their clocks would disagree on the last step); set train_steps")
+    return BudgetClock(seconds)
 
 
 class BudgetClock:
@@ -62,13 +78,20 @@ class BudgetClock:
 
     # ------------------------------------------------------------------------- host side
 
-    def start(self) -> None:
-        """Starts the clock from the (restored) elapsed seconds."""
+    def start(self, train_steps: int) -> None:
+        """Starts the clock from the (restored) elapsed seconds, and says so.
+
+        Args:
+            train_steps: the step count the schedule was planned for (named in the line).
+        """
         self._base = float(self.elapsed_variable.numpy())
         self._started = time.perf_counter()
         self._seconds_per_step = None
         self._traced = False
         self._reached = self.fraction()
+        logging.info("Time budget %s (%.0f s spent before): the schedule of train_steps=%d runs "
+                     "on its fraction", durations.format_duration(self.seconds), self._base,
+                     train_steps)
 
     def elapsed(self) -> float:
         """Seconds of the budget spent (this process's and the restored ones)."""
@@ -130,8 +153,15 @@ class BudgetClock:
         """Writes the elapsed seconds into `elapsed_variable` (before a save)."""
         self.elapsed_variable.assign(self.elapsed())
 
-    def record(self, step: int, start_step: int) -> dict:
-        """What the run records: the budget, the seconds spent and the steps it bought."""
+    def finish(self, step: int, start_step: int) -> dict:
+        """What the run records (the budget, the seconds spent, the steps it bought), logged.
+
+        Args:
+            step: the step the run ended at.
+            start_step: the step this process started from.
+        """
+        logging.info("Time budget %s spent: %d steps in %.1f s",
+                     durations.format_duration(self.seconds), step, self.elapsed())
         return {"seconds": self.seconds, "budget": durations.format_duration(self.seconds),
                 "elapsed_seconds": round(self.elapsed(), 3), "steps": step,
                 "steps_this_process": step - start_step}

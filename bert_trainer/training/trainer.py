@@ -46,7 +46,7 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from bert_trainer import durations, outputs
+from bert_trainer import outputs
 from bert_trainer.checkpoints import best, resume, run_record, storage
 from bert_trainer.checkpoints import model_dir as model_dir_lib
 from bert_trainer.errors import UserError
@@ -123,7 +123,8 @@ class Trainer:
         cfg, task = self.config, self.task
         # Outside the strategy scope: a plain variable that a signal-watching thread can set.
         self._stop_flag = tf.Variable(False, trainable=False, name="stop_requested")
-        self._clock = self._budget_clock()  # host-set variables too, read by the schedule
+        # Host-set variables too, read by the schedule.
+        self._clock = time_budget.clock_for(cfg.time_budget, self.strategy)
         with optimization.precision_policy(cfg.mixed_precision), self.strategy.scope():
             self.model = task.build_model()
             self.optimizer = optimization.build_optimizer(
@@ -170,15 +171,6 @@ class Trainer:
                 self.checkpoint, os.path.join(self._write_dir, best.BEST_DIR),
                 cfg.best_metric, cfg.best_metric_mode,
                 previous_dir=os.path.join(self.model_dir, best.BEST_DIR))
-
-    def _budget_clock(self) -> time_budget.BudgetClock | None:
-        """The run's time budget (None without one); refused where workers' clocks differ."""
-        if self.config.time_budget is None:
-            return None
-        if preemption.is_multi_worker(self.strategy):
-            raise UserError("TrainerConfig.time_budget is not supported with several workers "
-                            "(their clocks would disagree on the last step); set train_steps")
-        return time_budget.BudgetClock(self.config.time_budget)
 
     def _plan_batch(self) -> batch_fit.BatchPlan | None:
         """The batch plan when batch fitting is on (None: the task's batch is the input's)."""
@@ -283,10 +275,7 @@ class Trainer:
             self._save(loop.step)  # something to roll back to
         start_step = loop.step
         if self._clock is not None:
-            self._clock.start()
-            logging.info("Time budget %s (%.0f s spent before): the schedule of train_steps=%d "
-                         "runs on its fraction", durations.format_duration(cfg.time_budget),
-                         self._clock.elapsed(), cfg.train_steps)
+            self._clock.start(cfg.train_steps)
         try:
             with preemption.watch(self.strategy, self._stop_flag, self._save_published,
                                   self._write_dir, enabled=cfg.handle_signals) as (signals,
@@ -308,9 +297,7 @@ class Trainer:
         bert_train.json as "time_budget" and logged; None without a budget."""
         if self._clock is None:
             return None
-        record = self._clock.record(step, start_step)
-        logging.info("Time budget %s spent: %d steps in %.1f s", record["budget"], step,
-                     record["elapsed_seconds"])
+        record = self._clock.finish(step, start_step)
         if self.is_chief:
             with self._storage("the model info (bert_train.json)", self.model_dir):
                 model_dir_lib.update_model_info(self.model_dir, time_budget=record)

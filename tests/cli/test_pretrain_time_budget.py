@@ -80,7 +80,7 @@ def test_a_causal_lm_trains_for_its_budget(pretraining_data, tmp_path, capfd):
     assert record["budget"] == "8s" and 7.9 <= record["elapsed_seconds"] <= 40
     assert f"time budget 8s: {record['steps']} steps in " in out
     # The rate decays to ~0 as the budget ends (its 10 % of warmup went to the first step's
-    # tracing here): the last one is about one step's share of the budget above 0.
+    # tracing here): the last one is a step or two's share of the budget above 0.
     rates = read_scalars(model_dir / "train")["learning_rate"]
     last = rates[max(rates)]
-    assert last == min(rates.values()) and last <= 3.0 * max(rates.values()) / record["steps"]
+    assert last == min(rates.values()) and last <= 8.0 * max(rates.values()) / record["steps"]

@@ -82,9 +82,10 @@ def test_a_budget_run_ends_near_its_budget_with_the_rate_through_warmup_to_zero(
     assert 0.4 < fractions[peak_step] < 0.6  # ...at half the budget, not of train_steps
     warmup = [rates[step] for step in steps if step <= peak_step]
     assert warmup == sorted(warmup)
-    # ~0 at the end: the last step's rate is the decay's (2 x peak x the fraction left) about
-    # one step (of result.step in the budget) before the budget's end.
-    assert rates[steps[-1]] <= 3.0 * rates[peak_step] / result.step
+    # ~0 at the end: the last step's rate is the decay's (2 x peak x the fraction left) a step
+    # or two before the budget's end, a step being about 1 / result.step of it (the summaries
+    # between loops take time too).
+    assert rates[steps[-1]] <= 8.0 * rates[peak_step] / result.step
     assert fractions[steps[-1]] > 0.97
     assert result.step != 100  # train_steps did not stop it
     info = tmp_path / "bert_train.json"

@@ -12,6 +12,15 @@ checkpoints resumes from the latest one. Examples:
       --vocab_file=vocab.txt
   bert-train pretrain --gin_file=configs/causal_lm/mini.gin --model_dir=runs/gpt-mini \\
       --train_data='data/causal-*.tfrecord' --vocab_file=vocab.txt
+  bert-train pretrain --gin_file=configs/cram.gin --model_dir=runs/cram-20m --time_budget=20m \\
+      --train_data='data/train-*.tfrecord' --vocab_file=vocab.txt
+  bert-train pretrain --gin_file=configs/mini.gin --model_dir=runs/minilm-reviews \\
+      --init_checkpoint=all-MiniLM-L6-v2 --train_data='data/reviews-*.tfrecord' \\
+      --time_budget=20m --gin_param='OptimizerConfig.learning_rate = 1e-4'
+
+With --time_budget the learning-rate schedule runs on the fraction of the budget spent
+(`training/time_budget.py`). --init_checkpoint on a Hugging Face or Google BERT directory
+continues its masked-LM pretraining: the encoder and vocabulary are the directory's.
 """
 
 from absl import flags, logging
@@ -98,9 +107,10 @@ def _build_trainer(model_dir: str, *, strategy_name: str, tpu: str | None):
 
     The objective (gin's `pretraining_objective`, asked of the family that owns it:
     `registry.objective`) names its data config and model builder, checks the init
-    checkpoint and builds its task. The init checkpoint is resolved once: a bert-train model
-    directory fixes the model's architecture and (unless bound) the vocabulary, and the same
-    resolved checkpoint warm-starts the model. Settings the command derives (that vocabulary;
+    checkpoint and builds its task. The init checkpoint is resolved once: a bert-train,
+    Hugging Face, Google BERT or GPT-2 directory fixes the model's architecture and (unless
+    bound) the vocabulary and its casing, and the same resolved checkpoint warm-starts the
+    model. Settings the command derives (that vocabulary;
     no evaluation without eval data) are passed to the configs as arguments, leaving gin as
     parsed, and are recorded in the operative config. The strategy is made last, from
     --strategy `strategy_name` and --tpu `tpu` (`common.get_strategy`).

@@ -8,6 +8,7 @@
     summaries.py     TensorBoard, operative gin config, progress line
     throughput.py    matmul peak, examples/tokens/s, MFU, padding (the task counts FLOPs)
     rollback.py      NaN/Inf rollback bookkeeping: skipped steps and where to skip data
+    time_budget.py   a run bounded by wall-clock time: the clock, the schedule on its fraction
     strategies.py    get_strategy(name), the chief-only-writes rule
     checkpoint_eval.py  evaluate_checkpoint: one checkpoint of a run on its eval split
     determinism.py   seeds and deterministic ops

@@ -882,7 +882,8 @@ def write_untrusted_dirs(root, pretrained: str) -> dict[str, str]:
                     "family_module": "planted_family"}
     info_file.write_text(json.dumps(info))
     paths["planted_run"] = str(planted)
-    paths["edited_family_run"] = _edited_family_run(root, pretrained)
+    paths["edited_family_run"] = _edited_family_run(root, pretrained, "squad")
+    paths["edited_to_tagging_run"] = _edited_family_run(root, pretrained, "tagging")
     paths.update(truncated_shards(root, str(pathlib.Path(pretrained) / "vocab.txt")))
     return paths
 
@@ -1039,21 +1040,29 @@ FAMILY_CASES.append(
      "{edited_family_run}/bert_train.json: the task entry names family 'squad' (task 'squad') "
      "but records the class names ['negative', 'positive'], which a squad task does not have: "
      "the entry does not describe the model trained here"))
+FAMILY_CASES.append(
+    ("evaluate a model_dir whose task family was edited to tagging",
+     ["evaluate", "--model_dir={edited_to_tagging_run}", "--eval_file={good.tsv}"],
+     "{edited_to_tagging_run}/bert_train.json: the task entry names family 'tagging' (task "
+     "'sst2') but records the columns text='sentence', label='label', which a tagging task "
+     "does not have"))
 
 
-def _edited_family_run(root, pretrained: str) -> str:
+def _edited_family_run(root, pretrained: str, family: str) -> str:
     """A copy of `pretrained` whose bert_train.json records an sst2 classifier's task entry
-    with its family and name edited to squad."""
+    (as finetune writes it) with its family edited to `family` (and its name, for squad)."""
     import pathlib  # noqa: PLC0415
     import shutil  # noqa: PLC0415
 
-    edited = pathlib.Path(root) / "edited_family_run"
+    edited = pathlib.Path(root) / f"edited_to_{family}_run"
     shutil.copytree(pretrained, edited)
     info_file = edited / "bert_train.json"
     info = json.loads(info_file.read_text())
-    info["task"] = {"name": "squad", "family": "squad", "label_names": ["negative", "positive"],
-                    "seq_length": 32, "text_keys": ["text"], "metrics": ["accuracy"],
-                    "pooling": "cls"}
+    info["task"] = {"name": "squad" if family == "squad" else "sst2", "family": family,
+                    "label_names": ["negative", "positive"], "seq_length": 32,
+                    "text_keys": ["text"], "metrics": ["accuracy"], "pooling": "cls",
+                    "columns": {"text": "sentence", "text_b": None, "label": "label"},
+                    "has_header": True, "best_metric": "accuracy"}
     info_file.write_text(json.dumps(info))
     return str(edited)
 

@@ -373,6 +373,22 @@ def build_task(task_data: TaskData, encoder: EncoderSpec, *,
     return task_data.reader.build_task(task_data, encoder, config=config, data=data, **options)
 
 
+def _check_entry(info: dict, family: Family, where: str) -> None:
+    """Refuses a stored task entry that records what its family never writes (its "family"
+    edited by hand: an sst2 entry made squad would otherwise be told to raise --seq_length)."""
+    if info.get("label_names") and not family.has_label_names:
+        what = f"the class names {list(info['label_names'])[:20]}"
+    elif info.get("columns") and not family.reads_columns:
+        mapping = info["columns"] if isinstance(info["columns"], dict) else {}
+        what = "the columns " + ", ".join(f"{k}={v!r}" for k, v in mapping.items() if v is not None)
+    else:
+        return
+    raise UserError(f"{where}: the task entry names family '{family.name}' (task "
+                    f"{info.get('name')!r}) but records {what}, which a {family.name} task does "
+                    "not have: the entry does not describe the model trained here; restore the "
+                    "family it was trained as")
+
+
 def task_from_info(info: dict, encoder: EncoderSpec, *, config: FinetuneConfig | None = None,
                    data: DataConfig | None = None, where: str = "model info") -> FinetuningTask:
     """Rebuilds the task a model directory was trained on, from its stored `task_info()`.
@@ -391,11 +407,7 @@ def task_from_info(info: dict, encoder: EncoderSpec, *, config: FinetuneConfig |
     if not name or not info.get("family"):
         raise UserError(f"{where}: the task entry lacks a name or a known family; pass --task")
     family = family_from_info(info, where)
-    if info.get("label_names") and not family.has_label_names:  # e.g. "family" edited by hand
-        raise UserError(f"{where}: the task entry names family '{family.name}' (task {name!r}) "
-                        f"but records the class names {list(info['label_names'])[:20]}, which "
-                        f"a {family.name} task does not have: the entry does not describe the "
-                        "model trained here; restore the family it was trained as")
+    _check_entry(info, family, where)
     if not (family.presets() or family.local_tasks):
         raise UserError(f"{where}: a {family.name} model directory has no fine-tuning task to "
                         "evaluate; fine-tune it first (bert-train finetune --init_checkpoint="

@@ -1010,6 +1010,12 @@ OUTPUT_CASES.extend([
       ".tfrecord", "--output={outputs_root}/new_data/train-*.tfrecord"],
      "matches {outputs_root}/odd_summary/train-00000-of-00002.tfrecord, a TFRecord file "
      "(binary records, not text)" + _NARROW),
+    ("create_pretraining_data --input holding another set's summary",
+     ["create_pretraining_data", "--vocab={vocab}", "--encoding_errors=replace",
+      "--input={outputs_root}/corpus.txt,{outputs_root}/mixed_data/train-summary.json",
+      "--output={outputs_root}/new_data/train-*.tfrecord"],
+     "matches {outputs_root}/mixed_data/train-summary.json, the summary of a pretraining data "
+     "set (create_pretraining_data wrote it)" + _NARROW),
     ("vocab --input glob matching its own output",
      ["vocab", "--input={outputs_root}/*", "--output={outputs_root}/my_vocab.txt",
       "--overwrite", "--encoding_errors=replace"],

@@ -125,13 +125,25 @@ def start_run(inputs, vocab_file: str, output: str, options: CorpusOptions, prog
         # Before the output is checked: --overwrite must not be the fix a rerun is told of.
         text_corpus.check_not_outputs(files, inputs, {
             output: f"a shard of this run's --output={output}",
-            shard_set.summary_path(output): f"the summary this run writes (--output={output})"})
+            shard_set.summary_path(output): f"the summary this run writes (--output={output})"},
+            recognize=_summary_of_other_data)
     load_vocab(vocab_file)  # A bad vocabulary fails here, in one line (the workers load it).
     summary_path, old = shard_set.check_output(output, options.overwrite)
     if not text_corpus.is_url(output):
         output = os.path.abspath(os.path.expanduser(output))
     return Run(tfds, output, summary_path, old, files, options, options.num_workers,
                collections.Counter(), report.Progress(progress), beam_args)
+
+
+def _summary_of_other_data(path: str) -> str | None:
+    """What `path` is when it is the summary of a shard set (not text), else None."""
+    if (path.endswith(".json") and not text_corpus.is_url(path)
+            and os.path.getsize(path) < _LARGEST_SUMMARY_BYTES and shard_set.is_summary(path)):
+        return "the summary of a pretraining data set (create_pretraining_data wrote it)"
+    return None
+
+
+_LARGEST_SUMMARY_BYTES = 16 << 20  # a summary lists its shards: far below this
 
 
 def write_shard_set(run: Run, write, summarize) -> dict:

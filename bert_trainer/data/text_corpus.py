@@ -78,7 +78,8 @@ def expand_inputs(spec, what: str = "--input") -> list[str]:
     return sorted(files)
 
 
-def check_not_outputs(files: list[str], spec, own: dict[str, str], what: str = "--input") -> None:
+def check_not_outputs(files: list[str], spec, own: dict[str, str], what: str = "--input",
+                      recognize=None) -> None:
     """Refuses input files that are outputs, not text: this run's own (`own`), or a TFRecord
     file of any name (its first bytes are a record header). Read as text with
     `--encoding_errors=replace`, either would become examples of binary junk; and a run whose
@@ -90,6 +91,8 @@ def check_not_outputs(files: list[str], spec, own: dict[str, str], what: str = "
       own: path of each file this run writes (a pattern with `*` for a shard set) -> what it
         is, e.g. "the vocabulary this run writes (--output=...)".
       what: the flag named in the message.
+      recognize: optional fn(file) -> what output it is (e.g. "the summary of ..."), or None
+        for a file that may be text.
 
     Raises:
       UserError: one line naming the file and the fix.
@@ -105,6 +108,9 @@ def check_not_outputs(files: list[str], spec, own: dict[str, str], what: str = "
         if is_tfrecord(file):
             raise UserError(f"{what}={spec} matches {file}, a TFRecord file (binary records, "
                             f"not text); {fix}")
+        output = recognize(file) if recognize is not None else None
+        if output:
+            raise UserError(f"{what}={spec} matches {file}, {output}; {fix}")
 
 
 def _matches(path: str, pattern: str) -> bool:

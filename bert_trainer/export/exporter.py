@@ -96,6 +96,61 @@ def build_serving_module(model_dir: str, *, checkpoint: str | None = None,
     _restore_task_model(model, prefix)
     module = family.serving_module(model, task, **common)
     module.family = family.name  # What predict and the export's family record go by.
+    # What an export records so that bert-train can rebuild this module (`rebuild_module`).
+    module.model_record = {"encoder_class": info.encoder_class,
+                           "encoder_config": info.encoder_config,
+                           "registered_name": info.registered_name,
+                           "lower_case": info.lower_case, "task": task, "seq_length": seq_length}
+    return module
+
+
+def rebuild_module(saved_model: str, record: dict) -> ServingModule | None:
+    """The serving module an export was written from, rebuilt in this process.
+
+    The export's family record holds the model's description (`model_record`: the encoder's
+    config, the task entry, seq_length); the module is built from it as from a model
+    directory, with the export's vocabulary asset, and its variables are read from the
+    export's checkpoint (`variables/`), every one required. The graph is not loaded: the
+    module traces its own functions, so it can run the fused kernels and token packing.
+
+    Args:
+      saved_model: the export directory.
+      record: its `read_family` record.
+
+    Returns:
+      The family's serving module (portable, untraced); None for an export that records no
+      model (written before it did).
+
+    Raises:
+      UserError: the record or the variables do not describe a model this bert-train builds.
+    """
+    model = record.get("model")
+    if not isinstance(model, dict):
+        return None
+    where = os.path.join(saved_model, FAMILY_FILE)
+    try:
+        info = model_dir_lib.ModelInfo(
+            encoder_class=str(model["encoder_class"]),
+            encoder_config={**model["encoder_config"], "dtype": "float32"},
+            vocab_file=os.path.join(saved_model, "assets", "vocab.txt"),
+            lower_case=bool(model["lower_case"]), task=dict(model["task"]),
+            registered_name=model.get("registered_name"))
+        seq_length = int(model["seq_length"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise UserError(f"{where}: its model entry is incomplete ({e!r}); re-export the "
+                        "model") from None
+    family = registry.family_from_info(info.task, where)
+    task_model = family.head_model(model_dir_lib.build_encoder(info), info.task, where)
+    module = family.serving_module(task_model, info.task, vocab_file=info.vocab_file,
+                                   lower_case=info.lower_case, seq_length=seq_length)
+    module.family = family.name
+    variables = os.path.join(saved_model, "variables", "variables")
+    try:
+        tf.train.Checkpoint(root=module).read(variables).assert_existing_objects_matched()
+    except (AssertionError, ValueError, tf.errors.OpError) as e:
+        first = str(e).strip().splitlines()[0][:300]
+        raise UserError(f"{variables} does not fit the model {where} describes ({first}); "
+                        "re-export the model") from None
     return module
 
 
@@ -168,12 +223,16 @@ def _write_family(module: ServingModule, directory: str) -> None:
         return
     path = os.path.join(directory, FAMILY_FILE)
     os.makedirs(os.path.dirname(path), exist_ok=True)
+    record = {"family": family.name, "family_module": family.module_name()}
+    if getattr(module, "model_record", None) is not None:
+        record["model"] = module.model_record  # `rebuild_module` reads it
     with open(path, "w", encoding="utf-8") as f:
-        json.dump({"family": family.name, "family_module": family.module_name()}, f)
+        json.dump(record, f)
 
 
 def read_family(saved_model: str) -> dict | None:
-    """The {"family", "family_module"} an export recorded; None for an older export."""
+    """The {"family", "family_module"[, "model"]} an export recorded; None for an older
+    export."""
     path = os.path.join(saved_model, FAMILY_FILE)
     if not os.path.isfile(path):
         return None

@@ -32,9 +32,11 @@ cut to seq_length, a prompt that kept only its last pieces. Exports made before 
 The family comes from the model directory's bert_train.json or the export's family record;
 an export written before that record is recognized by its output names.
 
-A predictor is the export's `serving_default` signature: loaded from a SavedModel, or the
-same function built in-process from a model directory (`export.build_serving_module`), so
-both give the same answers. A text longer than the model's `seq_length` is answered from all
+A predictor is the export's `serving_default` signature: built in-process from a model
+directory (`export.build_serving_module`) or, on the CPU, from the model an export records
+(`exporter.rebuild_module`), and traced here with the fused kernels and token packing; or an
+export's own graph (an export without that record, or off the CPU). All give the same
+answers within float32 rounding. A text longer than the model's `seq_length` is answered from all
 of it: the signature cuts it into windows and combines their outputs in graph, as the
 fine-tuning evaluation does (`bert_trainer/data/windows.py`), unless the model was trained
 with FinetuneConfig.long_texts = "truncate". One model call runs every window of a batch's
@@ -52,7 +54,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from bert_trainer import outputs
+from bert_trainer import ops, outputs
 from bert_trainer.errors import UserError
 from bert_trainer.export import exporter, graph_check, length_window
 from bert_trainer.export.predict_inputs import (  # noqa: F401 (part of predict's API)
@@ -82,12 +84,16 @@ class Predictor:
         name is kept; `answers` is the family object).
       tokenizer: the model's `Tokenizer` (or one built from an export's vocabulary): a
         window is sorted by word pieces; None: by characters, a rougher guess.
+      in_process: `fn` was traced here (a model directory, or an export rebuilt by
+        `exporter.rebuild_module`), with the fused kernels and token packing where this
+        process has them; False: an export's own graph.
     """
 
     input_names: tuple[str, ...]
     fn: Callable
     family: str
     tokenizer: object = None
+    in_process: bool = False
 
     def __post_init__(self):
         if isinstance(self.family, Family):
@@ -127,7 +133,7 @@ def _ordered(names, family: Family) -> tuple[str, ...]:
 
 def load_predictor(*, model_dir: str | None = None, saved_model: str | None = None,
                    checkpoint: str | None = None, seq_length: int | None = None,
-                   trust_saved_model: bool = False) -> Predictor:
+                   trust_saved_model: bool = False, rebuild: bool = True) -> Predictor:
     """The text predictor of a SavedModel or of a model directory (exactly one of them).
 
     Args:
@@ -136,6 +142,8 @@ def load_predictor(*, model_dir: str | None = None, saved_model: str | None = No
       checkpoint, seq_length: model directory only (see `export.build_serving_module`).
       trust_saved_model: load a SavedModel whose graph holds ops bert-train's exports never
         use (else refused before loading: `graph_check.check_saved_model`).
+      rebuild: on the CPU, serve an export that records its model (`exporter.rebuild_module`)
+        from the model rebuilt here, as `model_dir` is served, not from its graph.
 
     Returns:
       A `Predictor`.
@@ -151,19 +159,16 @@ def load_predictor(*, model_dir: str | None = None, saved_model: str | None = No
         if not hasattr(module, "text_function"):
             raise UserError(f"{model_dir} is a pretraining model directory: it has no task to "
                             "predict; fine-tune it first (bert-train finetune)")
-        # Served here, never saved: the fused kernels and token packing where this process
-        # has them, as fine-tuning runs (an export holds TensorFlow's ops only).
-        module.portable = False
-        if hasattr(module, "jit_compile"):  # XLA is in this process (an export leaves it off)
-            module.jit_compile = True
-        fn = module.text_function()
-        names = [spec.name for spec in fn.input_signature]
-        family = registry.get_family(module.family)
-        return Predictor(_ordered(names, family), fn, family, module.tokenizer)
+        return _in_process(module)
     if not os.path.isfile(os.path.join(saved_model, "saved_model.pb")):
         raise UserError(f"--saved_model={saved_model} holds no saved_model.pb; pass a directory "
                         "written by 'bert-train export'")
     graph_check.check_saved_model(saved_model, ["serving_default"], trust=trust_saved_model)
+    record = exporter.read_family(saved_model)
+    if rebuild and record is not None and ops.dynamic_shapes_are_free():  # the CPU
+        module = exporter.rebuild_module(saved_model, record)
+        if module is not None:
+            return _in_process(module)
     loaded = tf.saved_model.load(saved_model)
     if "serving_default" not in loaded.signatures:
         raise UserError(f"--saved_model={saved_model} has no serving_default signature (only "
@@ -171,7 +176,6 @@ def load_predictor(*, model_dir: str | None = None, saved_model: str | None = No
                         "answer text; export a fine-tuned model directory")
     fn = loaded.signatures["serving_default"]
     names = list(fn.structured_input_signature[1])
-    record = exporter.read_family(saved_model)
     if record is not None and record.get("family"):
         family = registry.family_from_info(record, os.path.join(saved_model,
                                                                 exporter.FAMILY_FILE))
@@ -179,6 +183,19 @@ def load_predictor(*, model_dir: str | None = None, saved_model: str | None = No
         family = _family(fn.structured_outputs)
     return Predictor(_ordered(names, family), fn, family,
                      length_window.export_tokenizer(saved_model))
+
+
+def _in_process(module) -> Predictor:
+    """The predictor of a serving module served here, never saved: traced with the fused
+    kernels and token packing where this process has them, as fine-tuning runs (an export
+    holds TensorFlow's ops only), and XLA for the decoding loops."""
+    module.portable = False
+    if hasattr(module, "jit_compile"):  # XLA is in this process (an export leaves it off)
+        module.jit_compile = True
+    fn = module.text_function()
+    names = [spec.name for spec in fn.input_signature]
+    family = registry.get_family(module.family)
+    return Predictor(_ordered(names, family), fn, family, module.tokenizer, in_process=True)
 
 
 def format_answer(family: Family | str, outputs: dict, i: int) -> dict:

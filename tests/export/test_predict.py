@@ -8,6 +8,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import subprocess
 
 import gin
@@ -273,24 +274,47 @@ def test_predict_cli_skips_a_malformed_line_and_answers_the_rest(sentiment_expor
 
 
 @pytest.mark.slow
+def test_an_export_whose_model_record_does_not_fit_its_variables_is_refused(sentiment_export,
+                                                                           tmp_path):
+    root, _ = sentiment_export
+    copy = tmp_path / "export"
+    shutil.copytree(root / "export", copy)
+    record_file = copy / "assets.extra" / "bert_train_family.json"
+    record = json.loads(record_file.read_text())
+    record["model"]["encoder_config"]["inner_dim"] += 1
+    record_file.write_text(json.dumps(record))
+    with pytest.raises(UserError, match=r"variables/variables does not fit the model .*"
+                                        r"bert_train_family.json describes .*re-export the model"):
+        predict.load_predictor(saved_model=str(copy))
+    del record["model"]["seq_length"]
+    record_file.write_text(json.dumps(record))
+    with pytest.raises(UserError, match=r"its model entry is incomplete .*seq_length"):
+        predict.load_predictor(saved_model=str(copy))
+
+
+@pytest.mark.slow
 def test_model_dir_and_saved_model_give_the_same_answers(sentiment_export, tmp_path):
     root, _ = sentiment_export
     source = tmp_path / "in.txt"
     source.write_text("\n".join(t for t, _ in HELD_OUT) + "\nCafé  très GOOD!\n")
     results = []
-    for kind in ("model_dir", "saved_model"):
+    # The export is rebuilt in this process (the CPU), as the model directory; its own graph
+    # only without rebuild.
+    for kind, rebuild in (("model_dir", True), ("saved_model", True), ("saved_model", False)):
         predictor = predict.load_predictor(
-            **{kind: str(root / ("model" if kind == "model_dir" else "export"))})
+            rebuild=rebuild, **{kind: str(root / ("model" if kind == "model_dir" else "export"))})
+        assert predictor.in_process == rebuild
         assert (predictor.input_names, predictor.family) == (("text",), "classification")
         pieces = predictor.tokenizer.tokenize(["good film"]).to_list()  # windows sort by pieces
         assert pieces == [[VOCAB.index("good"), VOCAB.index("film")]]
-        out = tmp_path / f"{kind}.jsonl"
+        out = tmp_path / f"{kind}_{rebuild}.jsonl"
         summary = predict.run_predict(predictor, str(source), str(out), stderr=io.StringIO())
         assert (summary.answered, summary.skipped) == (5, 0)
         results.append([json.loads(line) for line in out.read_text().splitlines()])
-    for a, b in zip(*results, strict=True):
-        assert a["label"] == b["label"]
-        assert np.abs(np.subtract(a["probabilities"], b["probabilities"])).max() <= 1e-5
+    for a, *others in zip(*results, strict=True):
+        for b in others:
+            assert a["label"] == b["label"]
+            assert np.abs(np.subtract(a["probabilities"], b["probabilities"])).max() <= 1e-5
 
 
 @pytest.mark.slow

@@ -139,3 +139,24 @@ def test_minilm_continues_pretraining_through_the_command_line(minilm_dir, tmp_p
     assert info["encoder"]["config"]["hidden_size"] == 384
     assert (model_dir / "vocab.txt").read_text() == (minilm_dir / "vocab.txt").read_text()
     assert (model_dir / "ckpt-2.index").exists()
+
+
+def test_each_head_is_said_loaded_fresh_or_partly_fresh():
+    from bert_trainer.encoders import BertEncoder  # noqa: PLC0415
+    from bert_trainer.models import BertPretrainer  # noqa: PLC0415
+    from bert_trainer.tasks.masked_lm.task import head_lines  # noqa: PLC0415
+
+    model = BertPretrainer(BertEncoder(vocab_size=30, hidden_size=8, num_layers=1,
+                                       num_attention_heads=2, inner_dim=16))
+    heads = [("masked-LM", model.masked_lm, "cls.predictions.*"),
+             ("next-sentence", model.next_sentence, "cls.seq_relationship.*")]
+    own = [v.path for v in model.masked_lm.weights
+           if id(v) not in {id(w) for w in model.encoder.weights}]
+    assert len(own) == 5  # transform kernel and bias, its LayerNorm, the output bias
+    # The decoder (the word embeddings) is the encoder's: loaded or not, not the head's.
+    lines = head_lines("ckpt", heads, [*own[1:], model.next_sentence.weights[0].path,
+                                       model.next_sentence.weights[1].path], model.encoder)
+    assert lines == [f"ckpt has part of the masked-LM head; {own[0]} start fresh",
+                     "The next-sentence head is ckpt's (continued pretraining)"]
+    assert head_lines("ckpt", heads[:1], [], model.encoder) == [
+        "ckpt " + FRESH.format("masked-LM", "cls.predictions.*")]

@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test test-fast test-kernels-off lint demo bench bench-seq2seq bench-causal-lm bench-quality clean
+.PHONY: install test test-fast test-kernels-off lint demo bench bench-serving bench-seq2seq bench-causal-lm bench-quality clean
 
 install: $(STAMP)
 
@@ -49,6 +49,12 @@ demo: install
 bench: install
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) scripts/benchmark.py --output benchmarks/results.json --table benchmarks/README.md
+
+# Serving: bert-train predict against the same export in a bare TensorFlow process (SST-2 dev,
+# IMDB reviews, CoNLL sentences; throughput at batch 32, p50/p99 latency at batch 1). About
+# 15 minutes on 2 cores; PyTorch and ONNX Runtime baselines are still to come (issue 45).
+bench-serving: install
+	$(PY) scripts/bench/serving.py --output benchmarks/results_serving.json
 
 # Translation: bert-train's Seq2SeqTransformer against the course's GRU models and keras-hub
 # (benchmarks/README.md, "Sequence to sequence"). Over 2 hours on 2 cores: not part of `bench`.

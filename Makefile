@@ -51,8 +51,9 @@ bench: install
 	$(PY) scripts/benchmark.py --output benchmarks/results.json --table benchmarks/README.md
 
 # Serving: bert-train predict against the same export in a bare TensorFlow process (SST-2 dev,
-# IMDB reviews, CoNLL sentences; throughput at batch 32, p50/p99 latency at batch 1). About
-# 15 minutes on 2 cores; PyTorch and ONNX Runtime baselines are still to come (issue 45).
+# IMDB reviews, CoNLL sentences; throughput at batch 32, p50/p99 latency at batch 1). A full
+# run is not timed yet (--smoke took about 10 minutes on a loaded 2-core machine, mostly its two
+# short fine-tunes); PyTorch and ONNX Runtime baselines are still to come (issue 45).
 bench-serving: install
 	$(PY) scripts/bench/serving.py --output benchmarks/results_serving.json
 

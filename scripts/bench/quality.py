@@ -3,12 +3,14 @@
 
 Each system pretrains the same encoder size from scratch on the same token sequences (the
 public-domain corpus of ../shared/data/corpus plus IMDB's training reviews, one WordPiece
-vocabulary learned by `bert-train vocab`) for each wall-clock budget (default 5, 10 and 20
-minutes): bert-train one `--time_budget` run per budget (its schedule ends with the budget),
-pytorch and keras-hub one run planned for the largest budget with a snapshot at every budget
-(counted from the process launch; see quality_systems.py). Each snapshot is
-scored by masked-LM accuracy on held-out reviews and by SST-2 dev accuracy after one fixed
-fine-tuning recipe (`bert-train finetune --seeds`, mean ± sample std). Systems:
+vocabulary learned by `bert-train vocab`), one run per wall-clock budget (default 5, 10 and
+20 minutes) whose learning-rate schedule ends with that budget; every system's budget is its
+training loop's wall time, the start-up before it excluded and recorded (quality_systems.py).
+`--sizes` sweeps encoder sizes (configs/encoders/<size>.gin: tiny, mini, small) at each
+budget. Each snapshot is scored by masked-LM accuracy on held-out reviews, by SST-2 dev
+accuracy after one fixed fine-tuning recipe on all of SST-2's training sentences, and after a
+low-resource one on its first `--low_resource_examples` (2,000) sentences (`bert-train
+finetune --seeds`, mean ± sample std each). Systems:
 
   none            the same encoder from random weights (fine-tuned only)
   bert            `bert-train pretrain --gin_file=configs/mini.gin` (BERT's recipe)
@@ -20,12 +22,14 @@ fine-tuning recipe (`bert-train finetune --seeds`, mean ± sample std). Systems:
   keras-hub       keras-hub's BertMaskedLM with fit (quality_keras_hub.py)
 
 Systems run one after the other, each alone on the machine (the harness waits). Results:
---output (one record per system and budget: steps, mlm_accuracy, sst2_accuracy {mean, std,
-seeds}), --plot (PNG), --table (the Markdown block in benchmarks/README.md). The work
-directory keeps each stage's results, so a rerun resumes where the last one stopped.
+--output (one record per size, system and budget: size, steps, startup_seconds,
+mlm_accuracy, sst2_accuracy and sst2_2k_accuracy {mean, std, seeds}), --plot (PNG), --table
+(the Markdown block in benchmarks/README.md). The work directory keeps each stage's results,
+so a rerun resumes where the last one stopped.
 
-  scripts/bench/quality.py                                   # about 3 hours on 2 cores
+  scripts/bench/quality.py                                   # about 4 hours on 2 cores
   scripts/bench/quality.py --budgets=1,2,4 --seeds=1 --systems=none,bert,cram
+  scripts/bench/quality.py --sizes=tiny,mini,small --systems=none,cram,pytorch
 """
 
 import argparse
@@ -34,6 +38,7 @@ import json
 import os
 import pathlib
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -51,11 +56,14 @@ TORCH_PYTHON_ENV = "BERT_TRAIN_TORCH_PYTHON"
 DEFAULT_TORCH_PYTHON = "/work/hfenv/bin/python"
 SYSTEMS = ("none", *quality_systems.RECIPES, *quality_systems.WORKERS)
 DEFAULT_SYSTEMS = "none,bert,cram,pytorch,keras-hub"
-SMOKE = dict(seeds=1, hidden_size=32, num_layers=1, num_attention_heads=2,
+ENCODERS = REPO / "configs" / "encoders"
+SIZE_KEYS = ("hidden_size", "num_layers", "num_attention_heads", "inner_dim")
+CUSTOM = "custom"  # the size of --hidden_size, --num_layers, --num_attention_heads, --inner_dim
+SMOKE = dict(seeds=1, sizes=CUSTOM, hidden_size=32, num_layers=1, num_attention_heads=2,
              inner_dim=64, vocab_size=1000, max_reviews=100, eval_reviews=50,
              max_eval_examples=128, finetune_steps=10, finetune_train_examples=512,
-             planned_steps=20, systems="none,cram", budgets="0.2",
-             corpus="inaugural/180*.txt")
+             low_resource_examples=200, low_resource_steps=10, systems="none,cram",
+             budgets="0.2", corpus="inaugural/180*.txt")
 
 
 def system_name(system: str) -> str:
@@ -68,8 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--budgets", default="5,10,20", help="Snapshot times, minutes.")
     p.add_argument("--seeds", type=int, default=3, help="Fine-tuning seeds per snapshot (1..N).")
+    p.add_argument("--sizes", default="mini",
+                   help="Encoder sizes to sweep at each budget: configs/encoders/<size>.gin "
+                        f"names (tiny, mini, small, ...), or {CUSTOM!r} (--hidden_size ...).")
     p.add_argument("--systems", default=DEFAULT_SYSTEMS, help=f"Any of {', '.join(SYSTEMS)}.")
-    p.add_argument("--hidden_size", type=int, default=256)
+    p.add_argument("--hidden_size", type=int, default=256, help=f"With --sizes={CUSTOM}.")
     p.add_argument("--num_layers", type=int, default=4)
     p.add_argument("--num_attention_heads", type=int, default=4)
     p.add_argument("--inner_dim", type=int, default=1024)
@@ -90,12 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--finetune_batch_size", type=int, default=32)
     p.add_argument("--finetune_train_examples", type=int, default=None,
                    help="Fine-tune on the first N SST-2 training sentences (default: all).")
-    p.add_argument("--calibrate_steps", type=int, default=30,
-                   help="Steps of the pytorch and keras-hub calibration runs (their step "
-                        "rate; bert-train runs on --time_budget).")
-    p.add_argument("--planned_steps", type=int, default=None,
-                   help="Skip the pytorch and keras-hub calibration: their schedules end at "
-                        "this step.")
+    p.add_argument("--low_resource_examples", type=int, default=2000,
+                   help="The low-resource fine-tune: SST-2's first N training sentences.")
+    p.add_argument("--low_resource_steps", type=int, default=250,
+                   help="Steps of the low-resource fine-tune (250 of batch 32: 4 epochs).")
     p.add_argument("--workdir", default="runs/bench_quality")
     p.add_argument("--output", default="benchmarks/results_quality.json")
     p.add_argument("--plot", default=None, help="PNG to write (default: --output's, .png).")
@@ -135,9 +144,15 @@ def check(args) -> str | None:
         return f"--budgets={args.budgets!r}: every budget must be > 0 minutes"
     if args.seeds < 1:
         return f"--seeds={args.seeds} must be >= 1"
-    if args.calibrate_steps < 20 and not args.planned_steps:
-        return (f"--calibrate_steps={args.calibrate_steps} must be >= 20 (two loops of 10: the "
-                "first one's rate includes tracing)")
+    known = sorted(p.stem for p in ENCODERS.glob("*.gin"))
+    for size in args.sizes.split(","):
+        if size != CUSTOM and size not in known:
+            return (f"--sizes: {size!r} is not in configs/encoders/; choose from "
+                    f"{', '.join(known)} or {CUSTOM}")
+        if size != CUSTOM and not all(k in encoder_size(size) for k in SIZE_KEYS):
+            return f"--sizes: configs/encoders/{size}.gin does not bind every one of {SIZE_KEYS}"
+    if args.low_resource_examples < 1 or args.low_resource_steps < 1:
+        return "--low_resource_examples and --low_resource_steps must be >= 1"
     for path in (SHARED / "corpus", SHARED / "imdb" / "train.tsv", SHARED / "sst2" / "train.tsv",
                  SHARED / "sst2" / "dev.tsv"):
         if not path.exists():
@@ -166,94 +181,132 @@ def _cached(path: str, make):
     return value
 
 
-def sst2_files(args, workdir: str) -> tuple[str, str]:
-    train = str(SHARED / "sst2" / "train.tsv")
-    if args.finetune_train_examples:
-        cut = os.path.join(workdir, "data", "sst2_train.tsv")
-        with open(train, encoding="utf-8") as f:
-            lines = f.readlines()[:args.finetune_train_examples + 1]
-        with open(cut, "w", encoding="utf-8") as f:
-            f.writelines(lines)
-        train = cut
-    return train, str(SHARED / "sst2" / "dev.tsv")
+def encoder_size(name: str) -> dict:
+    """The `build_encoder.<size key> = N` bindings of configs/encoders/<name>.gin."""
+    text = (ENCODERS / f"{name}.gin").read_text(encoding="utf-8")
+    return {k: int(v) for k, v in re.findall(r"^build_encoder\.(\w+)\s*=\s*(\d+)\s*$", text,
+                                              re.MULTILINE) if k in SIZE_KEYS}
+
+
+def encoder_sizes(args) -> dict[str, dict]:
+    """{size name: the encoder's dimensions} for every size of --sizes."""
+    out = {}
+    for name in args.sizes.split(","):
+        dims = (encoder_size(name) if name != CUSTOM else
+                {k: getattr(args, k) for k in SIZE_KEYS})
+        out[name] = {**dims, "max_sequence_length": max(512, args.seq_length)}
+    return out
+
+
+def cut_tsv(source: str, examples: int | None, dest: str) -> str:
+    """`source`'s header and first `examples` rows written to `dest` (None: `source`)."""
+    if not examples:
+        return source
+    with open(source, encoding="utf-8") as f:
+        lines = f.readlines()[:examples + 1]
+    with open(dest, "w", encoding="utf-8") as f:
+        f.writelines(lines)
+    return dest
+
+
+def finetune_recipes(args, workdir: str) -> dict[str, quality_score.FinetuneRecipe]:
+    """The full SST-2 fine-tune (`sst2_accuracy`) and the low-resource one (`sst2_2k_accuracy`)."""
+    train, dev = str(SHARED / "sst2" / "train.tsv"), str(SHARED / "sst2" / "dev.tsv")
+    data = os.path.join(workdir, "data")
+    seeds = tuple(range(1, args.seeds + 1))
+    full = cut_tsv(train, args.finetune_train_examples, os.path.join(data, "sst2_train.tsv"))
+    low = cut_tsv(train, args.low_resource_examples, os.path.join(data, "sst2_train_low.tsv"))
+    common = (args.finetune_learning_rate, args.finetune_batch_size, args.seq_length, seeds)
+    return {"sst2_accuracy": quality_score.FinetuneRecipe(full, dev, args.finetune_steps,
+                                                          *common),
+            "sst2_2k_accuracy": quality_score.FinetuneRecipe(low, dev, args.low_resource_steps,
+                                                             *common)}
 
 
 def run(args, log=print) -> dict:
     workdir = os.path.abspath(args.workdir)
     budgets_s = tuple(60.0 * float(b) for b in args.budgets.split(","))
-    sizes = dict(hidden_size=args.hidden_size, num_layers=args.num_layers,
-                 num_attention_heads=args.num_attention_heads, inner_dim=args.inner_dim,
-                 max_sequence_length=512 if args.seq_length <= 512 else args.seq_length)
+    sizes = encoder_sizes(args)
     data = quality_data.prepare(
         workdir, corpus_glob=str(SHARED / "corpus" / args.corpus),
         imdb_file=str(SHARED / "imdb" / "train.tsv"), vocab_size=args.vocab_size,
         seq_length=args.seq_length, max_predictions=args.max_predictions,
         eval_reviews=args.eval_reviews, max_reviews=args.max_reviews,
         max_eval_examples=args.max_eval_examples, log=log)
-    setup = quality_systems.Setup(
-        sizes=sizes, seq_length=args.seq_length, max_predictions=args.max_predictions,
-        batch_size=args.batch_size, learning_rate=args.learning_rate, budgets_s=budgets_s,
-        calibrate_steps=args.calibrate_steps, planned_steps=args.planned_steps)
-    train_file, dev_file = sst2_files(args, workdir)
-    recipe = quality_score.FinetuneRecipe(
-        train_file, dev_file, args.finetune_steps, args.finetune_learning_rate,
-        args.finetune_batch_size, args.seq_length, tuple(range(1, args.seeds + 1)))
-    scratch = [*quality_systems.size_bindings(setup),
-               f"build_encoder.vocab_size = {data.vocab_size}"]
+    recipes = finetune_recipes(args, workdir)
     load = [os.getloadavg()]
     runs = []
-    for system in args.systems.split(","):
-        out = os.path.join(workdir, system)
-        os.makedirs(out, exist_ok=True)
-        log(f"== {system_name(system)}")
-        if system == "none":
-            snapshots = [{"seconds": 0.0, "step": 0, "elapsed": 0.0, "dir": None}]
-        else:
-            pretrained = _cached(os.path.join(out, "pretrain.json"), lambda s=system, o=out: (
-                quality_systems.bert_train_pretrain(s, data, setup, o, log)
-                if s in quality_systems.RECIPES else quality_systems.worker_pretrain(
-                    s, data, setup, o, args.torch_python if s == "pytorch" else sys.executable,
-                    log)))
-            snapshots = pretrained["snapshots"]
-        for snap in snapshots:
-            runs.append(score(system, snap, data, recipe, scratch, sizes, out, log))
-        load.append(os.getloadavg())
+    for size, dims in sizes.items():
+        setup = quality_systems.Setup(
+            sizes=dims, seq_length=args.seq_length, max_predictions=args.max_predictions,
+            batch_size=args.batch_size, learning_rate=args.learning_rate, budgets_s=budgets_s)
+        scratch = [*quality_systems.size_bindings(setup),
+                   f"build_encoder.vocab_size = {data.vocab_size}"]
+        for system in args.systems.split(","):
+            out = os.path.join(workdir, size, system)
+            os.makedirs(out, exist_ok=True)
+            log(f"== {size}: {system_name(system)}")
+            if system == "none":
+                snapshots = [{"seconds": 0.0, "step": 0, "elapsed": 0.0, "dir": None}]
+            else:
+                pretrained = _cached(os.path.join(out, "pretrain.json"), lambda s=system, o=out,
+                                     u=setup: pretrain(s, data, u, o, args, log))
+                snapshots = pretrained["snapshots"]
+            for snap in snapshots:
+                runs.append({"size": size, **score(system, snap, data, recipes, scratch, dims,
+                                                   out, log)})
+            load.append(os.getloadavg())
     return {"benchmark": "pretraining quality per minute", "note": args.note,
             "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                         "load_average_1m_per_system": [round(x[0], 2) for x in load]},
             "settings": {"budgets_minutes": [b / 60 for b in budgets_s], "sizes": sizes,
                          "seq_length": args.seq_length, "max_predictions": args.max_predictions,
                          "batch_size": args.batch_size, "vocab_size": data.vocab_size,
-                         "finetune": {**dataclasses.asdict(recipe), "encoder_dropout": 0.1},
-                         "seeds": list(recipe.seeds),
+                         "budget_counts": "each system's training loop; start-up excluded "
+                                          "(startup_seconds)",
+                         "finetune": {k: {**dataclasses.asdict(r), "encoder_dropout": 0.1}
+                                      for k, r in recipes.items()},
+                         "seeds": list(recipes["sst2_accuracy"].seeds),
                          "mlm_eval_examples": args.max_eval_examples},
             "runs": runs}
 
 
-def score(system, snap, data, recipe, scratch, sizes, out, log) -> dict:
-    """One record: the snapshot's masked-LM and SST-2 accuracies (cached in `out`)."""
+def pretrain(system, data, setup, out, args, log) -> dict:
+    """One pretraining run per budget of `system` (a bert-train recipe or a worker)."""
+    if system in quality_systems.RECIPES:
+        return quality_systems.bert_train_pretrain(system, data, setup, out, log)
+    python = args.torch_python if system == "pytorch" else sys.executable
+    return quality_systems.worker_pretrain(system, data, setup, out, python, log)
+
+
+def score(system, snap, data, recipes, scratch, sizes, out, log) -> dict:
+    """One record: the snapshot's masked-LM accuracy and its accuracy after each fine-tune of
+    `recipes` (cached in `out`)."""
     minutes = snap["seconds"] / 60
     record = {"system": system_name(system), "minutes": minutes, "steps": snap["step"],
               "elapsed_minutes": None if snap["elapsed"] is None else snap["elapsed"] / 60,
-              "mlm_accuracy": None, "sst2_accuracy": None}
+              "startup_seconds": snap.get("startup"), "loop_seconds": snap.get("loop_seconds"),
+              "mlm_accuracy": None, **dict.fromkeys(recipes)}
     if system != "none" and snap["dir"] is None:
         log(f"{system}: no snapshot by {minutes:g} min")
         return record
     tag = f"{minutes:g}min"
 
     def evaluate():
-        mlm = quality_score.mlm_accuracy(snap["dir"], data.eval_npz, sizes=sizes,
-                                         vocab_size=data.vocab_size)
-        sst2 = quality_score.sst2_accuracy(
-            snap["dir"], recipe, os.path.join(out, f"sst2-{tag}"),
-            vocab_file=data.vocab_file, scratch_bindings=scratch,
-            log_file=os.path.join(out, f"sst2-{tag}.log"))
-        return {"mlm_accuracy": mlm, "sst2_accuracy": sst2}
+        scores = {"mlm_accuracy": quality_score.mlm_accuracy(
+            snap["dir"], data.eval_npz, sizes=sizes, vocab_size=data.vocab_size)}
+        for key, recipe in recipes.items():
+            name = f"{key.removesuffix('_accuracy')}-{tag}"
+            scores[key] = quality_score.sst2_accuracy(
+                snap["dir"], recipe, os.path.join(out, name), vocab_file=data.vocab_file,
+                scratch_bindings=scratch, log_file=os.path.join(out, f"{name}.log"))
+        return scores
 
     record.update(_cached(os.path.join(out, f"score-{tag}.json"), evaluate))
-    sst2 = record["sst2_accuracy"]
+    sst2, low = record["sst2_accuracy"], record["sst2_2k_accuracy"]
     log(f"{record['system']} @ {minutes:g} min, step {record['steps']}: masked LM "
-        f"{100 * record['mlm_accuracy']:.1f} %, SST-2 {100 * sst2['mean']:.1f} %")
+        f"{100 * record['mlm_accuracy']:.1f} %, SST-2 {100 * sst2['mean']:.1f} %, "
+        f"low-resource {100 * low['mean']:.1f} %")
     return record
 
 

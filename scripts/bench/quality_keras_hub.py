@@ -4,15 +4,19 @@ What a keras-hub user writes: a `BertBackbone` (dropout 0.1) inside `BertMaskedL
 masked on the fly by keras-hub's `MaskedLMMaskGenerator` in the `tf.data` pipeline (15 %,
 80/10/10, `[CLS]`/`[SEP]`/`[PAD]` never chosen), compiled with AdamW (weight decay 0.01
 skipping LayerNorm and biases, clipping at global norm 1.0) on a 10 % linear warmup then
-linear decay (BERT's recipe, the other systems' peak rate), and `model.fit`. It reads the
+linear decay (BERT's recipe, the other systems' peak rate), and `model.fit`. The run is a
+wall-clock budget, as bert-train's `--time_budget` runs: the budget counts `fit`'s loop (the
+first step's tracing included), not the start-up before it (recorded as `startup`); each
+step's rate is set from the fraction of the budget spent (no calibration), so the schedule
+ends with the budget; the run stops at the first step past the budget. It reads the
 benchmark's token sequences (train.npz), so every system sees the same tokens.
 
     python quality_keras_hub.py PARAMS.json RESULT.json
 
-PARAMS and RESULT as for `quality_torch.py`. Snapshots are saved as the model's weights when
-a budget's time is up, and converted after training (outside the clock) into Hugging Face
-directories by bert-train's own writer (`interop.hf.write_hf`), so that the same scorer and
-the same fine-tuning command read every system. keras-hub's BERT layers use GELU's tanh
+PARAMS and RESULT as for `quality_torch.py` (from random weights only). The snapshot is the
+model's weights when the budget is spent, converted after training (outside the clock) into a
+Hugging Face directory by bert-train's own writer (`interop.hf.write_hf`), so that the same
+scorer and the same fine-tuning command read every system. keras-hub's BERT layers use GELU's tanh
 approximation, the converted encoder the exact erf form (the only one of that layout): its
 logits differ from keras-hub's by about 1e-3 (tests/bench/test_bench_quality.py).
 """
@@ -66,71 +70,59 @@ def dataset(p: dict, keras_hub, vocab: list[str]):
 def main(params_file: str, result_file: str) -> int:
     with open(params_file) as f:
         p = json.load(f)
+    launched = p.get("launched", time.time())
     import numpy as np
 
     keras, keras_hub, model = build(p)
     keras.utils.set_random_seed(p["seed"])
     with open(p["vocab_file"], encoding="utf-8") as f:
         vocab = [line.rstrip("\n") for line in f]
-    calibrate = p.get("calibrate_steps")
-    steps = calibrate or p["max_steps"]
-    warmup = max(1, steps // 10)
-    decay = keras.optimizers.schedules.PolynomialDecay(p["learning_rate"], steps - warmup, 0.0)
-    schedule = Warmup(p["learning_rate"], warmup, decay)
-    optimizer = keras.optimizers.AdamW(learning_rate=schedule, weight_decay=0.01,
-                                       epsilon=1e-6, global_clipnorm=1.0)
+    budget, warmup = float(p["budget_s"]), float(p.get("warmup_fraction", 0.1))
+    optimizer = keras.optimizers.AdamW(learning_rate=0.0, weight_decay=0.01, epsilon=1e-6,
+                                       global_clipnorm=1.0)
     optimizer.exclude_from_weight_decay(var_names=["gamma", "beta", "bias"])
     model.compile(optimizer=optimizer,
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   weighted_metrics=[keras.metrics.SparseCategoricalAccuracy()])
-    budgets = sorted(p.get("budgets_s", []))
-    snapshots, marks = [], {}
+    clock = {}
 
-    class Snapshots(keras.callbacks.Callback):
+    class Budget(keras.callbacks.Callback):
+        """The clock starts with `fit`'s loop (the first step's tracing counted, as in
+        bert-train's budget); each step's rate is set from the fraction of the budget spent;
+        the run stops at the first step that ends past the budget."""
+
+        def on_train_begin(self, logs=None):
+            clock["start"] = time.time()
+
+        def on_train_batch_begin(self, batch, logs=None):
+            fraction = min(1.0, (time.time() - clock["start"]) / budget)
+            optimizer.learning_rate = p["learning_rate"] * rate_factor(fraction, warmup)
+
         def on_train_batch_end(self, batch, logs=None):
-            if batch == 4:
-                marks["start"] = time.time()
-            elapsed = time.time() - p["launched"]
-            while budgets and elapsed >= budgets[0]:
-                seconds = budgets.pop(0)
-                weights = {w.path: w.numpy() for w in model.weights}
-                snapshots.append({"seconds": seconds, "step": batch + 1, "elapsed": elapsed,
-                                  "weights": weights})
-            if not budgets and not calibrate:
+            if time.time() - clock["start"] >= budget:
+                clock["end"] = time.time()
                 self.model.stop_training = True
 
-    model.fit(dataset(p, keras_hub, vocab), steps_per_epoch=steps, epochs=1, verbose=0,
-              callbacks=[Snapshots()])
-    elapsed = time.time() - p["launched"]
-    while budgets and not calibrate:  # the run ended first: its final model is the snapshot
-        snapshots.append({"seconds": budgets.pop(0), "elapsed": elapsed,
-                          "step": int(optimizer.iterations.numpy()),
-                          "weights": {w.path: w.numpy() for w in model.weights}})
-    if calibrate:
-        result = {"steps_per_s": (calibrate - 5) / (time.time() - marks["start"])}
-    else:
-        for snap in snapshots:
-            snap["dir"] = os.path.join(p["out_dir"], f"snapshot-{snap['seconds']:g}s")
-            write_hf(snap.pop("weights"), p, snap["dir"], np)
-        result = {"snapshots": snapshots, "steps": int(optimizer.iterations.numpy())}
+    model.fit(dataset(p, keras_hub, vocab), steps_per_epoch=10**9, epochs=1, verbose=0,
+              callbacks=[Budget()])
+    end = clock.get("end", time.time())
+    out = os.path.join(p["out_dir"], f"snapshot-{budget:g}s")
+    weights = {w.path: w.numpy() for w in model.weights}
+    step = int(optimizer.iterations.numpy())
+    write_hf(weights, p, out, np)  # after the clock: conversion is not training
+    result = {"seconds": budget, "step": step, "dir": out, "elapsed": time.time() - launched,
+              "startup": clock["start"] - launched, "loop_seconds": end - clock["start"]}
     with open(result_file, "w") as f:
         json.dump(result, f)
     return 0
 
 
-class Warmup:
-    """Linear warmup to `peak` over `warmup` steps, then `decay(step - warmup)`."""
-
-    def __new__(cls, peak, warmup, decay):
-        import keras
-
-        class _Schedule(keras.optimizers.schedules.LearningRateSchedule):
-            def __call__(self, step):
-                step = keras.ops.cast(step, "float32")
-                return keras.ops.where(step < warmup, peak * step / warmup,
-                                       decay(step - warmup))
-
-        return _Schedule()
+def rate_factor(fraction: float, warmup_fraction: float) -> float:
+    """BERT's schedule on the fraction of the budget spent: linear warmup, then linear decay
+    to 0 at the end of the budget."""
+    if warmup_fraction > 0 and fraction < warmup_fraction:
+        return fraction / warmup_fraction
+    return max(0.0, (1.0 - fraction) / (1.0 - warmup_fraction))
 
 
 def reference_weights(weights: dict, num_layers: int, np) -> dict:

@@ -11,10 +11,11 @@ Every system runs in its own process, launched by the harness.
   it (imports, input, model: `startup` in the snapshot, seconds) does not, as for a user of
   `--time_budget`; `elapsed` is the launch to the final checkpoint.
 - pytorch (`quality_torch.py`, in the PyTorch interpreter) and keras-hub
-  (`quality_keras_hub.py`): their budgets count from the launch (start-up, data loading and
-  tracing included). Each is first run for a few steps (calibration) to learn its step rate,
-  so that its learning-rate schedule can end where its largest budget does:
-  `max_steps = rate * (budget - start-up)`; it saves a snapshot when each budget's time is up.
+  (`quality_keras_hub.py`): the same, one run per budget: each worker's learning rate is set
+  before every step from the fraction of its budget spent (linear warmup, linear decay to 0
+  at the budget), its budget counts its training loop (from the loop's start; the start-up
+  before it recorded as `startup`), and it stops at the first step past the budget and saves
+  that model. So every system's schedule ends at its budget, and its time is counted alike.
 """
 
 import dataclasses
@@ -55,8 +56,6 @@ class Setup:
     batch_size: int
     learning_rate: float  # the BERT recipe's peak (pytorch, keras-hub, bert-train bert)
     budgets_s: tuple[float, ...]
-    calibrate_steps: int  # the workers': at least 2 loops of 10 (the first one traces)
-    planned_steps: int | None = None  # the workers': given, no calibration; the schedule ends here
     seed: int = 1
 
 
@@ -117,51 +116,42 @@ def budget_snapshot(model_dir: str, launched: float, budget_s: float) -> dict:
     prefix = os.path.join(model_dir, f"ckpt-{record['steps']}")
     elapsed = os.path.getmtime(prefix + ".index") - launched
     return {"seconds": budget_s, "step": record["steps"], "elapsed": elapsed, "dir": prefix,
-            "startup": elapsed - record["elapsed_seconds"]}
-
-
-def _planned_steps(rate: float, calibration_wall: float, setup: Setup) -> int:
-    startup = max(0.0, calibration_wall - setup.calibrate_steps / rate)
-    return max(setup.calibrate_steps, int(rate * (max(setup.budgets_s) - startup)))
+            "startup": elapsed - record["elapsed_seconds"],
+            "loop_seconds": record["elapsed_seconds"]}
 
 
 def worker_pretrain(system: str, data, setup: Setup, out_dir: str, python: str, log) -> dict:
-    """Pretrains pytorch or keras-hub in its worker; returns as `bert_train_pretrain`."""
+    """Pretrains pytorch or keras-hub in its worker, one run per budget; returns as
+    `bert_train_pretrain`."""
     params = {"train_npz": data.train_npz, "vocab_file": data.vocab_file,
               "vocab_size": data.vocab_size, "sizes": setup.sizes,
               "batch_size": setup.batch_size, "learning_rate": setup.learning_rate,
               "max_predictions": setup.max_predictions, "seed": setup.seed, "out_dir": out_dir}
+    snapshots = []
+    for budget in sorted(setup.budgets_s):
+        snapshot = run_worker(python, WORKERS[system], {**params, "budget_s": budget},
+                              out_dir, f"run-{budget:g}s")
+        log(f"{system}: {budget / 60:g} min bought {snapshot['step']} steps "
+            f"(start-up {snapshot['startup']:.0f} s)")
+        snapshots.append(snapshot)
+    return {"snapshots": snapshots, "rate": None, "planned_steps": None}
 
-    def run(name, deadline_s, **extra):
-        params_file = os.path.join(out_dir, f"{name}_params.json")
-        result_file = os.path.join(out_dir, f"{name}_result.json")
-        launched = time.time()
-        with open(params_file, "w") as f:
-            json.dump({**params, **extra, "launched": launched}, f)
-        with open(os.path.join(out_dir, f"{name}.log"), "w") as log_file:
-            process = subprocess.Popen([python, str(BENCH / WORKERS[system]), params_file,
-                                        result_file], cwd=out_dir, stdout=log_file,
-                                       stderr=subprocess.STDOUT)
-            if not _wait_until(process, launched + deadline_s):
-                process.kill()
-                process.wait()
-        if process.returncode:
-            raise RuntimeError(f"{system}: {name} failed ({process.returncode}); see "
-                               f"{out_dir}/{name}.log")
-        with open(result_file) as f:
-            return json.load(f), time.time() - launched
 
-    if setup.planned_steps:
-        rate, steps = None, setup.planned_steps
-    else:
-        result, wall = run("calibrate", 1800, calibrate_steps=setup.calibrate_steps)
-        rate = result["steps_per_s"]
-        steps = _planned_steps(rate, wall, setup)
-        log(f"{system}: {rate:.2f} steps/s, start-up {wall - setup.calibrate_steps / rate:.0f} "
-            f"s -> {steps} steps")
-    result, _ = run("run", max(setup.budgets_s) + 1800, budgets_s=list(setup.budgets_s),
-                    max_steps=steps)
-    snapshots = {s["seconds"]: s for s in result["snapshots"]}
-    return {"snapshots": [snapshots.get(b, {"seconds": b, "step": None, "elapsed": None,
-                                            "dir": None}) for b in sorted(setup.budgets_s)],
-            "rate": rate, "planned_steps": steps}
+def run_worker(python: str, worker: str, params: dict, out_dir: str, name: str) -> dict:
+    """Runs `worker` (a script beside this one) on `params` in `python`; returns its result."""
+    params_file = os.path.join(out_dir, f"{name}_params.json")
+    result_file = os.path.join(out_dir, f"{name}_result.json")
+    launched = time.time()
+    with open(params_file, "w") as f:
+        json.dump({**params, "launched": launched}, f)
+    with open(os.path.join(out_dir, f"{name}.log"), "w") as log_file:
+        process = subprocess.Popen([python, str(BENCH / worker), params_file, result_file],
+                                   cwd=out_dir, stdout=log_file, stderr=subprocess.STDOUT)
+        if not _wait_until(process, launched + params["budget_s"] + 1800):
+            process.kill()
+            process.wait()
+    if process.returncode:
+        raise RuntimeError(f"{worker}: {name} failed ({process.returncode}); see "
+                           f"{out_dir}/{name}.log")
+    with open(result_file) as f:
+        return json.load(f)

@@ -14,7 +14,13 @@ from numerics import assert_close
 
 sys.path.insert(0, str(REPO / "scripts"))
 
-from bench import quality, quality_keras_hub, quality_report, quality_systems  # noqa: E402
+from bench import (  # noqa: E402
+    quality,
+    quality_keras_hub,
+    quality_report,
+    quality_systems,
+    quality_torch,
+)
 
 from bert_trainer import features as F  # noqa: E402
 from bert_trainer.interop import resolve  # noqa: E402
@@ -27,7 +33,8 @@ SHARED = REPO.parent / "shared" / "data"
     (["--budgets=5,x"], "--budgets='5,x': give minutes"),
     (["--budgets=0"], "every budget must be > 0"),
     (["--seeds=0"], "--seeds=0 must be >= 1"),
-    (["--calibrate_steps=10"], "--calibrate_steps=10 must be >= 20"),
+    (["--sizes=mini,huge"], "--sizes: 'huge' is not in configs/encoders/"),
+    (["--low_resource_examples=0"], "--low_resource_examples and --low_resource_steps"),
     (["--systems=pytorch", "--torch_python=/nonexistent/python"], "cannot import torch"),
 ])
 def test_bad_flags_fail_in_one_line_before_writing(flags, message, tmp_path, capsys):
@@ -60,14 +67,42 @@ def test_a_budget_run_is_snapshot_at_its_final_checkpoint(tmp_path):
     assert (snap["seconds"], snap["step"], snap["dir"]) == (50.0, 37, str(tmp_path / "ckpt-37"))
     assert snap["elapsed"] == pytest.approx(62.0)
     assert snap["startup"] == pytest.approx(62.0 - 50.4)
+    assert snap["loop_seconds"] == pytest.approx(50.4)
 
 
-def test_planned_steps_end_the_schedule_at_the_largest_budget():
-    setup = quality_systems.Setup(sizes={}, seq_length=64, max_predictions=10, batch_size=16,
-                                  learning_rate=5e-4, budgets_s=(60.0, 300.0),
-                                  calibrate_steps=30)
-    # 30 steps at 2 steps/s took 35 s: 20 s of start-up, so 280 s of steps remain.
-    assert quality_systems._planned_steps(2.0, 35.0, setup) == 560
+def test_sizes_are_read_from_the_encoder_gin_files():
+    """--sizes names configs/encoders/*.gin; `custom` is the --hidden_size ... flags."""
+    args = quality.parse_args(["--sizes=tiny,mini,small,custom", "--hidden_size=32",
+                               "--num_layers=1", "--num_attention_heads=2", "--inner_dim=64"])
+    sizes = quality.encoder_sizes(args)
+    assert list(sizes) == ["tiny", "mini", "small", "custom"]
+    assert sizes["tiny"] == dict(hidden_size=128, num_layers=2, num_attention_heads=2,
+                                 inner_dim=512, max_sequence_length=512)
+    assert sizes["small"]["hidden_size"] == 512 and sizes["small"]["num_attention_heads"] == 8
+    assert sizes["custom"]["hidden_size"] == 32 and sizes["custom"]["inner_dim"] == 64
+
+
+def test_the_low_resource_fine_tune_reads_the_first_sentences(tmp_path):
+    args = quality.parse_args(["--low_resource_examples=3", "--low_resource_steps=7",
+                               "--seeds=2"])
+    (tmp_path / "data").mkdir()
+    recipes = quality.finetune_recipes(args, str(tmp_path))
+    assert list(recipes) == ["sst2_accuracy", "sst2_2k_accuracy"]
+    full, low = recipes["sst2_accuracy"], recipes["sst2_2k_accuracy"]
+    assert (full.steps, low.steps, low.seeds) == (400, 7, (1, 2))
+    assert full.eval_file == low.eval_file
+    lines = open(low.train_file, encoding="utf-8").read().splitlines()
+    with open(full.train_file, encoding="utf-8") as f:
+        assert lines == [next(f).rstrip("\n") for _ in range(4)]  # the header and 3 rows
+
+
+@pytest.mark.parametrize("fraction, factor", [
+    (0.0, 0.0), (0.05, 0.5), (0.1, 1.0), (0.55, 0.5), (1.0, 0.0), (1.2, 0.0)])
+def test_the_workers_schedule_runs_on_the_fraction_of_the_budget(fraction, factor):
+    """PyTorch's and keras-hub's rate is set each step from elapsed / budget: a 10 % warmup,
+    then linear decay to 0 when the budget is spent (no calibration, no planned steps)."""
+    assert quality_torch.rate_factor(fraction, 0.1) == pytest.approx(factor)
+    assert quality_keras_hub.rate_factor(fraction, 0.1) == pytest.approx(factor)
 
 
 def test_keras_hub_snapshot_converts_to_the_same_encoder(tmp_path):
@@ -121,7 +156,9 @@ RUNS = [
     {"system": "none", "minutes": 0, "steps": 0, "mlm_accuracy": 0.001,
      "sst2_accuracy": {"mean": 0.575, "std": 0.01, "seeds": [0.57, 0.58, 0.575]}},
     {"system": "bert-train cram", "minutes": 5, "steps": 900, "mlm_accuracy": 0.2512,
-     "sst2_accuracy": {"mean": 0.6123, "std": 0.0151, "seeds": [0.6, 0.61, 0.63]}},
+     "sst2_accuracy": {"mean": 0.6123, "std": 0.0151, "seeds": [0.6, 0.61, 0.63]},
+     "sst2_2k_accuracy": {"mean": 0.55, "std": 0.02, "seeds": [0.53, 0.55, 0.57]},
+     "startup_seconds": 21.2},
     {"system": "bert-train cram", "minutes": 10, "steps": None, "mlm_accuracy": None,
      "sst2_accuracy": None},
 ]
@@ -129,9 +166,9 @@ RUNS = [
 
 def test_table_rows_and_the_readme_block_is_replaced_in_place(tmp_path):
     lines = quality_report.table_lines(record(RUNS))
-    assert "mean ± std of 3 seeds" in lines[0]
-    assert lines[3] == "| bert-train cram | 5 | 900 | 25.1 | 61.2 ± 1.5 |"
-    assert lines[4] == "| bert-train cram | 10 | 0 | - | - |"
+    assert "mean ± std of 3 seeds" in lines[0] and "2,000 sentences" in lines[0]
+    assert lines[3] == "| - | bert-train cram | 5 | 900 | 21 | 25.1 | 61.2 ± 1.5 | 55.0 ± 2.0 |"
+    assert lines[4] == "| - | bert-train cram | 10 | 0 | - | - | - | - |"
     readme = tmp_path / "README.md"
     readme.write_text("# Benchmarks\n\nintro\n")
     quality_report.replace_table(str(readme), record(RUNS), "first")
@@ -169,6 +206,25 @@ def test_targets_take_the_best_recipe_at_each_budget():
     assert lines[5].endswith("| +1.0 | >= 2 | **no** |")
 
 
+def test_the_table_and_targets_group_by_size():
+    runs = [{**_run("none", 0, 0.0, 0.70), "size": "tiny"},
+            {**_run("bert-train cram", 20, 0.2, 0.73), "size": "tiny"},
+            {**_run("none", 0, 0.0, 0.71), "size": "mini",
+             "sst2_2k_accuracy": {"mean": 0.60, "std": None, "seeds": [0.60]}},
+            {**_run("bert-train cram", 20, 0.3, 0.69), "size": "mini",
+             "sst2_2k_accuracy": {"mean": 0.66, "std": None, "seeds": [0.66]}},
+            {**_run("bert-train cram", 10, 0.2, 0.70), "size": "tiny"}]
+    rows = quality_report.table_lines(record(runs))[2:]
+    assert [r.split(" | ")[0:3] for r in rows] == [
+        ["| tiny", "none", "0"], ["| tiny", "bert-train cram", "20"],
+        ["| tiny", "bert-train cram", "10"], ["| mini", "none", "0"],
+        ["| mini", "bert-train cram", "20"]]
+    got = {t["name"]: round(t["value"], 6) for t in quality_report.targets(record(runs))}
+    assert got == {"tiny: 20 min: bert-train cram minus none, SST-2 points": 3.0,
+                   "mini: 20 min: bert-train cram minus none, SST-2 points": -2.0,
+                   "mini: 20 min: bert-train cram minus none, SST-2 2,000 sentences points": 6.0}
+
+
 def test_plot_writes_a_png(tmp_path):
     path = tmp_path / "quality.png"
     quality_report.plot(record(RUNS), str(path))
@@ -190,16 +246,19 @@ def test_smoke_run_writes_one_record_per_system_and_budget(tmp_path, monkeypatch
     assert quality.main(["--smoke", f"--workdir={tmp_path / 'work'}",
                          f"--output={output}"]) == 0
     results = json.loads(output.read_text())
-    assert [(r["system"], r["minutes"]) for r in results["runs"]] == [
-        ("none", 0), ("bert-train cram", 0.2)]
+    assert [(r["size"], r["system"], r["minutes"]) for r in results["runs"]] == [
+        ("custom", "none", 0), ("custom", "bert-train cram", 0.2)]
     none, cram = results["runs"]
     # A --time_budget run: it trains its whole budget (launch to final checkpoint: start-up
     # too), not a planned step count, and its snapshot is the checkpoint at the end.
     assert cram["steps"] > 0 and cram["elapsed_minutes"] >= 0.2
     assert 0 <= none["mlm_accuracy"] < 0.05  # random weights
     assert cram["mlm_accuracy"] > none["mlm_accuracy"]
+    assert 0 < cram["startup_seconds"] < cram["elapsed_minutes"] * 60
     for run in results["runs"]:
-        sst2 = run["sst2_accuracy"]
-        assert len(sst2["seeds"]) == 1 and sst2["std"] is None
-        assert 0.3 < sst2["mean"] < 0.8 and sst2["mean"] == sst2["seeds"][0]
+        for key in ("sst2_accuracy", "sst2_2k_accuracy"):
+            sst2 = run[key]
+            assert len(sst2["seeds"]) == 1 and sst2["std"] is None
+            assert 0.3 < sst2["mean"] < 0.8 and sst2["mean"] == sst2["seeds"][0]
+    assert results["settings"]["finetune"]["sst2_2k_accuracy"]["steps"] == 10
     assert (tmp_path / "results.png").read_bytes()[:4] == b"\x89PNG"

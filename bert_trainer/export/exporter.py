@@ -146,11 +146,22 @@ def rebuild_module(saved_model: str, record: dict) -> ServingModule | None:
     module.family = family.name
     variables = os.path.join(saved_model, "variables", "variables")
     try:
-        tf.train.Checkpoint(root=module).read(variables).assert_existing_objects_matched()
+        status = tf.train.Checkpoint(root=module).read(variables)
+        status.assert_existing_objects_matched()
     except (AssertionError, ValueError, tf.errors.OpError) as e:
         first = str(e).strip().splitlines()[0][:300]
         raise UserError(f"{variables} does not fit the model {where} describes ({first}); "
                         "re-export the model") from None
+    try:
+        # Every value of the export must have found its variable. A model whose layers are
+        # built on their first call (a decoder) has no variable yet for some of them: they
+        # would keep their random initial values, so the export's own graph serves instead.
+        status.assert_consumed()
+    except AssertionError as e:
+        logging.info("Serving %s from its graph: %d of its values have no variable in the "
+                     "rebuilt model before its first call (%s)", saved_model,
+                     str(e).count("checkpoint_key"), str(e).strip().splitlines()[0][:120])
+        return None
     return module
 
 

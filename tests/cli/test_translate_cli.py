@@ -68,7 +68,12 @@ def test_translate_finetune_evaluate_export_predict(tmp_path, capsys):
     proc = run_cli(capsys, "export", f"--model_dir={model_dir}", f"--output={export}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "exported translate model (seq_length 24)" in proc.stdout
-    assert "serving_default(input) -> score, translation" in proc.stdout
+    outputs = next(line.split(" -> ")[1].split(", ") for line in proc.stdout.splitlines()
+                   if line.strip().startswith("serving_default(input) -> "))
+    # The translation and its score, and what every text signature returns: the
+    # truncation flag and the real and padding token counts of the rows it ran as.
+    assert {"score", "translation", "truncated", "input_tokens",
+            "padding_tokens"} <= set(outputs), outputs
     record = json.loads((export / "assets.extra" / "bert_train_family.json").read_text())
     assert record["family"] == "translate"
 

@@ -175,7 +175,12 @@ def test_gru_attention_finetune_evaluate_export_predict(tmp_path, capsys, minilm
 
     proc = run_cli(capsys, "export", f"--model_dir={model_dir}", f"--output={export}")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "serving_default(input) -> score, translation" in proc.stdout
+    outputs = next(line.split(" -> ")[1].split(", ") for line in proc.stdout.splitlines()
+                   if line.strip().startswith("serving_default(input) -> "))
+    # The translation and its score, and what every text signature returns: the
+    # truncation flag and the real and padding token counts of the rows it ran as.
+    assert {"score", "translation", "truncated", "input_tokens",
+            "padding_tokens"} <= set(outputs), outputs
     sources = [pair.split("\t")[0] for pair in dev_pairs[:4]]
     text_in = tmp_path / "in.txt"
     text_in.write_text("\n".join(sources) + "\n", encoding="utf-8")

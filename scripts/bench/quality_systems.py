@@ -32,6 +32,7 @@ BENCH = pathlib.Path(__file__).resolve().parent
 # Recipe name -> (gin file, extra bindings). Each ablation reverts one switch of cram.gin.
 RECIPES = {
     "bert": ("configs/mini.gin", ()),
+    "bert+nsp": ("configs/mini.gin", ("PretrainingConfig.use_next_sentence_label = True",)),
     "cram": ("configs/cram.gin", ()),
     "cram-post_norm": ("configs/cram.gin", ("build_encoder.norm_first = False",)),
     "cram+nsp": ("configs/cram.gin", ("PretrainingConfig.use_next_sentence_label = True",)),

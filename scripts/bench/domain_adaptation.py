@@ -45,7 +45,7 @@ sys.path[:] = [p for p in sys.path if not p or pathlib.Path(p).resolve() != SCRI
 if str(SCRIPTS_DIR) not in sys.path:
     sys.path.insert(0, str(SCRIPTS_DIR))
 
-from bench import domain_data, quality_report, quality_systems  # noqa: E402
+from bench import domain_data, quality_report, quality_systems, report  # noqa: E402
 
 REPO = SCRIPTS_DIR.parent
 IMDB = REPO.parent / "shared" / "data" / "imdb" / "train.tsv"
@@ -275,18 +275,8 @@ def table_lines(record: dict) -> list[str]:
 
 def replace_table(readme: str, record: dict, caption: str) -> None:
     """Puts the table between the markers of `readme` (appended when it has none)."""
-    with open(readme, encoding="utf-8") as f:
-        text = f.read()
-    block = "\n".join([TABLE_START, caption, "", *table_lines(record), TABLE_END])
-    if TABLE_START in text and TABLE_END in text:
-        head, rest = text.split(TABLE_START, 1)
-        text = head + block + rest.split(TABLE_END, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    tmp = f"{readme}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, readme)
+    lines = [caption, "", *table_lines(record)]
+    report.update_readme(readme, "\n".join(lines) + "\n", TABLE_START, TABLE_END)
 
 
 def main(argv=None) -> int:

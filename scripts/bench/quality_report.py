@@ -2,6 +2,7 @@
 
 import os
 
+from bench import report
 from bench.finetune_accuracy import write_json  # noqa: F401 - the harness's JSON writer too
 
 TABLE_START = "<!-- quality-table: scripts/bench/quality.py writes this block -->"
@@ -127,19 +128,8 @@ def target_lines(record: dict) -> list[str]:
 def replace_table(readme: str, record: dict, caption: str) -> None:
     """Puts the table (with `caption` above it) between the markers of `readme`; appends the
     block when the file has none."""
-    with open(readme, encoding="utf-8") as f:
-        text = f.read()
-    block = "\n".join([TABLE_START, caption, "", *table_lines(record), "",
-                       *target_lines(record), TABLE_END])
-    if TABLE_START in text and TABLE_END in text:
-        head, rest = text.split(TABLE_START, 1)
-        text = head + block + rest.split(TABLE_END, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    tmp = f"{readme}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, readme)
+    lines = [caption, "", *table_lines(record), "", *target_lines(record)]
+    report.update_readme(readme, "\n".join(lines) + "\n", TABLE_START, TABLE_END)
 
 
 def plot(record: dict, path: str) -> None:

@@ -319,8 +319,10 @@ def update_readme(path: str, table: str, begin: str = BEGIN, end: str = END) -> 
         text = head + block + tail
     else:
         text = (text.rstrip() + "\n\n" if text else "") + block + "\n"
-    with open(path, "w", encoding="utf-8") as f:
+    tmp = f"{path}.tmp-{os.getpid()}"  # written aside, then renamed: never half a README
+    with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
+    os.replace(tmp, path)
 
 
 def _pretraining_heading(entry: dict, how: str) -> str:

@@ -378,7 +378,10 @@ def _check_entry(info: dict, family: Family, where: str) -> None:
     edited by hand: an sst2 entry made squad would otherwise be told to raise --seq_length)."""
     if info.get("label_names") and not family.has_label_names:
         what = f"the class names {list(info['label_names'])[:20]}"
-    elif info.get("columns") and not family.reads_columns:
+    elif (info.get("columns") and not family.reads_columns
+          and family.module_name().startswith("bert_trainer.")):
+        # bert-train's own families record columns only when they read them; a plugin's
+        # examples may come from columns its flags do not name.
         mapping = info["columns"] if isinstance(info["columns"], dict) else {}
         what = "the columns " + ", ".join(f"{k}={v!r}" for k, v in mapping.items() if v is not None)
     else:

@@ -117,12 +117,13 @@ def check_batch(task, rows: int | None = None) -> None:
         rows = task.num_examples(task.train_split)  # A windowed task's rows are >= these.
         if batch > MAX_BATCH_REPEATS * rows and task.windowed:
             rows = task.num_train_rows()
+    if batch <= rows:
+        return
     source = task.data.train_file or f"the {task.name} training split"
     if batch > MAX_BATCH_REPEATS * rows:
         raise UserError(f"FinetuneConfig.train_batch_size={batch} (--batch_size) is over "
                         f"{MAX_BATCH_REPEATS}x the {rows} training rows of {source}: every batch "
                         f"would hold each row about {batch // max(rows, 1)} times; use "
                         f"--batch_size <= {rows}")
-    if batch > rows:
-        logging.warning("batch %d is larger than the %d training rows of %s: every batch "
-                        "repeats rows", batch, rows, source)
+    logging.warning("batch %d is larger than the %d training rows of %s: every batch "
+                    "repeats rows", batch, rows, source)

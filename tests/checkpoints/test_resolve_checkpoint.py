@@ -17,7 +17,7 @@ from finetune_testing import (
 
 from bert_trainer.checkpoints.layout import model_trackable
 from bert_trainer.errors import UserError
-from bert_trainer.interop import formats, hf, resolve
+from bert_trainer.interop import formats, resolve, tensor_files
 from bert_trainer.interop.resolve import resolve_checkpoint
 from bert_trainer.tasks import finetuning, registry, run_settings
 from bert_trainer.training import OptimizerConfig, Trainer, TrainerConfig
@@ -107,12 +107,14 @@ def test_a_hugging_face_file_is_read_once_per_warm_start(sources, tiny_pretraine
                                                          monkeypatch):
     opened = []
 
-    def counting_load_file(path):
+    def counting_open(path, **kwargs):
         opened.append(path)
-        return real_load_file(path)
+        return real_open(path, **kwargs)
 
-    real_load_file = hf.load_file
-    monkeypatch.setattr(hf, "load_file", counting_load_file)
+    # Resolving reads the file's header only (checked against config.json, not counted
+    # here); the tensors are opened once.
+    real_open = tensor_files.safe_open
+    monkeypatch.setattr(tensor_files, "safe_open", counting_open)
     trainer = _warm_start(sources["hf"], tiny_pretrained, tmp_path / "run")
     assert opened == [f"{sources['hf']}/model.safetensors"]
     assert_encoder_equals(trainer.model.encoder, tiny_pretrained["encoder_weights"])

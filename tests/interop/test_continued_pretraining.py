@@ -71,7 +71,7 @@ def model_outputs(trainer, config):
 def test_the_published_heads_are_loaded_and_trained_on(pretraining_data, tmp_path, caplog):
     hf_dir = tiny_hf(tmp_path / "hf", pretraining_data["vocab_file"],
                      pretraining_data["vocab_size"], heads=True)
-    caplog.set_level(logging.INFO)
+    caplog.set_level(logging.INFO, logger="absl")
     trainer = build_trainer(hf_dir, pretraining_data, tmp_path / "run")
     assert trainer.model.encoder.hidden_size == 16  # the checkpoint's, not smoke.gin's 64
     assert trainer.task.config.vocab_file == str(hf_dir / "vocab.txt")
@@ -98,7 +98,7 @@ def test_a_file_without_heads_gets_fresh_ones_said_in_one_line(pretraining_data,
                                                                caplog):
     hf_dir = tiny_hf(tmp_path / "hf", pretraining_data["vocab_file"],
                      pretraining_data["vocab_size"], heads=False)
-    caplog.set_level(logging.INFO)
+    caplog.set_level(logging.INFO, logger="absl")
     trainer = build_trainer(hf_dir, pretraining_data, tmp_path / "run")
     config = read_checkpoint(str(hf_dir)).config
     inputs, positions, out = model_outputs(trainer, config)

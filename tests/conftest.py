@@ -44,7 +44,8 @@ SHARED = REPO.parent / "shared"
 SLOWEST_FILES = (  # whole-file seconds, fresh clone, 2 quiet cores, 2026-11-27: 139 ... 21 s
     "test_readme_commands.py", "test_bad_inputs.py", "test_kernel_build.py",
     "test_bench_seq2seq.py", "test_demo.py", "test_length_buckets.py",
-    "test_seq2seq_generation.py", "test_bench_quality.py", "test_windows.py",
+    "test_seq2seq_generation.py", "test_bench_quality.py", "test_bench_domain_adaptation.py",
+    "test_windows.py", "test_graph_check.py",
     "test_generate_cli.py", "test_benchmark_finetune.py", "test_multi_worker.py",
     "test_benchmark_smoke.py", "test_kernels.py", "test_batch_fit.py", "test_multi_seed.py",
     "test_causal_generation.py", "test_export_saved_model.py", "test_family_plugin.py",

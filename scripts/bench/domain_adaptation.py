@@ -45,7 +45,7 @@ sys.path[:] = [p for p in sys.path if not p or pathlib.Path(p).resolve() != SCRI
 if str(SCRIPTS_DIR) not in sys.path:
     sys.path.insert(0, str(SCRIPTS_DIR))
 
-from bench import domain_data, quality_report, quality_systems, report  # noqa: E402
+from bench import domain_data, harness_flags, quality_report, quality_systems, report  # noqa: E402
 
 REPO = SCRIPTS_DIR.parent
 IMDB = REPO.parent / "shared" / "data" / "imdb" / "train.tsv"
@@ -103,31 +103,19 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv=None) -> argparse.Namespace:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
-    if args.smoke:
-        given = {a.split("=")[0].lstrip("-") for a in argv if a.startswith("--")}
-        for key, value in SMOKE.items():
-            if key not in given:
-                setattr(args, key, value)
-    args.torch_python = (args.torch_python or os.environ.get(TORCH_PYTHON_ENV)
-                         or DEFAULT_TORCH_PYTHON)
+    harness_flags.apply_smoke(args, argv, SMOKE)
+    args.torch_python = harness_flags.torch_python(args.torch_python, TORCH_PYTHON_ENV,
+                                                   DEFAULT_TORCH_PYTHON)
     args.init_dir = args.init_dir or minilm_dir()
     return args
 
 
 def check(args) -> str | None:
     """A one-line problem with the flags or inputs, or None."""
+    problem = harness_flags.check_runs(args, SYSTEMS)
+    if problem:
+        return problem
     systems = args.systems.split(",")
-    unknown = [s for s in systems if s not in SYSTEMS]
-    if unknown:
-        return f"--systems: {unknown[0]!r} is unknown; choose from {', '.join(SYSTEMS)}"
-    try:
-        budgets = [float(b) for b in args.budgets.split(",")]
-    except ValueError:
-        return f"--budgets={args.budgets!r}: give minutes, e.g. 5,10,20"
-    if not budgets or min(budgets) <= 0:
-        return f"--budgets={args.budgets!r}: every budget must be > 0 minutes"
-    if args.seeds < 1:
-        return f"--seeds={args.seeds} must be >= 1"
     if min(args.held_out, args.labelled) < 1:
         return "--held_out and --labelled must be >= 1"
     if not 0 <= args.warmup_fraction < 1:

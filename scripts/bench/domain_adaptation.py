@@ -32,7 +32,6 @@ results, so a rerun resumes where the last one stopped.
 
 import argparse
 import dataclasses
-import json
 import os
 import pathlib
 import platform
@@ -138,16 +137,6 @@ def check(args) -> str | None:
     return None
 
 
-def _cached(path: str, make):
-    """`make()`'s JSON result, kept at `path` so that a rerun reuses it."""
-    if os.path.exists(path):
-        with open(path) as f:
-            return json.load(f)
-    value = make()
-    quality_report.write_json(path, value)
-    return value
-
-
 def bert_train_bindings(args) -> list[str]:
     """The continued-pretraining recipe on configs/base.gin (its encoder and vocabulary come
     from --init_dir)."""
@@ -199,10 +188,10 @@ def one_run(system: str, budget_s: float, out: str, args, data, recipe, log) -> 
         snap = {"step": 0, "dir": args.init_dir, "startup": None, "loop_seconds": None}
     else:
         pretrain = bert_train_pretrain if system == "bert-train" else pytorch_pretrain
-        snap = _cached(os.path.join(out, f"pretrain-{tag}.json"),
+        snap = quality_report.cached_json(os.path.join(out, f"pretrain-{tag}.json"),
                        lambda: pretrain(args, data, budget_s, out))
         log(f"{system}: {tag} bought {snap['step']} steps (start-up {snap['startup']:.0f} s)")
-    accuracy = _cached(os.path.join(out, f"score-{tag}.json"), lambda: (
+    accuracy = quality_report.cached_json(os.path.join(out, f"score-{tag}.json"), lambda: (
         domain_data.imdb_accuracy(snap["dir"], data, recipe, os.path.join(out, f"ft-{tag}"),
                                   os.path.join(out, f"ft-{tag}.log"))))
     log(f"{system} @ {tag}: IMDB held-out accuracy {100 * accuracy['mean']:.1f} %")

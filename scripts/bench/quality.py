@@ -36,7 +36,6 @@ so a rerun resumes where the last one stopped.
 
 import argparse
 import dataclasses
-import json
 import os
 import pathlib
 import platform
@@ -161,16 +160,6 @@ def check(args) -> str | None:
     return None
 
 
-def _cached(path: str, make):
-    """`make()`'s JSON result, kept at `path` so that a rerun reuses it."""
-    if os.path.exists(path):
-        with open(path) as f:
-            return json.load(f)
-    value = make()
-    quality_report.write_json(path, value)
-    return value
-
-
 def encoder_size(name: str) -> dict:
     """The `build_encoder.<size key> = N` bindings of configs/encoders/<name>.gin."""
     text = (ENCODERS / f"{name}.gin").read_text(encoding="utf-8")
@@ -239,8 +228,9 @@ def run(args, log=print) -> dict:
             if system == "none":
                 snapshots = [{"seconds": 0.0, "step": 0, "elapsed": 0.0, "dir": None}]
             else:
-                pretrained = _cached(os.path.join(out, "pretrain.json"), lambda s=system, o=out,
-                                     u=setup: pretrain(s, data, u, o, args, log))
+                pretrained = quality_report.cached_json(
+                    os.path.join(out, "pretrain.json"),
+                    lambda s=system, o=out, u=setup: pretrain(s, data, u, o, args, log))
                 snapshots = pretrained["snapshots"]
             for snap in snapshots:
                 runs.append({"size": size, **score(system, snap, data, recipes, scratch, dims,
@@ -292,7 +282,7 @@ def score(system, snap, data, recipes, scratch, sizes, out, log) -> dict:
                 scratch_bindings=scratch, log_file=os.path.join(out, f"{name}.log"))
         return scores
 
-    record.update(_cached(os.path.join(out, f"score-{tag}.json"), evaluate))
+    record.update(quality_report.cached_json(os.path.join(out, f"score-{tag}.json"), evaluate))
     sst2, low = record["sst2_accuracy"], record["sst2_2k_accuracy"]
     log(f"{record['system']} @ {minutes:g} min, step {record['steps']}: masked LM "
         f"{100 * record['mlm_accuracy']:.1f} %, SST-2 {100 * sst2['mean']:.1f} %, "

@@ -1,5 +1,6 @@
 """The pretraining-quality benchmark's outputs: the JSON record, the PNG and the Markdown table."""
 
+import json
 import os
 
 from bench import report
@@ -123,6 +124,16 @@ def target_lines(record: dict) -> list[str]:
         lines.append(f"| {t['name']} | {value} | {t['target']} | "
                      f"{'yes' if t['met'] else '**no**'} |")
     return lines
+
+
+def cached_json(path: str, make):
+    """`make()`'s JSON result, kept at `path` so that a benchmark's rerun reuses it."""
+    if os.path.exists(path):
+        with open(path) as f:
+            return json.load(f)
+    value = make()
+    write_json(path, value)
+    return value
 
 
 def replace_table(readme: str, record: dict, caption: str) -> None:

@@ -20,7 +20,8 @@ for two systems, each in a process of its own, model load excluded:
   scripts/bench/serving.py --output benchmarks/results_serving.json
   scripts/bench/serving.py --smoke     # 16 inputs a dataset, 1 training step: checks it runs
 
-PyTorch + transformers and ONNX Runtime baselines are not run yet (issue 45 names them).
+It measures bert-train against the same export in a bare TensorFlow process only; the
+PyTorch + transformers and ONNX Runtime rows on the same weights are not written yet.
 """
 
 import argparse

@@ -44,7 +44,7 @@ def check_file(path: str, depth: int = 0, reader=None) -> None:
 
     Raises:
         UserError: "FILE:LINE: ..." naming the statement and the fix.
-        SyntaxError: gin's own parse error (callers translate it, see `common.gin_errors`).
+        SyntaxError: gin's own parse error (callers translate it, see `runs.gin_config.gin_errors`).
     """
     if depth > _MAX_INCLUDE_DEPTH:
         raise UserError(f"{path}: includes nest deeper than {_MAX_INCLUDE_DEPTH} levels "

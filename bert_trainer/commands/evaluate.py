@@ -19,7 +19,6 @@ run's directory (`finetune --seeds`) holds one model per seed: evaluate
 already holds every seed's final metrics and their spread.
 """
 
-import json
 import os
 import sys
 
@@ -44,7 +43,6 @@ SHARED_FLAGS = {**common.SHARED_FLAGS, **shared_flags.declare(
     skip_bad_rows=Usage(False, "Skip and count malformed rows instead of failing."))}
 
 FLAGS = flags.FLAGS
-RESULTS_STEM, PREDICTIONS_STEM = "eval_results", "eval_predictions"
 
 
 def main(argv):
@@ -52,6 +50,7 @@ def main(argv):
     from bert_trainer.checkpoints import model_dir as model_dir_lib  # noqa: PLC0415 (imports TensorFlow)
     from bert_trainer.checkpoints import select  # noqa: PLC0415
     from bert_trainer.errors import UserError  # noqa: PLC0415
+    from bert_trainer.runs import evaluation  # noqa: PLC0415
     from bert_trainer.tasks import finetuning, registry  # noqa: PLC0415
     from bert_trainer.training import checkpoint_eval  # noqa: PLC0415
 
@@ -74,7 +73,8 @@ def main(argv):
                                  max_eval_examples=FLAGS.max_eval_examples,
                                  skip_bad_rows=FLAGS.skip_bad_rows)
     with common.one_line_errors():
-        task = _build_task(model_dir, info, FLAGS.task, data, batch_size=FLAGS.batch_size)
+        task = evaluation.evaluation_task(model_dir, info, FLAGS.task, data,
+                                          batch_size=FLAGS.batch_size)
         prefix = select.select_checkpoint(model_dir, FLAGS.checkpoint)  # refuses a bad one
         # The latest is the one the evaluation restores (a live run moves it meanwhile).
         results, step, prefix = checkpoint_eval.evaluate_checkpoint(
@@ -91,41 +91,6 @@ def _isdir(path: str) -> bool:
     return tf.io.gfile.isdir(path)
 
 
-def _build_task(model_dir: str, info, name: str | None, data, *, batch_size: int):
-    """The task stored in the model directory (or --task `name`), reading `data`."""
-    from bert_trainer.errors import UserError  # noqa: PLC0415
-    from bert_trainer.tasks import finetuning, registry  # noqa: PLC0415
-
-    where = os.path.join(model_dir, "bert_train.json")
-    stored = info.task
-    if stored is None:
-        if not name:
-            raise UserError(f"{where} names no task (it was not written by finetune); pass "
-                            "--task")
-        stored = {"name": name, "family": registry.family_of(name).name,
-                  "label_names": registry.resolve_task_data(name).label_names}
-    elif name and name != stored.get("name"):
-        raise UserError(f"{model_dir} was fine-tuned on task '{stored.get('name')}', not "
-                        f"'{name}'; drop --task or pass another --model_dir")
-    spec = finetuning.spec_from_checkpoint(model_dir, flag="--model_dir")
-    config = finetuning.FinetuneConfig(seq_length=int(stored.get("seq_length", 128)),
-                                       eval_batch_size=batch_size,
-                                       **finetuning.stored_config_options(stored))
-    return registry.task_from_info(stored, spec, config=config, data=data, where=where)
-
-
-def own_file(stem: str, model_dir: str, prefix: str) -> str:
-    """evaluate's file for checkpoint `prefix`: STEM-ckpt-N.json (best/: STEM-best-ckpt-N.json).
-
-    Args:
-      stem: "eval_results" or "eval_predictions".
-      model_dir: the run's directory (the file goes there).
-      prefix: the checkpoint evaluated, inside `model_dir`.
-    """
-    name = os.path.relpath(prefix, model_dir).replace(os.sep, "-")
-    return os.path.join(model_dir, f"{stem}-{name}.json")
-
-
 def _report(task, model_dir: str, results: dict, step: int, prefix: str,
             writable: bool) -> None:
     """Prints the metrics, then writes them (and SQuAD's answers) into a writable model_dir.
@@ -133,34 +98,19 @@ def _report(task, model_dir: str, results: dict, step: int, prefix: str,
     Raises:
       UserError: a write failed (a full disk, a refused write); the metrics are printed first.
     """
-    from bert_trainer.checkpoints import storage  # noqa: PLC0415
-    from bert_trainer.errors import storage_fault  # noqa: PLC0415
-    from bert_trainer.tasks import finetuning  # noqa: PLC0415
+    from bert_trainer.runs import evaluation  # noqa: PLC0415
 
     print(f"bert-train evaluate: task {task.name}, checkpoint {prefix} (step {step})")
     width = max(map(len, results), default=0)
     for name, value in sorted(results.items()):
         print(f"  {name:<{width}}  {value:.4f}", flush=True)
-    predictions = getattr(task, "last_predictions", None)
-    results_path = own_file(RESULTS_STEM, model_dir, prefix)
     if not writable:
-        files = [results_path, *([own_file(PREDICTIONS_STEM, model_dir, prefix)]
-                                 if predictions else [])]
+        files = [evaluation.own_file(evaluation.RESULTS_STEM, model_dir, prefix)]
+        if getattr(task, "last_predictions", None):
+            files.append(evaluation.own_file(evaluation.PREDICTIONS_STEM, model_dir, prefix))
         files = [*map(os.path.basename, files), "eval/ summaries"]
         print(f"bert-train evaluate: warning: {model_dir} is not writable; the metrics are "
               f"printed only ({', '.join(files)} not written)", file=sys.stderr, flush=True)
         return
-    path = results_path
-    try:
-        finetuning.write_eval_results(model_dir, task, results, step=step, checkpoint=prefix,
-                                      path=results_path)
-        if predictions:
-            path = own_file(PREDICTIONS_STEM, model_dir, prefix)
-            storage.write_text_atomically(
-                path, json.dumps(predictions, indent=1, ensure_ascii=False))
-    except Exception as e:  # noqa: BLE001 (only storage faults are translated)
-        fault = storage_fault(e, writing="evaluation results", path=path)
-        if fault is None:
-            raise
-        raise fault from None
-    print(f"results written to {results_path}", flush=True)
+    path = evaluation.write_results(task, model_dir, results, step, prefix)
+    print(f"results written to {path}", flush=True)

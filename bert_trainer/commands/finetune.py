@@ -40,15 +40,20 @@ most context). --long_texts=truncate keeps the first pieces instead, --long_text
 """
 
 import functools
-import os
-import re
 
-from absl import flags, logging
+from absl import flags
 
-from bert_trainer import outputs
 from bert_trainer.commands import common, finetune_seeds, shared_flags
-from bert_trainer.commands.finetune_settings import FinetuneSettings
 from bert_trainer.commands.shared_flags import Usage
+from bert_trainer.errors import UserError
+
+# Flags read into `runs.finetuning.FinetuneSettings` as they are.
+_PLAIN = ("task", "model_dir", "family_module", "num_seeds", "init_checkpoint", "vocab_file",
+          "lower_case", "header", "seq_length", "batch_size", "num_epochs", "learning_rate",
+          "train_steps", "fit_batch", "micro_batch_size", "long_texts", "doc_stride",
+          "window_pooling", "strategy", "tpu")
+# The data flags, read into `tasks.finetuning.DataConfig`.
+_DATA = ("train_file", "eval_file", "data_dir", "max_train_examples", "max_eval_examples")
 
 flags.adopt_module_key_flags(common)
 SHARED_FLAGS = {**common.SHARED_FLAGS, **shared_flags.declare(
@@ -111,16 +116,16 @@ flags.DEFINE_enum("window_pooling", None, ["mean", "max"], "How a text's window 
 
 def main(argv):
     del argv
-    from bert_trainer.errors import UserError  # noqa: PLC0415
-    from bert_trainer.tasks import multi_seed, registry  # noqa: PLC0415 (imports TensorFlow)
+    from bert_trainer.runs import finetuning  # noqa: PLC0415 (imports TensorFlow)
+    from bert_trainer.tasks import multi_seed, registry  # noqa: PLC0415
 
     common.setup_logging(flags.FLAGS["verbosity"].present)
-    settings = FinetuneSettings.from_flags()
+    settings = settings_from_flags(flags.FLAGS)
     seeds = multi_seed.parse_seeds(settings.seeds, settings.num_seeds)
     registry.import_family_modules(settings.family_module)
     if not settings.task:
         raise UserError(f"--task is required; choose one of: {', '.join(registry.task_names())}")
-    family = registry.family_of(settings.task)
+    registry.family_of(settings.task)  # an unknown task is refused first, listing the known
     model_dir = common.check_model_dir(settings.model_dir)
     shared_flags.check_input_files(train_file=settings.data.train_file,
                                    eval_file=settings.data.eval_file,
@@ -129,204 +134,48 @@ def main(argv):
         raise UserError("--init_checkpoint is required: a pretrained bert-train, Hugging Face "
                         "or Google BERT directory (or, to train from scratch, --vocab_file and "
                         "a --gin_file binding build_encoder.*)")
-    gin_files = [*([family.recipe] if family.recipe else []), *settings.gin_files]
-    flag_bindings = functools.partial(settings.gin_bindings, family)
-    parse_config(settings)
+    finetuning.parse_config(settings)
     if seeds is not None:
-        single = finetune_seeds.SingleRun(
-            flag_bindings=flag_bindings, plan=functools.partial(_plan, settings),
-            run_one=functools.partial(_run_one, settings))
-        return finetune_seeds.run_seeds(model_dir, seeds, gin_files, single, settings)
+        return finetune_seeds.run_seeds(model_dir, seeds, settings,
+                                        functools.partial(_run_one, settings))
     multi_seed.check_single_run_dir(model_dir)
     with common.one_line_errors(), common.model_dir_lock(model_dir, "finetune",
                                                            settings.strategy):
         return _run_one(settings, model_dir)
 
 
-def _register_family_configs(family) -> None:
-    """Makes the family's option classes gin-configurable before the .gin files are parsed."""
-    from bert_trainer import configurables  # noqa: PLC0415
+def settings_from_flags(values: flags.FlagValues):
+    """The command line `values` read into the run's settings (`runs.finetuning`).
 
-    for config_class in family.gin_configs.values():
-        configurables.configurable(config_class)
-
-
-def parse_config(settings: FinetuneSettings) -> None:
-    """Parses gin as the command does: the family's recipe, then `settings.gin_files`, then
-    `settings.gin_params`, then the hyperparameter settings as bindings (the family's option
-    classes registered first)."""
-    from bert_trainer.tasks import registry  # noqa: PLC0415
-
-    family = registry.family_of(settings.task)
-    _register_family_configs(family)
-    common.parse_gin([*([family.recipe] if family.recipe else []), *settings.gin_files],
-                     settings.gin_params, settings.gin_bindings(family))
-
-
-def build_run(settings: FinetuneSettings, model_dir: str, strategy):
-    """The task and the `Trainer` (warm-started, or resumed from `model_dir`) that a run of
-    the command with `settings` trains, after `parse_config`: for a caller that drives the
-    steps itself (the fine-tuning benchmark, `scripts/bench/finetune_step.py`).
-
-    Args:
-      settings: the command's settings.
-      model_dir: the run's directory.
-      strategy: the `tf.distribute` strategy (the command's: --strategy/--tpu).
+    Raises:
+      UserError: a data flag out of range (`finetuning.DataConfig` checks them).
     """
-    task, run_settings = _plan(settings)
-    return task, _build_trainer(settings, task, model_dir, run_settings, strategy)
-
-
-def _run_one(settings: FinetuneSettings, model_dir: str, label: str = "") -> int:
-    """One fine-tune into `model_dir` (locked by the caller) from the parsed gin config.
-
-    Args:
-      settings: the command's flags.
-      model_dir: the run's directory.
-      label: put before the summary line, e.g. "seed 2: ".
-
-    Returns:
-      The exit code.
-    """
-    task, run_settings = _plan(settings)
-    trainer = _build_trainer(settings, task, model_dir, run_settings)
-    _print_warm_start(settings, task, label)
-    return common.train_and_report(trainer, "finetune", label=label,
-                                   write_results=_write_eval_results)
-
-
-def _plan(settings: FinetuneSettings):
-    """The task, built with its inputs read, and the run's derived settings: what a run checks
-    before it writes anything."""
-    task = _build_task(settings)
-    _check_inputs(settings, task)
-    return task, _derive_settings(settings, task)
-
-
-def _encoder_spec(settings: FinetuneSettings):
-    """The encoder of --init_checkpoint, or the gin-configured one when training from scratch."""
-    from bert_trainer import configurables  # noqa: PLC0415
-    from bert_trainer.data import tokenizer  # noqa: PLC0415
+    from bert_trainer.runs.finetuning import COLUMN_FLAGS, FinetuneSettings  # noqa: PLC0415
     from bert_trainer.tasks import finetuning  # noqa: PLC0415
 
-    if settings.init_checkpoint:
-        return finetuning.spec_from_checkpoint(settings.init_checkpoint,
-                                               vocab_file=settings.vocab_file,
-                                               lower_case=settings.lower_case)
-    logging.warning("No --init_checkpoint: the encoder is built from gin and trained from "
-                    "scratch")
-    vocab = tokenizer.load_vocab(settings.vocab_file)
-    derived = {}
-    # The vocabulary sizes the embeddings: an encoder size file's BERT vocab_size (30522)
-    # describes BERT's vocabulary, not this one; only a --gin_param binding overrides it.
-    if not any(re.match(r"\s*build_encoder\.vocab_size\s*=", p) for p in settings.gin_params):
-        derived["vocab_size"] = len(vocab)
-    lower_case = settings.lower_case
-    if lower_case is None:  # a vocabulary with capitals was learned from cased text
-        lower_case = not tokenizer.vocab_is_cased(vocab)
-    logging.info("From scratch: %slower_case=%s, from --vocab_file=%s",
-                 "".join(f"{k}={v}, " for k, v in derived.items()), lower_case,
-                 settings.vocab_file)
-    encoder = common.build_configured(
-        functools.partial(configurables.build_encoder, **derived), "build_encoder")
-    return finetuning.spec_from_encoder(encoder, vocab_file=settings.vocab_file,
-                                        lower_case=lower_case)
+    def listed(name):
+        value = getattr(values, name)
+        return None if value is None else tuple(value)
+
+    data = finetuning.DataConfig(**{name: getattr(values, name) for name in _DATA},
+                                 skip_bad_rows=bool(values.skip_bad_rows))
+    return FinetuneSettings(**{name: getattr(values, name) for name in _PLAIN},
+                            seeds=listed("seeds"), label_names=listed("label_names"), data=data,
+                            columns={name: getattr(values, name) for name in COLUMN_FLAGS
+                                     if getattr(values, name) is not None},
+                            gin_files=tuple(values.gin_file), gin_params=tuple(values.gin_param))
 
 
-def _build_task(settings: FinetuneSettings):
-    """The task of --task with the data flags, the gin configs and the encoder spec."""
-    from bert_trainer import configurables  # noqa: PLC0415
-    from bert_trainer.tasks import registry  # noqa: PLC0415
+def _run_one(settings, model_dir: str, label: str = "") -> int:
+    """One fine-tune into `model_dir` (locked by the caller) from the parsed gin config;
+    `label` goes before the summary line, e.g. "seed 2: ". Returns the exit code."""
+    from bert_trainer.runs import finetuning  # noqa: PLC0415
 
-    task_data = registry.resolve_task_data(
-        settings.task, **settings.column_arguments(registry.family_of(settings.task)),
-        has_header=settings.header,
-        label_names=list(settings.label_names) if settings.label_names else None,
-        train_file=settings.data.train_file, skip_bad_rows=settings.data.skip_bad_rows)
-    config = common.build_configured(configurables.FinetuneConfig, "FinetuneConfig")
-    options = {key: common.build_configured(configurables.configurable(config_class),
-                                            config_class.__name__)
-               for key, config_class in task_data.reader.gin_configs.items()}
-    return registry.build_task(task_data, _encoder_spec(settings), config=config,
-                               data=settings.data, **options)
-
-
-def _check_inputs(settings: FinetuneSettings, task) -> None:
-    """Reads the examples now, before the model is built: the trainer reads the evaluation
-    examples only after training, so a missing or malformed source would fail once the run had
-    trained and written its model_dir."""
-    import gin  # noqa: PLC0415
-
-    from bert_trainer.errors import UserError  # noqa: PLC0415
-
-    if common.gin_is_bound("TrainerConfig.train_steps"):  # Else num_train_rows reads them next.
-        task.raw_examples(task.train_split)
-    if (common.gin_is_bound("TrainerConfig.eval_steps")
-            and gin.query_parameter("TrainerConfig.eval_steps") == 0):
-        return  # The run does not evaluate.
-    if settings.data.eval_file is None and task.task_data.tfds_name is None:
-        raise UserError(f"--task={task.name} has no TFDS dataset to evaluate on; pass "
-                        "--eval_file")
-    task.raw_examples(task.eval_split)
-
-
-def _derive_settings(settings: FinetuneSettings, task):
-    """The run length, warmup, best metric and warm start the flags and gin left to the task."""
-    import gin  # noqa: PLC0415
-
-    from bert_trainer.tasks import run_settings  # noqa: PLC0415
-
-    bound = common.gin_is_bound("TrainerConfig.train_steps")
-    derived = run_settings.derive_settings(
-        task, train_steps=gin.query_parameter("TrainerConfig.train_steps") if bound else None,
-        best_metric_bound=common.gin_is_bound("TrainerConfig.best_metric"),
-        init_checkpoint=settings.init_checkpoint)
-    task.run_settings = derived
-    return derived
-
-
-def _build_trainer(settings: FinetuneSettings, task, model_dir: str, run_settings,
-                   strategy=None):
-    """The Trainer, with the derived settings passed to its configs (gin is left as parsed).
-
-    Every format of --init_checkpoint warm-starts the same way: on a fresh run the trainer
-    calls `task.initialize`, which loads the checkpoint the task's encoder spec resolved.
-    The strategy is `strategy`, else the one of `settings` (--strategy, --tpu).
-    """
-    from bert_trainer import configurables  # noqa: PLC0415
-    from bert_trainer.training.trainer import Trainer  # noqa: PLC0415
-
-    def configured(configurable, what: str):
-        return common.build_configured(
-            functools.partial(configurable, **run_settings.arguments(what)), what)
-
-    return Trainer(task, model_dir,
-                   config=configured(configurables.TrainerConfig, "TrainerConfig"),
-                   optimizer=configured(configurables.OptimizerConfig, "OptimizerConfig"),
-                   strategy=strategy or common.get_strategy(settings.strategy, settings.tpu),
-                   derived_bindings=run_settings.gin_bindings())
-
-
-def _print_warm_start(settings: FinetuneSettings, task, label: str = "") -> None:
-    report = task.warm_start_report
-    if report is None:
-        return
-    print(f"bert-train finetune: {label}warm start from {settings.init_checkpoint}: loaded "
-          f"{len(report['loaded'])} encoder variables; left initialized: "
-          f"{', '.join(report['initialized']) or 'none'}", flush=True)
-
-
-def _write_eval_results(trainer, result) -> str:
-    """Writes model_dir/eval_results.json of the final evaluation; returns its path."""
-    import tensorflow as tf  # noqa: PLC0415
-
-    from bert_trainer.checkpoints import storage  # noqa: PLC0415
-    from bert_trainer.tasks import finetuning  # noqa: PLC0415
-
-    latest = tf.train.latest_checkpoint(trainer.model_dir)
-    path = os.path.join(trainer.model_dir, finetuning.EVAL_RESULTS_FILE)
-    with storage.guard("the eval results", path, hint=storage.resume_hint(latest),
-                       partial=(outputs.temporary_sibling(path),)):
-        finetuning.write_eval_results(trainer.model_dir, trainer.task, result.eval,
-                                      step=result.step, checkpoint=latest)
-    return path
+    run = finetuning.build_finetuning_run(settings, model_dir)
+    report = run.task.warm_start_report
+    if report is not None:
+        print(f"bert-train finetune: {label}warm start from {settings.init_checkpoint}: loaded "
+              f"{len(report['loaded'])} encoder variables; left initialized: "
+              f"{', '.join(report['initialized']) or 'none'}", flush=True)
+    return common.train_and_report(run.trainer, "finetune", label=label,
+                                   write_results=finetuning.write_eval_results)

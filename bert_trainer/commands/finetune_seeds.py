@@ -3,49 +3,48 @@
 Each seed runs the whole fine-tune into model_dir/seed-N/ from the gin config parsed anew plus
 its seed bindings (bert_trainer/tasks/multi_seed.py derives them); then each seed's metrics, with
 their mean, sample standard deviation, min and max, go to model_dir/eval_results.json. A rerun
-skips finished seeds and resumes a half-done one. `finetune` hands over what one run does
-(`SingleRun`), so this module knows the seeds and nothing of the task.
+skips finished seeds and resumes a half-done one. Each seed's run is built by
+`runs.finetuning` and started by `finetune`'s `run_one`, so this module knows the seeds and
+nothing of the task.
 """
 
 import os
 from collections.abc import Callable
-from typing import NamedTuple
 
 from bert_trainer.commands import common
+from bert_trainer.runs import gin_config
 
 
-class SingleRun(NamedTuple):
-    """What `finetune` does for one run, as the seeds loop needs it."""
-
-    flag_bindings: Callable[[], list[str]]  # the gin bindings the flags make
-    plan: Callable[[], tuple]  # (the task, built and its inputs read; its derived settings)
-    run_one: Callable[..., int]  # run_one(model_dir, label=...) -> the exit code
-
-
-def run_seeds(model_dir: str, seeds: list[int], gin_files: list[str], single: SingleRun,
-              settings) -> int:
+def run_seeds(model_dir: str, seeds: list[int], settings, run_one: Callable[..., int]) -> int:
     """Fine-tunes once per seed into model_dir/seed-N/, then reports the metrics' spread.
 
     Each seed's run starts from the gin config parsed anew plus its seed bindings, in a fresh
-    Keras session: nothing one seed binds or builds reaches the next. `settings` are the
-    command's flags (`finetune_settings.FinetuneSettings`).
-    """
+    Keras session: nothing one seed binds or builds reaches the next.
 
-    from bert_trainer.tasks import multi_seed  # noqa: PLC0415
+    Args:
+      model_dir: the multi-seed run's directory.
+      seeds: the seeds, in order.
+      settings: the run's `runs.finetuning.FinetuneSettings`, its gin config parsed.
+      run_one: `run_one(model_dir, label=...)` runs one seed's fine-tune, returns its exit code.
+    """
+    from bert_trainer.runs import finetuning  # noqa: PLC0415
+    from bert_trainer.tasks import multi_seed, registry  # noqa: PLC0415
 
     _check_seed_flags()
-    config = _run_config(gin_files, single.flag_bindings(), settings)
+    gin_files = finetuning.recipe_files(settings)
+    flag_bindings = settings.gin_bindings(registry.family_of(settings.task))
+    config = _run_config(gin_files, flag_bindings, settings)
     with common.one_line_errors(), common.model_dir_lock(model_dir, "finetune --seeds",
                                                            settings.strategy):
         previous = multi_seed.check_multi_seed_dir(model_dir, config)
         # What each seed's run checks before writing, checked once before anything is written.
-        task, run_settings = single.plan()
+        task, run_settings = finetuning.plan(settings)
         final_step = run_settings.train_steps
         multi_seed.write_manifest(model_dir, config, seeds, previous)
         records = {}
         for seed in seeds:
-            code, records[seed] = _run_seed(model_dir, seed, final_step, gin_files, single,
-                                            settings)
+            code, records[seed] = _run_seed(model_dir, seed, final_step, gin_files,
+                                            flag_bindings, settings, run_one)
             if code:
                 return code
         if any(r is None for r in records.values()):
@@ -62,7 +61,7 @@ def run_seeds(model_dir: str, seeds: list[int], gin_files: list[str], single: Si
 
 
 def _run_seed(model_dir: str, seed: int, final_step: int, gin_files: list[str],
-              single: SingleRun, settings) -> tuple[int, dict | None]:
+              flag_bindings: list[str], settings, run_one) -> tuple[int, dict | None]:
     """Runs seed `seed` into model_dir/seed-N/ unless it is finished.
 
     Returns:
@@ -76,11 +75,11 @@ def _run_seed(model_dir: str, seed: int, final_step: int, gin_files: list[str],
               flush=True)
         return 0, record
     _reset_run_state()
-    common.parse_gin(gin_files, settings.gin_params,
-                     [*single.flag_bindings(), *multi_seed.gin_bindings(seed)])
+    gin_config.parse_gin(gin_files, settings.gin_params,
+                         [*flag_bindings, *multi_seed.gin_bindings(seed)])
     directory = multi_seed.seed_dir(model_dir, seed)
     with common.model_dir_lock(directory, "finetune", settings.strategy):
-        code = single.run_one(directory, label=f"seed {seed}: ")
+        code = run_one(directory, label=f"seed {seed}: ")
     return code, multi_seed.finished_results(model_dir, seed, final_step,
                                              settings.data.eval_file)
 
@@ -92,10 +91,10 @@ def _check_seed_flags() -> None:
     from bert_trainer.errors import UserError  # noqa: PLC0415
 
     for name in ("TrainerConfig.seed", "FinetuneConfig.seed"):
-        if common.gin_is_bound(name):
+        if gin_config.gin_is_bound(name):
             raise UserError(f"{name} is bound, but --seeds/--num_seeds set it for each seed's "
                             "run; drop the binding")
-    if (common.gin_is_bound("TrainerConfig.eval_steps")
+    if (gin_config.gin_is_bound("TrainerConfig.eval_steps")
             and gin.query_parameter("TrainerConfig.eval_steps") == 0):
         raise UserError("--seeds/--num_seeds report evaluation metrics, but "
                         "TrainerConfig.eval_steps = 0 turns evaluation off; drop that binding")
@@ -111,7 +110,7 @@ def _run_config(gin_files: list[str], flag_bindings: list[str], settings) -> dic
             "eval_file": path(data.eval_file), "data_dir": data.data_dir,
             "init_checkpoint": path(s.init_checkpoint), "vocab_file": path(s.vocab_file),
             "lower_case": s.lower_case,
-            "gin_files": [common.resolve_gin_file(f) for f in gin_files],
+            "gin_files": [gin_config.resolve_gin_file(f) for f in gin_files],
             "gin_params": list(s.gin_params), "flag_bindings": flag_bindings,
             "max_train_examples": data.max_train_examples,
             "max_eval_examples": data.max_eval_examples,

@@ -125,6 +125,13 @@ class TrainStep:
             self._loop(iterator, tf.constant(num_steps, tf.int32))
         return int(self.nonfinite_step.numpy())
 
+    def tracing_count(self) -> int:
+        """How often the loop's tf.functions (the loop, and the forward pass where it is a
+        function of its own) have been traced: a new input shape that retraces shows here."""
+        functions = [self._loop, self._forward]
+        return sum(f.experimental_get_tracing_count() for f in functions
+                   if hasattr(f, "experimental_get_tracing_count"))
+
     def clear_nonfinite(self) -> None:
         """Forgets a refused step (after a rollback), so that the loop can run again."""
         self.nonfinite_step.assign(-1)

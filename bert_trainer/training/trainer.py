@@ -197,8 +197,9 @@ class Trainer:
 
     # ------------------------------------------------------------------------------ input
 
-    def _train_dataset(self, start_step: int):
-        """The distributed training input, positioned after the batches already trained on."""
+    def _train_dataset(self, start_step: int, inputs=None):
+        """The distributed training input, positioned after the batches already trained on;
+        `inputs(input_context)` replaces the task's `build_inputs` (see `train_iterator`)."""
         # Task batches per replica trained on or dropped by rollbacks.
         consumed = run_record.batches_before(self.trained_with(),
                                              self._rollbacks.consumed_steps(start_step),
@@ -206,7 +207,8 @@ class Trainer:
         plan = self.batch_plan
 
         def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
-            dataset = self.task.build_inputs(self.task.train_split, ctx, is_training=True)
+            dataset = (inputs(ctx) if inputs is not None else
+                       self.task.build_inputs(self.task.train_split, ctx, is_training=True))
             # A pipeline feeds num_replicas / num_pipelines replicas, one batch each per step.
             per_pipeline = ctx.num_replicas_in_sync // ctx.num_input_pipelines
             if consumed:
@@ -349,9 +351,25 @@ class Trainer:
             if cluster is not None:
                 cluster.check(step)  # all workers save here and raise Preempted on a stop
 
-    def train_iterator(self):
-        """The distributed training input, positioned after the batches already trained on."""
-        return iter(self._train_dataset(int(self.global_step.numpy())))
+    def train_iterator(self, inputs=None):
+        """The distributed training input, positioned after the batches already trained on.
+
+        Args:
+          inputs: a function `inputs(input_context) -> tf.data.Dataset` of the task's batches
+            (its per-replica batch, repeating forever) to train on instead of the task's own
+            input, e.g. in-memory batches whose pipeline is measured apart (the benchmarks).
+        """
+        return iter(self._train_dataset(int(self.global_step.numpy()), inputs))
+
+    def step_counts(self):
+        """The examples, real tokens, token slots (padding included) and model FLOPs the steps
+        trained on since the last training summary (`throughput.Counts`; TensorBoard's
+        throughput reads the same counters)."""
+        return self._step.counts()
+
+    def tracing_count(self) -> int:
+        """How often the training loop has been traced (a retrace for a new shape counts)."""
+        return self._step.tracing_count()
 
     def run_steps(self, iterator, num_steps: int) -> None:
         """Runs `num_steps` optimizer steps in one compiled call: no checkpoint, summary or eval.

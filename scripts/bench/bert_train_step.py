@@ -1,10 +1,11 @@
 """The plug-in point for bert-train's own pretraining step: the real task and trainer code.
 
-`build(step)` makes bert-train's `PretrainingTask` for the step's sizes, replaces its input by
-the benchmark's in-memory batches (the same arrays keras-hub trains on; the input pipeline is
-measured separately), builds a `Trainer` around it with checkpoints, summaries and evaluation
-pushed out of reach, and returns run(n): n optimizer steps through the trainer's compiled
-loop (`Trainer.run_steps`), ending with the loop's own host sync.
+`build(step)` makes bert-train's `PretrainingTask` for the step's sizes, builds a `Trainer`
+around it with checkpoints, summaries and evaluation pushed out of reach, feeds it the
+benchmark's in-memory batches (the same arrays keras-hub trains on; the input pipeline is
+measured separately) through the trainer's input hook (`Trainer.train_iterator(inputs=...)`),
+and returns run(n): n optimizer steps through the trainer's compiled loop
+(`Trainer.run_steps`), ending with the loop's own host sync.
 
 Everything else - model, losses, metrics, optimizer, clipping, NaN guard, XLA - is bert-train's
 code as `bert-train pretrain` runs it.
@@ -22,43 +23,28 @@ NUM_DATA_BATCHES = spec_lib.NUM_DATA_BATCHES
 NEVER = 10**9  # An interval the benchmark never reaches (no checkpoint, summary or eval).
 
 
-class NotAvailable(RuntimeError):
-    """bert-train's pretraining task or trainer is not there (yet); the harness skips it."""
-
-
-def _imports():
-    try:
-        from bert_trainer.tasks.masked_lm import task as pretraining
-        from bert_trainer.training import optimization, trainer
-    except ImportError as e:
-        raise NotAvailable(f"bert-train's pretraining step is not wired yet ({e})") from None
-    return pretraining, optimization, trainer
-
-
-def replace_inputs(task, step: spec_lib.StepSpec):
-    """Makes `task` train on the benchmark batches; every other method stays the task's own.
-
-    Only this instance's `build_inputs` is replaced, so whatever else the trainer asks of the
-    task (model, losses, metrics, model_inputs, hooks added later) is bert-train's code.
-    """
+def benchmark_inputs(step: spec_lib.StepSpec):
+    """The benchmark batches as the trainer's input hook takes them: only the input is the
+    benchmark's, so whatever else the trainer asks of the task (model, losses, metrics,
+    model_inputs) is bert-train's code."""
     batches = spec_lib.make_batches(step, NUM_DATA_BATCHES)
     stacked = {k: np.stack([b[k] for b in batches]) for k in batches[0]}
 
-    def build_inputs(split, input_context, *, is_training):
-        del split, input_context, is_training  # One replica: the global batch is the batch.
+    def inputs(input_context):
+        del input_context  # One replica: the global batch is the batch.
         return tf.data.Dataset.from_tensor_slices(stacked).repeat().prefetch(2)
 
-    task.build_inputs = build_inputs
-    return task
+    return inputs
 
 
-def make_pretraining_task(pretraining, step: spec_lib.StepSpec):
+def make_pretraining_task(step: spec_lib.StepSpec):
     """bert-train's PretrainingTask for the step's sizes (fp32, dropout 0.1, GELU).
 
     masking="static" lets the config go without a vocab file: the benchmark batches replace
     the task's input, so neither masking nor the vocabulary is used.
     """
     from bert_trainer.encoders import build_encoder
+    from bert_trainer.tasks.masked_lm import task as pretraining
 
     size = step.size
     config = pretraining.PretrainingConfig(
@@ -85,8 +71,10 @@ def build(step: spec_lib.StepSpec):
       (info, run): info holds the parameter count; run(n) trains n steps and returns
       {"loss": mean training loss so far}.
     """
-    pretraining, optimization, trainer_lib = _imports()
-    task = replace_inputs(make_pretraining_task(pretraining, step), step)
+    from bert_trainer.training import optimization
+    from bert_trainer.training import trainer as trainer_lib
+
+    task = make_pretraining_task(step)
     if task.global_batch_size(True) != step.batch_size:
         raise ValueError(f"the task's batch {task.global_batch_size(True)} is not the "
                          f"benchmark's {step.batch_size}")
@@ -100,7 +88,7 @@ def build(step: spec_lib.StepSpec):
                                   optimizer=optimization.OptimizerConfig())
     # The trainer's own benchmark hook: the distributed input, then `run_steps` (the compiled
     # loop of `num_steps` steps; it ends by reading the NaN guard, a host sync).
-    iterator = trainer.train_iterator()
+    iterator = trainer.train_iterator(inputs=benchmark_inputs(step))
 
     def run(num_steps: int, _keep=model_dir) -> dict:
         trainer.run_steps(iterator, num_steps)

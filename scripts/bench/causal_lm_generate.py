@@ -60,10 +60,8 @@ def build(kind: str, vocab_size: int, size: str, batch_size: int, prompt_length:
             out = model.generate(inputs, stop_token_ids=None)
             return np.asarray(out["token_ids"])[:, prompt_length:]
     elif kind in ("cached", "uncached", "cached_graph"):
-        try:
-            from bert_trainer.models.generation import causal as causal_generation  # noqa: PLC0415
-        except ImportError as e:
-            raise models.NotAvailable(f"bert_trainer.models.generation.causal ({e})") from None
+        from bert_trainer.models.generation import causal as causal_generation  # noqa: PLC0415
+
         model = models.bert_train_causal_lm(vocab_size, parsed, max_length, dropout=0.0)
         end_id = _end_id(model)
         lengths = tf.fill([batch_size], prompt_length)

@@ -16,19 +16,17 @@ scores the token at t + 1.
 import keras
 import tensorflow as tf
 
-from bench.seq2seq_models import NotAvailable, Size
+from bench.seq2seq_models import Size
 
-__all__ = ["NotAvailable", "Size", "LstmLM", "bert_train_causal_lm", "keras_hub_gpt2",
+__all__ = ["Size", "LstmLM", "bert_train_causal_lm", "keras_hub_gpt2",
            "logits_of", "train_flops", "num_params"]
 
 
 def bert_train_causal_lm(vocab_size: int, size: Size, max_length: int,
                          dropout: float) -> keras.Model:
-    """bert-train's CausalLM at `size` (built; NotAvailable while it is not in the tree)."""
-    try:
-        from bert_trainer.models import CausalLM  # noqa: PLC0415
-    except ImportError as e:
-        raise NotAvailable(f"bert_trainer.models.CausalLM is not there yet ({e})") from None
+    """bert-train's CausalLM at `size` (built)."""
+    from bert_trainer.models import CausalLM  # noqa: PLC0415
+
     model = CausalLM(vocab_size=vocab_size, hidden_size=size.hidden_size,
                      num_layers=size.num_layers, num_attention_heads=size.num_attention_heads,
                      inner_dim=size.inner_dim, max_sequence_length=max_length,

@@ -90,28 +90,18 @@ def random_blocks(vocab_size: int, batch_size: int, seq_length: int, seed: int =
             for _ in range(NUM_BATCHES)]
 
 
-def _trainer_step(vocab_size, size, seq_length, batch_size, dropout, batches):
-    """bert-train's own Trainer on its causal-LM task, or None where they are not in the tree."""
-    from bench import causal_lm_trainer  # noqa: PLC0415
-
-    try:
-        return causal_lm_trainer.build(vocab_size, size, seq_length, batch_size, dropout,
-                                       batches)
-    except models.NotAvailable:
-        return None
-
-
 def build_step(kind: str, vocab_size: int, size: str, seq_length: int, batch_size: int,
                dropout: float = 0.1, seed: int = 0):
     """Worker entry: run(n) trains n steps; info has params, FLOPs per step and the loop used."""
     keras.utils.set_random_seed(seed)
     batches = random_blocks(vocab_size, batch_size, seq_length, seed)
     flops = models.train_flops(models.Size.parse(size), vocab_size, batch_size, seq_length)
-    if kind == "bert_train":
-        built = _trainer_step(vocab_size, size, seq_length, batch_size, dropout, batches)
-        if built is not None:
-            info, run = built
-            return {"flops_per_step": flops, **info}, run
+    if kind == "bert_train":  # bert-train's own Trainer on its causal-LM task
+        from bench import causal_lm_trainer  # noqa: PLC0415
+
+        info, run = causal_lm_trainer.build(vocab_size, size, seq_length, batch_size, dropout,
+                                            batches)
+        return {"flops_per_step": flops, **info}, run
     model = build_model(kind, vocab_size, size, seq_length, dropout)
     if hasattr(model, "flops_per_example"):  # bert-train's own count (what its trainer logs)
         flops = batch_size * float(model.flops_per_example(seq_length))
@@ -126,9 +116,8 @@ def build_step(kind: str, vocab_size: int, size: str, seq_length: int, batch_siz
             position[0] += 1
         return {"loss": float(loss)}  # float() waits for the last step.
 
-    loop = ("the benchmark's tf.function step" if kind == "keras_hub" else
-            "the benchmark's tf.function step (bert-train's causal-LM task is not in the tree)")
-    return {"params": models.num_params(model), "flops_per_step": flops, "loop": loop}, run
+    return {"params": models.num_params(model), "flops_per_step": flops,
+            "loop": "the benchmark's tf.function step"}, run
 
 
 class WarmupConstant(keras.optimizers.schedules.LearningRateSchedule):

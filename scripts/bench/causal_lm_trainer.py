@@ -34,13 +34,11 @@ def _vocab_file(directory: str, vocab_size: int) -> str:
 def build(vocab_size: int, size: str, seq_length: int, batch_size: int, dropout: float,
           batches: list[np.ndarray]):
     """(info, run) of bert-train's trainer on `batches` ([batch, seq] int32 blocks, cycled)."""
-    try:
-        from bert_trainer.models import CausalLM
-        from bert_trainer.tasks.causal_lm.task import CausalLMConfig, CausalLMTask
-        from bert_trainer.training import optimization
-        from bert_trainer.training import trainer as trainer_lib
-    except ImportError as e:
-        raise models.NotAvailable(f"bert-train's causal-LM task is not there yet ({e})") from None
+    from bert_trainer.models import CausalLM
+    from bert_trainer.tasks.causal_lm.task import CausalLMConfig, CausalLMTask
+    from bert_trainer.training import optimization
+    from bert_trainer.training import trainer as trainer_lib
+
     parsed = models.Size.parse(size)
     # Deleted when the worker exits (the closure below keeps it alive until then).
     workdir = tempfile.TemporaryDirectory(prefix="bert_train_causal_bench_")
@@ -57,20 +55,21 @@ def build(vocab_size: int, size: str, seq_length: int, batch_size: int, dropout:
     task = CausalLMTask(config, model_fn)
     stacked = np.stack(batches)  # (num_batches, batch, seq)
 
-    def build_inputs(split, input_context, *, is_training):
-        del split, input_context, is_training  # One replica: the global batch is the batch.
+    def inputs(input_context):
+        del input_context  # One replica: the global batch is the batch.
         ids = tf.data.Dataset.from_tensor_slices(stacked)
         return ids.map(lambda x: {features.INPUT_WORD_IDS: x,
                                   features.INPUT_MASK: tf.ones_like(x)}).repeat().prefetch(2)
 
-    task.build_inputs = build_inputs  # Only the input: everything else is the task's own.
     trainer_config = trainer_lib.TrainerConfig(
         train_steps=NEVER, steps_per_loop=NEVER, checkpoint_interval=NEVER,
         summary_interval=NEVER, eval_steps=0, seed=0)
     trainer = trainer_lib.Trainer(task, os.path.join(workdir.name, "model"),
                                   config=trainer_config,
                                   optimizer=optimization.OptimizerConfig())
-    iterator = trainer.train_iterator()
+    # Only the input is the benchmark's (the trainer's in-memory input hook); everything else
+    # is the task's own.
+    iterator = trainer.train_iterator(inputs=inputs)
 
     def run(num_steps: int, _keep=workdir) -> dict:
         trainer.run_steps(iterator, num_steps)

@@ -369,7 +369,7 @@ def torch_seed_run(params: dict, seed: int) -> dict:
     """
     from bench import torch_finetune  # noqa: PLC0415
 
-    torch, transformers = torch_finetune._imports()
+    torch, transformers = torch_finetune.torch_imports()
     start = time.perf_counter()
     torch.manual_seed(seed)
     torch.set_num_threads(len(os.sched_getaffinity(0)))
@@ -389,7 +389,7 @@ def torch_seed_run(params: dict, seed: int) -> dict:
                                            collate_fn=collator)
 
     train = loader(params["train_jsonl"], shuffle=True)
-    optimizer = torch_finetune._optimizer(torch, model, params["learning_rate"],
+    optimizer = torch_finetune.adamw(torch, model, params["learning_rate"],
                                           params["weight_decay"], params["epsilon"])
     schedule = transformers.get_linear_schedule_with_warmup(
         optimizer, params["warmup_steps"], params["train_steps"])

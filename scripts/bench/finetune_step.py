@@ -2,15 +2,15 @@
 
 `build` does what `bert-train finetune --task=T --train_file=F --init_checkpoint=MINILM
 --max_train_examples=N --seq_length=S --batch_size=B --train_steps=K [--skip_bad_rows]`
-does before its loop (`bert_trainer/commands/finetune.py`): the task family's gin recipe
+does before its loop (`bert_trainer/runs/finetuning.py`): the task family's gin recipe
 (`Family.recipe`, configs/tasks/<family>.gin) with the flags as bindings, the task data with
 its label names, the encoder spec read from the Hugging Face directory,
 `registry.build_task`, the `Trainer` with the run length and warmup derived from the task,
-and the warm start of the encoder: the command's own functions (`finetune.parse_config`,
-`finetune.build_run`), so the benchmark cannot drift from what the command runs. Then run(n)
-trains n steps through `Trainer.run_steps` on the trainer's own training input (the task's
-`build_inputs`: tokenization, batching and whatever length bucketing the pipeline does), so
-the benchmark times whatever the command would run.
+and the warm start of the encoder: the library's run builder (`runs.finetuning.parse_config`,
+`build_finetuning_run`, as `bert-train finetune` builds its run), so the benchmark cannot
+drift from what the command runs. Then run(n) trains n steps through `Trainer.run_steps` on
+the trainer's own training input (the task's `build_inputs`: tokenization, batching and
+whatever length bucketing the pipeline does), so the benchmark times whatever the command would run.
 
 It also writes the raw training examples the task reads (decoded, one JSON object a line) so
 the PyTorch baseline (`torch_finetune.py`) trains on exactly the same examples in the same
@@ -53,8 +53,8 @@ def build_task_and_trainer(*, task: str, train_file: str, init_checkpoint: str,
                            max_train_examples: int, seq_length: int, batch_size: int,
                            train_steps: int, model_dir: str, skip_bad_rows: bool = False,
                            gin_params=()):
-    """The task and trainer of `bert-train finetune` with these flags, built by the command's
-    own functions (`finetune.parse_config`, `finetune.build_run`: see the module doc).
+    """The task and trainer of `bert-train finetune` with these flags, built by the library's
+    run builder (`runs.finetuning`: see the module doc).
 
     The run does not evaluate (`TrainerConfig.eval_steps = 0`, no best checkpoint), so no
     evaluation data is read; the trainer warm-starts the encoder from `init_checkpoint`.
@@ -65,29 +65,20 @@ def build_task_and_trainer(*, task: str, train_file: str, init_checkpoint: str,
     import gin
     import tensorflow as tf
 
-    from bert_trainer.commands import finetune
-    from bert_trainer.commands.finetune_settings import FinetuneSettings
+    from bert_trainer.runs import finetuning as runs
     from bert_trainer.tasks import finetuning
 
     gin.clear_config()
-    settings = FinetuneSettings(
+    settings = runs.FinetuneSettings(
         task=task, init_checkpoint=init_checkpoint, seq_length=seq_length,
         batch_size=batch_size, train_steps=train_steps,
         data=finetuning.DataConfig(train_file=train_file, max_train_examples=max_train_examples,
                                    skip_bad_rows=skip_bad_rows),
         gin_params=("TrainerConfig.eval_steps = 0", "TrainerConfig.best_metric = None",
                     *gin_params))
-    finetune.parse_config(settings)
-    built, trainer = finetune.build_run(settings, model_dir, tf.distribute.get_strategy())
-    return built, trainer, trainer.optimizer_config
-
-
-def _traces(step) -> int:
-    """How often the train step's tf.functions have been traced (the loop, and the forward
-    pass when it is a function of its own): a new input shape that retraces shows here."""
-    functions = [getattr(step, name, None) for name in ("_loop", "_forward")]
-    return sum(f.experimental_get_tracing_count() for f in functions
-               if hasattr(f, "experimental_get_tracing_count"))
+    runs.parse_config(settings)
+    run = runs.build_finetuning_run(settings, model_dir, tf.distribute.get_strategy())
+    return run.task, run.trainer, run.trainer.optimizer_config
 
 
 def build(*, task: str, train_file: str, init_checkpoint: str, max_train_examples: int,
@@ -120,14 +111,16 @@ def build(*, task: str, train_file: str, init_checkpoint: str, max_train_example
         gin_params=gin_params)
     written = write_examples(built, examples_out)
     iterator = trainer.train_iterator()
-    step = trainer._step  # The compiled step's own counters (TensorBoard's throughput).
 
     def run(num_steps: int, _keep=model_dir) -> dict:
-        before, traces = step.counts(), _traces(step)
+        # The compiled step's own counters (TensorBoard's throughput) and its traces (a new
+        # input shape that retraces shows there).
+        before, traces = trainer.step_counts(), trainer.tracing_count()
         trainer.run_steps(iterator, num_steps)  # Ends with a host read (the NaN guard).
-        after = step.counts()
+        after = trainer.step_counts()
         out = {"examples": after.examples - before.examples,
-               "loss": trainer.train_results()["loss"], "traces": _traces(step) - traces}
+               "loss": trainer.train_results()["loss"],
+               "traces": trainer.tracing_count() - traces}
         if after.tokens is not None:  # None until the first trace has counted tokens.
             out["tokens"] = after.tokens - (before.tokens or 0.0)
             out["token_slots"] = after.token_slots - (before.token_slots or 0.0)

@@ -41,12 +41,6 @@ class Size:
                 f"F{self.inner_dim}")
 
 
-class NotAvailable(RuntimeError):
-    """bert-train code the benchmark needs is not there yet (the row is skipped)."""
-
-    # The worker reports "NotAvailable: <message>", which the harness reads as "skipped".
-
-
 def gru_translator(vocab_size: int, max_length: int, attention: bool = False,
                    embedding_dim: int = 64, units: int = 64) -> keras.Model:
     """bert-train's `GruTranslator` at the course's sizes (64 and 64).
@@ -105,25 +99,18 @@ def keras_hub_transformer(vocab_size: int, size: Size, max_length: int,
     return Wrapped()
 
 
-def _seq2seq_class():
-    try:
-        from bert_trainer.models import Seq2SeqTransformer  # noqa: PLC0415
-    except ImportError as e:
-        raise NotAvailable(f"bert_trainer.models.Seq2SeqTransformer ({e})") from None
-    return Seq2SeqTransformer
-
-
 def bert_train_transformer(vocab_size: int, size: Size, max_length: int,
                            dropout: float) -> keras.Model:
     """bert-train's Seq2SeqTransformer (shared embeddings, tied projection, learned positions)."""
     from bert_trainer.encoders import BertEncoder  # noqa: PLC0415
+    from bert_trainer.models import Seq2SeqTransformer  # noqa: PLC0415
 
     encoder = BertEncoder(
         vocab_size=vocab_size, hidden_size=size.hidden_size, num_layers=size.num_layers,
         num_attention_heads=size.num_attention_heads, inner_dim=size.inner_dim,
         max_sequence_length=max_length, type_vocab_size=2, output_dropout=dropout,
         attention_dropout=dropout)
-    return _seq2seq_class()(encoder, max_target_length=max_length)
+    return Seq2SeqTransformer(encoder, max_target_length=max_length)
 
 
 def bert2bert(minilm_dir: str, max_length: int, warm_start: bool) -> tuple[keras.Model, dict]:
@@ -134,18 +121,16 @@ def bert2bert(minilm_dir: str, max_length: int, warm_start: bool) -> tuple[keras
       from scratch).
     """
     from bert_trainer.interop import resolve_checkpoint  # noqa: PLC0415
+    from bert_trainer.interop.bert2bert import warm_start_seq2seq  # noqa: PLC0415
+    from bert_trainer.models import Seq2SeqTransformer  # noqa: PLC0415
 
     checkpoint = resolve_checkpoint(minilm_dir)
-    model = _seq2seq_class()(checkpoint.build_encoder(), max_target_length=max_length)
+    model = Seq2SeqTransformer(checkpoint.build_encoder(), max_target_length=max_length)
     # Built first: the warm start loads into existing variables.
     names = (*features.ENCODER_INPUTS, features.DECODER_INPUT_IDS)
     model({k: tf.zeros([1, 4], tf.int32) for k in names})
     if not warm_start:
         return model, {"loaded": [], "initialized": []}
-    try:
-        from bert_trainer.interop.bert2bert import warm_start_seq2seq  # noqa: PLC0415
-    except ImportError as e:
-        raise NotAvailable(f"bert_trainer.interop.bert2bert ({e})") from None
     return model, warm_start_seq2seq(model, checkpoint)
 
 

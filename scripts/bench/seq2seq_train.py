@@ -187,10 +187,8 @@ def corpus_bleu(hypotheses: list[str], references: list[str]) -> float:
 def _decoders(kind, model, tokenizer, max_length, beam_size, length_penalty):
     """{name: batch -> ids [b, L]} of the decoding settings this kind is scored with."""
     start, end = tokenizer.cls_id, tokenizer.sep_id
-    try:
-        from bert_trainer.models.generation.seq2seq import translate  # noqa: PLC0415
-    except ImportError as e:
-        raise models.NotAvailable(f"bert_trainer.models.generation.seq2seq ({e})") from None
+    from bert_trainer.models.generation.seq2seq import translate  # noqa: PLC0415
+
     out = {}
     settings = (("greedy", 1),) if kind in ("gru", "bahdanau") else (  # the course: greedy
         ("greedy", 1), (f"beam{beam_size}", beam_size))

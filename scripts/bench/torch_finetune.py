@@ -22,7 +22,7 @@ class NotAvailable(RuntimeError):
     """torch or transformers cannot be imported here; the harness skips the row."""
 
 
-def _imports():
+def torch_imports():
     try:
         import torch
         import transformers
@@ -63,7 +63,7 @@ def tokenize(tokenizer, examples: list[dict], family: str, seq_length: int) -> l
     return out
 
 
-def _optimizer(torch, model, learning_rate: float, weight_decay: float, epsilon: float):
+def adamw(torch, model, learning_rate: float, weight_decay: float, epsilon: float):
     """AdamW with no decay on biases and LayerNorm weights (two parameter groups)."""
     decay, no_decay = [], []
     for name, param in model.named_parameters():
@@ -96,7 +96,7 @@ def build(*, model_dir: str, examples_file: str, family: str, label_names: list,
       (info, run): run(n) trains n steps and returns the examples, real tokens and token
       slots (padding included) it trained on and the last loss.
     """
-    torch, transformers = _imports()
+    torch, transformers = torch_imports()
     torch.manual_seed(seed)
     torch.set_num_threads(threads or len(os.sched_getaffinity(0)))
     tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
@@ -117,7 +117,7 @@ def build(*, model_dir: str, examples_file: str, family: str, label_names: list,
         raise ValueError(f"{len(features)} examples are fewer than one batch of {batch_size}")
     loader = torch.utils.data.DataLoader(features, batch_size=batch_size, shuffle=False,
                                          collate_fn=collator, drop_last=True)
-    optimizer = _optimizer(torch, model, learning_rate, weight_decay, epsilon)
+    optimizer = adamw(torch, model, learning_rate, weight_decay, epsilon)
     schedule = transformers.get_linear_schedule_with_warmup(optimizer, warmup_steps,
                                                             train_steps)
     batches = iter(())

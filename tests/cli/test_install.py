@@ -65,9 +65,9 @@ def test_the_ops_a_saved_model_may_hold_are_installed(installed):
 @pytest.mark.slow
 def test_names_resolve_inside_the_installed_package(installed, tmp_path):
     site, env = installed
-    code = ("import bert_trainer; from bert_trainer.commands import common; "
+    code = ("import bert_trainer; from bert_trainer.runs import gin_config; "
             "print(bert_trainer.__file__); "
-            "[print(common.resolve_gin_file(n)) for n in ('base.gin', 'configs/base.gin', "
+            "[print(gin_config.resolve_gin_file(n)) for n in ('base.gin', 'configs/base.gin', "
             "'encoders/tiny.gin', 'configs/tasks/classification.gin')]")
     lines = _run([sys.executable, "-c", code], cwd=tmp_path, env=env).stdout.splitlines()
     configs = (site / "bert_trainer" / "configs").resolve()

@@ -17,6 +17,7 @@ from absl import flags
 from bert_trainer import cli, configurables
 from bert_trainer.commands import common
 from bert_trainer.errors import EXIT_USER_ERROR, UserError
+from bert_trainer.runs import gin_config
 from bert_trainer.training import strategies
 
 STEPS = 20
@@ -68,15 +69,16 @@ def test_operative_config_reparses_to_the_same_run(tiny_run, pretraining_data):
 
 @pytest.mark.slow
 def test_init_checkpoint_fixes_the_encoder_and_the_vocab(tiny_run, pretraining_data, tmp_path):
-    from bert_trainer.commands import pretrain  # noqa: PLC0415
+    from bert_trainer.runs import pretraining  # noqa: PLC0415
 
-    common.parse_gin(["configs/smoke.gin"], [
+    gin_config.parse_gin(["configs/smoke.gin"], [
         "build_encoder.hidden_size = 999",  # ignored: the checkpoint decides
         f"build_encoder.vocab_size = {pretraining_data['vocab_size']}",
         f"TrainerConfig.init_checkpoint = '{tiny_run['dir'] / f'ckpt-{STEPS}'}'",
         f"PretrainingConfig.train_data = '{pretraining_data['train']}'"])
-    # No flags are parsed: the strategy's flags come as arguments, as `main` passes them.
-    trainer = pretrain._build_trainer(str(tmp_path / "warm"), strategy_name="default", tpu=None)
+    # No flags are parsed: the library's run builder, with the settings' default strategy.
+    trainer = pretraining.build_pretraining_run(pretraining.PretrainSettings(),
+                                                str(tmp_path / "warm")).trainer
     task = trainer.task
     assert task.encoder_fn().hidden_size == 64
     assert task.checkpoint.format == "bert_train"
@@ -86,7 +88,7 @@ def test_init_checkpoint_fixes_the_encoder_and_the_vocab(tiny_run, pretraining_d
     assert trainer.derived_bindings == (
         f"PretrainingConfig.vocab_file = {str(tiny_run['dir'] / 'vocab.txt')!r}",
         "TrainerConfig.eval_steps = 0", "TrainerConfig.eval_interval = None")
-    assert not common.gin_is_bound("PretrainingConfig.vocab_file")
+    assert not gin_config.gin_is_bound("PretrainingConfig.vocab_file")
     assert gin.query_parameter("TrainerConfig.eval_steps") == 10  # smoke.gin's, as parsed
 
 
@@ -167,7 +169,7 @@ def test_gin_syntax_errors_name_the_file_and_line(tmp_path, text, line, fragment
     config = tmp_path / "bad.gin"
     config.write_text(text)
     with pytest.raises(UserError) as caught:
-        common.parse_gin([str(config)])
+        gin_config.parse_gin([str(config)])
     message = str(caught.value)
     assert message.startswith(f"{config}:{line}: ") and "\n" not in message
     assert all(fragment in message for fragment in fragments), message
@@ -181,13 +183,14 @@ def test_shipped_includes_resolve_beside_a_configs_folder_on_sys_path(tmp_path, 
     monkeypatch.syspath_prepend(str(tmp_path))
     gin.clear_config()
     try:
-        common.parse_gin(["smoke.gin"])  # includes 'configs/base.gin'
+        gin_config.parse_gin(["smoke.gin"])  # includes 'configs/base.gin'
         assert gin.query_parameter("build_encoder.hidden_size") == 64  # smoke.gin
-        assert gin.query_parameter("OptimizerConfig.beta_2") == 0.999  # base.gin
+        # base.gin's own include, two levels down (smoke.gin sets every base.gin value it keeps)
+        assert gin.query_parameter("build_encoder.vocab_size") == 30522
         with pytest.raises(UserError, match=r"missing.gin:1: Unable to open file: "
                                             r"configs/missing.gin"):
             (tmp_path / "missing.gin").write_text("include 'configs/missing.gin'\n")
-            common.parse_gin([str(tmp_path / "missing.gin")])
+            gin_config.parse_gin([str(tmp_path / "missing.gin")])
     finally:
         gin.clear_config()
 
@@ -195,13 +198,13 @@ def test_shipped_includes_resolve_beside_a_configs_folder_on_sys_path(tmp_path, 
 def test_gin_param_errors_and_unset_required_values():
     with pytest.raises(UserError, match=r"^--gin_param 'TrainerConfig.train_stepz = 3'.*"
                                         r"doesn't have a parameter named 'train_stepz'"):
-        common.parse_gin([], ["TrainerConfig.train_stepz = 3"])
+        gin_config.parse_gin([], ["TrainerConfig.train_stepz = 3"])
     with pytest.raises(UserError, match=r"^TrainerConfig.train_steps is not set; bind it"):
-        common.build_configured(configurables.TrainerConfig, "TrainerConfig")
+        gin_config.build_configured(configurables.TrainerConfig, "TrainerConfig")
     gin.parse_config("TrainerConfig.train_steps = -5")
     with pytest.raises(UserError, match=r"^TrainerConfig: train_steps=-5 must be a positive "
                                         r"integer$"):
-        common.build_configured(configurables.TrainerConfig, "TrainerConfig")
+        gin_config.build_configured(configurables.TrainerConfig, "TrainerConfig")
 
 
 def test_unwritable_model_dir(tmp_path, monkeypatch):

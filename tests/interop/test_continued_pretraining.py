@@ -15,8 +15,8 @@ import pytest
 from conftest import SHARED
 
 from bert_trainer import features as F
-from bert_trainer.commands import common, pretrain
 from bert_trainer.interop import formats, hf, parity, read_checkpoint
+from bert_trainer.runs import pretraining
 
 FRESH = "has no {} head ({} in Hugging Face files): it starts fresh"
 
@@ -37,10 +37,11 @@ def tiny_hf(path, vocab_file: str, vocab_size: int, *, heads: bool):
 def build_trainer(hf_dir, data, model_dir):
     """`bert-train pretrain --gin_file=configs/smoke.gin --init_checkpoint=hf_dir`, built in
     process (smoke.gin's encoder, 64 wide, is not the checkpoint's: the checkpoint decides)."""
-    common.parse_gin(["configs/smoke.gin"], [
-        f"TrainerConfig.init_checkpoint = '{hf_dir}'", "TrainerConfig.train_steps = 3",
-        "TrainerConfig.steps_per_loop = 3", f"PretrainingConfig.train_data = '{data['train']}'"])
-    return pretrain._build_trainer(str(model_dir), strategy_name="default", tpu=None)
+    settings = pretraining.PretrainSettings(
+        gin_files=("configs/smoke.gin",), init_checkpoint=str(hf_dir), train_data=data["train"],
+        gin_params=("TrainerConfig.train_steps = 3", "TrainerConfig.steps_per_loop = 3"))
+    pretraining.parse_config(settings)
+    return pretraining.build_pretraining_run(settings, str(model_dir)).trainer
 
 
 def reference_logits(hf_dir, inputs, positions):

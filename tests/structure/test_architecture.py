@@ -231,6 +231,19 @@ def test_the_layer_library_imports_nothing_above_it(library):
         f"    {edge}" for edge in bad)
 
 
+def test_only_the_command_line_imports_the_commands():
+    # Runs are built by the library (bert_trainer/runs): no library module, benchmark or
+    # script reaches into a command for them, and the commands stay thin.
+    bad = [edge for module, edges in EDGES.items()
+           if _part(module) not in ("bert_trainer.commands", "bert_trainer.cli")
+           for edge in edges if _part(edge.target) == "bert_trainer.commands"]
+    assert not bad, "\n".join(f"    {edge}" for edge in bad)
+    scripts = [path for path in sorted((REPO / "scripts").rglob("*.py"))
+               if "bert_trainer.commands" in path.read_text(encoding="utf-8")]
+    assert not scripts, f"scripts that import a command module: {scripts}"
+    assert {"bert_trainer.runs.finetuning", "bert_trainer.runs.pretraining"} <= set(MODULES)
+
+
 def test_nothing_outside_the_demo_imports_it():
     # bert_trainer/demo holds what only `make demo` uses; the library must work without it.
     bad = [edge for module, edges in EDGES.items() if _part(module) != "bert_trainer.demo"
@@ -305,8 +318,8 @@ def test_the_flag_rule_finds_a_read_below_main():
 
 
 def test_no_function_below_a_commands_main_reads_flags():
-    # A flag is read once, in the command's `main` (into its settings object where it has one,
-    # e.g. finetune_settings.FinetuneSettings.from_flags), and passed down as arguments.
+    # A flag is read once, in the command's `main` (into the run's settings where it has them,
+    # e.g. finetune.settings_from_flags), and passed down as arguments.
     readers = [reader for module, source in _command_modules().items()
                for reader in _functions_reading_flags(source, module)]
     assert not readers, ("these functions read FLAGS below a command's main; read the flag in "

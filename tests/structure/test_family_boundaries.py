@@ -11,7 +11,7 @@ import pathlib
 
 from conftest import REPO
 
-from bert_trainer.commands import common
+from bert_trainer.runs import gin_config
 from bert_trainer.tasks import registry
 
 PACKAGE = REPO / "bert_trainer"
@@ -72,12 +72,13 @@ def test_every_built_in_family_is_one_registered_package():
         if not (family.presets() or family.local_tasks):
             continue  # no fine-tuning tasks (causal_lm generates): no finetune recipe
         assert family.recipe == f"configs/tasks/{name}.gin"
-        assert pathlib.Path(common.resolve_gin_file(family.recipe)).is_file()
+        assert pathlib.Path(gin_config.resolve_gin_file(family.recipe)).is_file()
 
 
 def test_pretraining_objectives_are_families_that_pretrain_asks():
-    """`bert-train pretrain` asks `registry.objective` (tasks/objective.py): each objective
-    is a built-in family's, named in configurables' list, with registered gin configurables."""
+    """`bert-train pretrain`'s run builder (`runs/pretraining.py`) asks `registry.objective`
+    (tasks/objective.py): each objective is a built-in family's, named in configurables' list,
+    with registered gin configurables; neither it nor the command names an objective."""
     from bert_trainer import configurables
 
     owners = {f.objective.name: f for f in registry.families() if f.objective is not None}
@@ -90,10 +91,12 @@ def test_pretraining_objectives_are_families_that_pretrain_asks():
     assert owners["masked_lm"].exports_encoder and not owners["causal_lm"].exports_encoder
     # What masked-LM model directories record ("pretraining") is read as its family.
     assert registry.family_from_info({"family": "pretraining"}) is owners["masked_lm"]
-    pretrain = (PACKAGE / "commands" / "pretrain.py").read_text(encoding="utf-8")
-    assert "registry.objective(" in pretrain
-    for module in ("tasks.causal_lm", "tasks.masked_lm", "CausalLMTask", "PretrainingTask"):
-        assert module not in pretrain, f"commands/pretrain.py names {module}: ask the objective"
+    builder = (PACKAGE / "runs" / "pretraining.py").read_text(encoding="utf-8")
+    assert "registry.objective(" in builder
+    for path in ("runs/pretraining.py", "commands/pretrain.py"):
+        source = (PACKAGE / path).read_text(encoding="utf-8")
+        for module in ("tasks.causal_lm", "tasks.masked_lm", "CausalLMTask", "PretrainingTask"):
+            assert module not in source, f"{path} names {module}: ask the objective"
 
 
 

@@ -268,9 +268,9 @@ def test_initialize_warm_starts_every_weight_from_a_causal_model_dir(vocab_file,
 ])
 def test_shipped_configs(name, sizes, vocab_file):
     from bert_trainer import configurables  # noqa: PLC0415
-    from bert_trainer.commands import common  # noqa: PLC0415
+    from bert_trainer.runs import gin_config  # noqa: PLC0415
 
-    common.parse_gin([f"configs/causal_lm/{name}.gin"], [], [])
+    gin_config.parse_gin([f"configs/causal_lm/{name}.gin"], [], [])
     assert configurables.pretraining_objective() == "causal_lm"
     got = tuple(gin.query_parameter(f"build_causal_lm.{key}") for key in (
         "num_layers", "hidden_size", "num_attention_heads", "inner_dim", "max_sequence_length"))

@@ -1,12 +1,14 @@
-"""`FinetuneSettings`: finetune's flags read once, and what they bind in gin and in the data."""
+"""`FinetuneSettings` (`runs.finetuning`): finetune's flags read once, and what they bind in gin
+and in the data."""
 
 import dataclasses
 import types
 
 import pytest
 
-from bert_trainer.commands.finetune_settings import COLUMN_FLAGS, FinetuneSettings
+from bert_trainer.commands.finetune import settings_from_flags
 from bert_trainer.errors import UserError
+from bert_trainer.runs.finetuning import COLUMN_FLAGS, FinetuneSettings
 from bert_trainer.tasks import registry
 
 
@@ -21,7 +23,7 @@ def parsed(**given) -> types.SimpleNamespace:
 
 
 def test_the_flags_are_read_into_typed_fields():
-    settings = FinetuneSettings.from_flags(parsed(
+    settings = settings_from_flags(parsed(
         task="sst2", seq_length=64, text_column="review", label_column="stars",
         seeds=["1", "2"], label_names=["neg", "pos"], gin_file=["a.gin"],
         gin_param=["x.y = 1"], train_file="t.tsv", max_eval_examples=9))
@@ -32,7 +34,7 @@ def test_the_flags_are_read_into_typed_fields():
     assert (settings.data.train_file, settings.data.max_eval_examples) == ("t.tsv", 9)
     assert settings.data.skip_bad_rows is False  # not given: off
     with pytest.raises(UserError, match=r"^--max_train_examples=0 must be >= 1$"):
-        FinetuneSettings.from_flags(parsed(max_train_examples=0))
+        settings_from_flags(parsed(max_train_examples=0))
     with pytest.raises(dataclasses.FrozenInstanceError):
         settings.task = "cola"
 

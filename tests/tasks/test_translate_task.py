@@ -247,10 +247,10 @@ def test_model_row_outputs_give_the_full_logits_loss_and_gradients(files):
 
 def test_the_from_scratch_config_sets_the_benchmark_recipe():
     from bert_trainer import configurables  # noqa: PLC0415
-    from bert_trainer.commands import common  # noqa: PLC0415
+    from bert_trainer.runs import gin_config  # noqa: PLC0415
 
     translate_config = configurables.configurable(TranslateConfig)
-    common.parse_gin([registry.get_family("translate").recipe, "configs/translate/scratch.gin"])
+    gin_config.parse_gin([registry.get_family("translate").recipe, "configs/translate/scratch.gin"])
     config = configurables.FinetuneConfig()
     optimizer = configurables.OptimizerConfig()
     assert (config.train_batch_size, config.dropout_rate, config.warmup_fraction,

@@ -129,10 +129,10 @@ def test_optimizer_values_must_be_finite(field, value, message):
 
 
 def test_a_bad_gin_binding_value_is_one_line():
-    from bert_trainer.commands import common  # noqa: PLC0415
+    from bert_trainer.runs import gin_config  # noqa: PLC0415
 
     with pytest.raises(UserError) as raised:
-        common.parse_gin([], ["OptimizerConfig.learning_rate = nan"])
+        gin_config.parse_gin([], ["OptimizerConfig.learning_rate = nan"])
     message = str(raised.value)
     assert message.startswith("--gin_param 'OptimizerConfig.learning_rate = nan'")
     assert "\n" not in message

@@ -93,7 +93,8 @@ def test_resume_does_not_replay_consumed_batches(tmp_path):
     straight.train_and_evaluate()
     make(tmp_path / "b", task, train_steps=10).train_and_evaluate()
     resumed = make(tmp_path / "b", task, train_steps=20)
-    resumed._train_dataset = lambda step: Trainer._train_dataset(resumed, 0)  # forget position
+    # Forget the position:
+    resumed._train_dataset = lambda step, inputs=None: Trainer._train_dataset(resumed, 0, inputs)
     resumed.train_and_evaluate()
     assert max_difference(weights(straight), weights(resumed)) > 1e-4
 
@@ -248,3 +249,27 @@ def test_unknown_best_metric_names_the_choices(tmp_path):
     trainer = make(tmp_path, train_steps=5, best_metric="f1", eval_steps=1)
     with pytest.raises(UserError, match="best_metric='f1' is not an eval metric.*accuracy"):
         trainer.train_and_evaluate()
+
+
+def test_in_memory_inputs_replace_the_tasks_and_the_counters_are_public(tmp_path):
+    """`train_iterator(inputs=...)` (the benchmarks' hook) trains on the caller's batches, and
+    `step_counts` / `tracing_count` read the compiled step's own counters."""
+    from toy_task import make_examples  # noqa: PLC0415
+
+    trainer = make(tmp_path, train_steps=6, summary_interval=100)
+    # One batch of 5 rows, repeated (the task's batch is 8): the counters tell which trained.
+    examples = make_examples(TOY, 5, seed=7)
+    calls = []
+
+    def inputs(input_context):
+        calls.append(input_context.num_replicas_in_sync)
+        return tf.data.Dataset.from_tensors(examples).repeat()
+
+    iterator = trainer.train_iterator(inputs=inputs)
+    assert calls == [1]
+    trainer.run_steps(iterator, 3)
+    assert trainer.step_counts().examples == 3 * 5
+    assert trainer.tracing_count() == 1
+    trainer.run_steps(iterator, 3)  # same shapes: no retrace
+    assert (trainer.step_counts().examples, trainer.tracing_count()) == (30, 1)
+    assert np.isfinite(trainer.train_results()["loss"])

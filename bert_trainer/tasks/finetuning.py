@@ -152,8 +152,13 @@ class FinetuneConfig:
 
 def stored_config_options(task: dict | None) -> dict:
     """The `FinetuneConfig` fields a model directory's task entry records about how its
-    model reads text (the windowing options, the head's pooling), for rebuilding the task."""
-    return {**windows.stored_options(task), "pooling": (task or {}).get("pooling", "cls")}
+    model reads text (the sequence length, the windowing options, the head's pooling), for
+    rebuilding the task; a field it does not record keeps `FinetuneConfig`'s default."""
+    task = task or {}
+    recorded = {name: task[name] for name in ("seq_length", "pooling") if name in task}
+    if "seq_length" in recorded:
+        recorded["seq_length"] = int(recorded["seq_length"])
+    return {**windows.stored_options(task), **recorded}
 
 
 class FinetuningTask(Task):

@@ -429,6 +429,5 @@ def task_from_info(info: dict, encoder: EncoderSpec, *, config: FinetuneConfig |
         has_header=info.get("has_header", td.has_header),
         file_format=info.get("file_format", td.file_format))
     if config is None:
-        config = FinetuneConfig(seq_length=int(info.get("seq_length", 128)),
-                                **stored_config_options(info))
+        config = FinetuneConfig(**stored_config_options(info))
     return build_task(td, encoder, config=config, data=data, **family.options_from_info(info))

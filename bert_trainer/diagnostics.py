@@ -3,12 +3,14 @@
 TensorFlow and its libraries, the CPU and the vector units that matter for a BERT step
 (AVX2, AVX-512, AVX512_BF16, AVX-512 FP16, AMX; NEON, SVE and BF16 on Arm), whether the fused
 CPU kernels are built (and for which instruction set) or why not, whether bfloat16 is native
-here, and the devices a `tf.distribute` strategy would run on.
+here and what its matmuls gain over float32's (measured), and the devices a `tf.distribute`
+strategy would run on.
 """
 
 import os
 import platform
 import sys
+import time
 
 # /proc/cpuinfo flag -> what a reader calls it, in the order printed.
 X86_FEATURES = (("avx2", "AVX2"), ("fma", "FMA"), ("avx512f", "AVX-512"),
@@ -41,16 +43,61 @@ BF16_ADVICE = ("the better choice for training here: --gin_param='TrainerConfig.
                "loss follows float32's, benchmarks/README.md)")
 
 
-def bfloat16_support(flags: set[str]) -> str:
-    """How bfloat16 matmuls run on a CPU with these feature flags, and whether to use it."""
+# The measured matmul speed-up below which bfloat16 is not worth its rounding: a training step
+# gains less than its matmuls (the rest of the step stays float32).
+BF16_WORTH_IT = 1.3
+# The matmul `matmul_speedup` times: a BERT-base feed-forward layer's, 512 tokens.
+BF16_PROBE_SHAPE = (512, 768, 3072)
+
+
+def matmul_speedup(shape: tuple[int, int, int] = BF16_PROBE_SHAPE, repeats: int = 5) -> float:
+    """How many times faster a bfloat16 matmul of `shape` ([m, k] x [k, n]) runs here than a
+    float32 one: the best of `repeats` timed calls each, after a warm-up (about a second)."""
+    import tensorflow as tf  # noqa: PLC0415
+
+    m, k, n = shape
+
+    def best_seconds(dtype) -> float:
+        a = tf.cast(tf.random.stateless_normal([m, k], seed=[1, 2]), dtype)
+        b = tf.cast(tf.random.stateless_normal([k, n], seed=[3, 4]), dtype)
+        matmul = tf.function(lambda x, y: tf.reduce_sum(tf.cast(tf.matmul(x, y), tf.float32)))
+        matmul(a, b).numpy()  # traced and warmed up
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            matmul(a, b).numpy()
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    return best_seconds(tf.float32) / best_seconds(tf.bfloat16)
+
+
+def bfloat16_support(flags: set[str], speedup: float | None = None) -> str:
+    """How bfloat16 matmuls run on a CPU with these feature flags, and whether to use it.
+
+    Args:
+      flags: the CPU's feature flags (`kernels.targets.cpu_flags()`).
+      speedup: bfloat16 matmuls' speed over float32's measured here (`matmul_speedup`), or
+        None (not measured: the advice follows the instructions alone).
+    """
     if {"amx_bf16", "amx_tile"} <= flags:
-        return f"native (AMX tiles): {BF16_ADVICE}"
-    if "avx512_bf16" in flags:
-        return f"native (AVX512_BF16 dot products): {BF16_ADVICE}"
-    if "bf16" in flags:
-        return ("native (Arm BF16): likely faster than float32 for training, not yet measured "
-                "on Arm (make bench)")
-    return "emulated (no bfloat16 instructions): keep float32, the default"
+        how = "native (AMX tiles)"
+    elif "avx512_bf16" in flags:
+        how = "native (AVX512_BF16 dot products)"
+    elif "bf16" in flags:
+        how = "native (Arm BF16)"
+    else:
+        how = "emulated (no bfloat16 instructions)"
+    measured = ""
+    if speedup is not None:
+        m, k, n = BF16_PROBE_SHAPE
+        measured = (f"; measured here, a bfloat16 matmul ({m}x{k}x{n}) runs {speedup:.2f}x "
+                    "float32's, and a training step gains less")
+    if how.startswith("emulated") or (speedup is not None and speedup < BF16_WORTH_IT):
+        return f"{how}{measured}: keep float32, the default"
+    if speedup is None and how == "native (Arm BF16)":
+        return f"{how}: likely faster than float32 for training, not measured here"
+    return f"{how}{measured}: {BF16_ADVICE}"
 
 
 def kernels_report() -> str:
@@ -119,6 +166,6 @@ def report() -> list[tuple[str, str]]:
         ("cpu", f"{cpu_model()}, {os.cpu_count()} logical cores, {threads} intra-op threads"),
         ("cpu features", features or "unknown (no /proc/cpuinfo)"),
         ("fused kernels", kernels_report()),
-        ("bfloat16", bfloat16_support(flags)),
+        ("bfloat16", bfloat16_support(flags, matmul_speedup())),
         ("devices", devices_report()),
     ]

@@ -49,11 +49,13 @@ demo: install
 bench: install
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) scripts/benchmark.py --output benchmarks/results.json --table benchmarks/README.md
+	$(PY) scripts/bench/serving.py --output benchmarks/results_serving.json
 
-# Serving: bert-train predict against the same export in a bare TensorFlow process (SST-2 dev,
-# IMDB reviews, CoNLL sentences; throughput at batch 32, p50/p99 latency at batch 1). A full
-# run is not timed yet (--smoke took about 10 minutes on a loaded 2-core machine, mostly its two
-# short fine-tunes); PyTorch and ONNX Runtime baselines are still to come (issue 45).
+# Serving (also the last part of `bench`): bert-train predict against the same export in a bare
+# TensorFlow process, and PyTorch + transformers and ONNX Runtime on the same MiniLM weights
+# (SST-2 dev, IMDB reviews, CoNLL sentences; throughput at batch 32, p50/p99 latency at batch
+# 1). PyTorch and ONNX Runtime run in $$BERT_TRAIN_TORCH_PYTHON (default /work/hfenv/bin/python:
+# torch, transformers, onnx, onnxruntime); without them their rows say "skipped".
 bench-serving: install
 	$(PY) scripts/bench/serving.py --output benchmarks/results_serving.json
 

@@ -52,3 +52,29 @@ def test_both_workers_time_an_export(tmp_path):
         assert result["latency"]["inputs"] == 3
         assert 0 < result["latency"]["p50_ms"] <= result["latency"]["p99_ms"]
         assert result["throughput"]["inputs_per_s"] > 0
+
+
+def test_ratios_compare_bert_train_with_each_system_measured_in_the_run():
+    def row(per_s, p50):
+        return {"throughput": {"inputs_per_s": per_s}, "latency": {"p50_ms": p50}}
+
+    results = {"sst2/bert_train": row(300.0, 4.0), "sst2/pytorch": row(100.0, 10.0),
+               "sst2/onnxruntime": {"skipped": "not measured: no onnxruntime"},
+               "sst2/bare_tf": row(150.0, 8.0), "conll/bert_train": row(50.0, 5.0)}
+    assert serving.ratios(results) == {
+        "sst2/bert_train_vs_bare_tf": {"throughput": 2.0, "p50_latency": 2.0},
+        "sst2/bert_train_vs_pytorch": {"throughput": 3.0, "p50_latency": 2.5}}
+
+
+def test_the_torch_worker_says_what_is_missing_instead_of_failing(tmp_path):
+    # This interpreter has no torch (the suite's venv): the row is skipped, saying why.
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({"runtime": "onnxruntime", "inputs": [{"text": "a"}]}),
+                       encoding="utf-8")
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "bench" / "serving_torch.py"),
+                           str(request)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == {"skipped": "not measured: No module named 'torch'"}
+    assert serving.run_system("pytorch", {"task": "sst2"}, tmp_path,
+                              str(tmp_path / "no-python")) == {
+        "skipped": f"not measured: no PyTorch interpreter ({tmp_path / 'no-python'})"}

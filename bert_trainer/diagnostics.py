@@ -48,6 +48,20 @@ BF16_ADVICE = ("the better choice for training here: --gin_param='TrainerConfig.
 BF16_WORTH_IT = 1.3
 # The matmul `matmul_speedup` times: a BERT-base feed-forward layer's, 512 tokens.
 BF16_PROBE_SHAPE = (512, 768, 3072)
+# oneDNN instruction-set caps (ONEDNN_MAX_CPU_ISA) whose matmuls take bfloat16. Under a lower
+# cap (AVX2, AVX512_CORE, ...) oneDNN cannot build a bfloat16 matmul and aborts the process.
+ONEDNN_BF16_ISAS = ("AVX2_VNNI_2", "AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX512_CORE_AMX",
+                    "AVX512_CORE_AMX_FP16", "AVX10_1_512", "AVX10_1_512_AMX",
+                    "AVX10_1_512_AMX_FP16", "AVX10_2_512", "AVX10_2_512_AMX_2", "ALL")
+
+
+def onednn_bf16_cap(environ=os.environ) -> str | None:
+    """The ONEDNN_MAX_CPU_ISA cap that keeps TensorFlow's oneDNN from bfloat16 matmuls, or
+    None (no cap, a cap with bfloat16, or oneDNN off: TF_ENABLE_ONEDNN_OPTS=0)."""
+    cap = environ.get("ONEDNN_MAX_CPU_ISA", "").strip().upper()
+    if not cap or environ.get("TF_ENABLE_ONEDNN_OPTS", "").strip() == "0":
+        return None
+    return None if cap in ONEDNN_BF16_ISAS else cap
 
 
 def matmul_speedup(shape: tuple[int, int, int] = BF16_PROBE_SHAPE, repeats: int = 5) -> float:
@@ -72,14 +86,19 @@ def matmul_speedup(shape: tuple[int, int, int] = BF16_PROBE_SHAPE, repeats: int 
     return best_seconds(tf.float32) / best_seconds(tf.bfloat16)
 
 
-def bfloat16_support(flags: set[str], speedup: float | None = None) -> str:
+def bfloat16_support(flags: set[str], speedup: float | None = None,
+                     onednn_cap: str | None = None) -> str:
     """How bfloat16 matmuls run on a CPU with these feature flags, and whether to use it.
 
     Args:
       flags: the CPU's feature flags (`kernels.targets.cpu_flags()`).
       speedup: bfloat16 matmuls' speed over float32's measured here (`matmul_speedup`), or
         None (not measured: the advice follows the instructions alone).
+      onednn_cap: `onednn_bf16_cap()`: TensorFlow's oneDNN is held below bfloat16.
     """
+    if onednn_cap is not None:
+        return (f"unavailable: ONEDNN_MAX_CPU_ISA={onednn_cap} holds oneDNN below bfloat16 "
+                "(its bfloat16 matmuls abort the process): keep float32, the default")
     if {"amx_bf16", "amx_tile"} <= flags:
         how = "native (AMX tiles)"
     elif "avx512_bf16" in flags:
@@ -147,6 +166,15 @@ def _positive_int(text: str | None) -> int | None:
     return value if value > 0 else None
 
 
+def _bfloat16_line(flags: set[str]) -> str:
+    """doctor's bfloat16 line: measured where bfloat16 can run here (native instructions, no
+    oneDNN cap below it), else from the instructions alone (emulated: keep float32)."""
+    cap = onednn_bf16_cap()
+    native = bool({"avx512_bf16", "amx_bf16", "bf16"} & flags)
+    speedup = matmul_speedup() if native and cap is None else None
+    return bfloat16_support(flags, speedup, onednn_cap=cap)
+
+
 def report() -> list[tuple[str, str]]:
     """(label, text) lines describing what a run here will use."""
     import keras  # noqa: PLC0415
@@ -166,6 +194,6 @@ def report() -> list[tuple[str, str]]:
         ("cpu", f"{cpu_model()}, {os.cpu_count()} logical cores, {threads} intra-op threads"),
         ("cpu features", features or "unknown (no /proc/cpuinfo)"),
         ("fused kernels", kernels_report()),
-        ("bfloat16", bfloat16_support(flags, matmul_speedup())),
+        ("bfloat16", _bfloat16_line(flags)),
         ("devices", devices_report()),
     ]

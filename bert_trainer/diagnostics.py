@@ -48,11 +48,15 @@ BF16_ADVICE = ("the better choice for training here: --gin_param='TrainerConfig.
 BF16_WORTH_IT = 1.3
 # The matmul `matmul_speedup` times: a BERT-base feed-forward layer's, 512 tokens.
 BF16_PROBE_SHAPE = (512, 768, 3072)
-# oneDNN instruction-set caps (ONEDNN_MAX_CPU_ISA) whose matmuls take bfloat16. Under a lower
-# cap (AVX2, AVX512_CORE, ...) oneDNN cannot build a bfloat16 matmul and aborts the process.
-ONEDNN_BF16_ISAS = ("AVX2_VNNI_2", "AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX512_CORE_AMX",
-                    "AVX512_CORE_AMX_FP16", "AVX10_1_512", "AVX10_1_512_AMX",
-                    "AVX10_1_512_AMX_FP16", "AVX10_2_512", "AVX10_2_512_AMX_2", "ALL")
+# oneDNN instruction-set caps (ONEDNN_MAX_CPU_ISA) whose matmuls take bfloat16 (emulated on
+# AVX512_CORE). Under a lower cap (AVX2, AVX2_VNNI, ...) oneDNN cannot build a bfloat16 matmul
+# and aborts the process; so it does on a CPU without AVX-512, where it stops at AVX2.
+ONEDNN_BF16_ISAS = ("AVX512_CORE", "AVX512_CORE_VNNI", "AVX2_VNNI_2", "AVX512_CORE_BF16",
+                    "AVX512_CORE_FP16", "AVX512_CORE_AMX", "AVX512_CORE_AMX_FP16",
+                    "AVX10_1_512", "AVX10_1_512_AMX", "AVX10_1_512_AMX_FP16", "AVX10_2_512",
+                    "AVX10_2_512_AMX_2", "ALL")
+# The AVX-512 subsets oneDNN's AVX512_CORE level needs (/proc/cpuinfo names).
+AVX512_CORE_FLAGS = frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq"})
 
 
 def onednn_bf16_cap(environ=os.environ) -> str | None:
@@ -86,19 +90,35 @@ def matmul_speedup(shape: tuple[int, int, int] = BF16_PROBE_SHAPE, repeats: int 
     return best_seconds(tf.float32) / best_seconds(tf.bfloat16)
 
 
+def onednn_bfloat16_problem(flags: set[str], environ=os.environ) -> str | None:
+    """Why TensorFlow's oneDNN cannot run a bfloat16 matmul on this x86 CPU (it aborts the
+    process on one: dnnl::error, SIGABRT), or None where it can (or oneDNN is off, or the CPU
+    is not x86: TensorFlow's own kernels then run bfloat16, emulated where need be)."""
+    if environ.get("TF_ENABLE_ONEDNN_OPTS", "").strip() == "0":
+        return None
+    if not {"sse2", "avx", "avx2"} & flags:  # not x86
+        return None
+    cap = onednn_bf16_cap(environ)
+    if cap is not None:
+        return f"ONEDNN_MAX_CPU_ISA={cap} holds TensorFlow's oneDNN below bfloat16"
+    if not (AVX512_CORE_FLAGS <= flags or "amx_bf16" in flags):
+        return "this CPU has no AVX-512, below which TensorFlow's oneDNN has no bfloat16 matmul"
+    return None
+
+
 def bfloat16_support(flags: set[str], speedup: float | None = None,
-                     onednn_cap: str | None = None) -> str:
+                     problem: str | None = None) -> str:
     """How bfloat16 matmuls run on a CPU with these feature flags, and whether to use it.
 
     Args:
       flags: the CPU's feature flags (`kernels.targets.cpu_flags()`).
       speedup: bfloat16 matmuls' speed over float32's measured here (`matmul_speedup`), or
         None (not measured: the advice follows the instructions alone).
-      onednn_cap: `onednn_bf16_cap()`: TensorFlow's oneDNN is held below bfloat16.
+      problem: `onednn_bfloat16_problem(flags)`: why bfloat16 cannot run here, or None.
     """
-    if onednn_cap is not None:
-        return (f"unavailable: ONEDNN_MAX_CPU_ISA={onednn_cap} holds oneDNN below bfloat16 "
-                "(its bfloat16 matmuls abort the process): keep float32, the default")
+    if problem is not None:
+        return (f"unavailable: {problem} (a bfloat16 run would abort): keep float32, the "
+                "default")
     if {"amx_bf16", "amx_tile"} <= flags:
         how = "native (AMX tiles)"
     elif "avx512_bf16" in flags:
@@ -169,10 +189,10 @@ def _positive_int(text: str | None) -> int | None:
 def _bfloat16_line(flags: set[str]) -> str:
     """doctor's bfloat16 line: measured where bfloat16 can run here (native instructions, no
     oneDNN cap below it), else from the instructions alone (emulated: keep float32)."""
-    cap = onednn_bf16_cap()
+    problem = onednn_bfloat16_problem(flags)
     native = bool({"avx512_bf16", "amx_bf16", "bf16"} & flags)
-    speedup = matmul_speedup() if native and cap is None else None
-    return bfloat16_support(flags, speedup, onednn_cap=cap)
+    speedup = matmul_speedup() if native and problem is None else None
+    return bfloat16_support(flags, speedup, problem=problem)
 
 
 def report() -> list[tuple[str, str]]:

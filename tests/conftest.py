@@ -144,6 +144,24 @@ def require_fused_kernels(monkeypatch) -> None:
     monkeypatch.setattr(switch, "_accelerators_visible", lambda: False)
 
 
+def bfloat16_unavailable() -> str | None:
+    """Why bfloat16 training cannot run on this CPU (TensorFlow's oneDNN has no bfloat16 matmul
+    below AVX-512 and aborts the process on one), or None. The trainer refuses it there in one
+    line (tests/training/test_trainer.py checks the refusal everywhere)."""
+    from bert_trainer import diagnostics  # noqa: PLC0415
+    from bert_trainer.kernels import targets  # noqa: PLC0415
+
+    return diagnostics.onednn_bfloat16_problem(targets.cpu_flags())
+
+
+@pytest.fixture
+def bfloat16_required():
+    """Skips the test, naming why, where bfloat16 training cannot run (`bfloat16_unavailable`)."""
+    reason = bfloat16_unavailable()
+    if reason:
+        pytest.skip(f"bfloat16 training refused here: {reason}")
+
+
 @pytest.fixture
 def kernels_required(monkeypatch):
     """The fused CPU kernels on and required (the test skips where they cannot run)."""

@@ -275,6 +275,33 @@ def global_norm(grads: list) -> tf.Tensor:
     return tf.linalg.global_norm([tf.cast(g, tf.float32) for g in grads])
 
 
+def check_precision_runs(mixed_precision: str | None, strategy) -> None:
+    """Refuses bfloat16 on CPU devices where TensorFlow's oneDNN has no bfloat16 matmul: the
+    first one would abort the process (dnnl::error, SIGABRT) instead of failing in one line.
+
+    Raises:
+      UserError: naming the setting, why, and what to do.
+    """
+    if mixed_precision != "bfloat16":
+        return
+    try:
+        devices = strategy.extended.worker_devices
+    except RuntimeError:  # the default strategy: TensorFlow's default device
+        devices = [d.name for kind in ("GPU", "TPU") for d in tf.config.list_logical_devices(kind)]
+        devices = devices[:1] or ["CPU"]
+    if not all("CPU" in device.upper() for device in devices):
+        return  # GPUs and TPUs have their own bfloat16 kernels
+    from bert_trainer import diagnostics  # noqa: PLC0415
+    from bert_trainer.kernels import targets  # noqa: PLC0415
+
+    problem = diagnostics.onednn_bfloat16_problem(targets.cpu_flags())
+    if problem is not None:
+        raise UserError(f"TrainerConfig.mixed_precision='bfloat16': {problem}, and its first "
+                        "bfloat16 matmul would abort the process; train in float32 (the "
+                        "default; bert-train doctor says what this CPU runs), or set "
+                        "TF_ENABLE_ONEDNN_OPTS=0 to emulate bfloat16 (slow)")
+
+
 @contextlib.contextmanager
 def precision_policy(mixed_precision: str | None):
     """Sets Keras' global dtype policy while models are built, then restores the previous one.

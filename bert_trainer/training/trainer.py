@@ -125,6 +125,7 @@ class Trainer:
         self._stop_flag = tf.Variable(False, trainable=False, name="stop_requested")
         # Host-set variables too, read by the schedule.
         self._clock = time_budget.clock_for(cfg.time_budget, self.strategy)
+        optimization.check_precision_runs(cfg.mixed_precision, self.strategy)
         with optimization.precision_policy(cfg.mixed_precision), self.strategy.scope():
             self.model = task.build_model()
             self.optimizer = optimization.build_optimizer(

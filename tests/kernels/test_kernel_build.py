@@ -267,8 +267,8 @@ def test_doctor_says_what_a_run_will_use(tmp_path):
     assert rows["cpu"].endswith(f"{os.cpu_count()} logical cores, 3 intra-op threads")
     # The advice follows a measurement (timing: its outcome is not asserted here, its form is;
     # the advice for each outcome is the next test's).
-    if diagnostics.onednn_bf16_cap() is not None:  # e.g. an emulated AVX2 CPU
-        assert rows["bfloat16"].startswith("unavailable: ONEDNN_MAX_CPU_ISA=")
+    if diagnostics.onednn_bfloat16_problem(flags) is not None:  # e.g. an AVX2 CPU
+        assert rows["bfloat16"].startswith("unavailable: ")
     elif {"avx512_bf16", "amx_bf16", "bf16"} & flags:
         assert re.search(r"measured here, a bfloat16 matmul \(512x768x3072\) runs "
                          r"\d+\.\d\dx float32's", rows["bfloat16"]), rows["bfloat16"]
@@ -292,22 +292,29 @@ def test_doctor_advises_bfloat16_only_where_the_cpu_has_it():
     assert slow.startswith("native (AMX tiles); measured here") and slow.endswith(
         "keep float32, the default")
     assert diagnostics.bfloat16_support({"avx2"}, speedup=0.2).endswith("keep float32, the default")
-    # oneDNN held below bfloat16 (as on an emulated AVX2 CPU): no measurement, which would abort.
-    assert diagnostics.bfloat16_support({"avx512_bf16"}, onednn_cap="AVX2").startswith(
-        "unavailable: ONEDNN_MAX_CPU_ISA=AVX2 holds oneDNN below bfloat16")
-    assert diagnostics.onednn_bf16_cap({"ONEDNN_MAX_CPU_ISA": "avx2"}) == "AVX2"
-    assert diagnostics.onednn_bf16_cap({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}) is None
-    assert diagnostics.onednn_bf16_cap({"ONEDNN_MAX_CPU_ISA": "AVX2",
-                                        "TF_ENABLE_ONEDNN_OPTS": "0"}) is None
-    assert diagnostics.onednn_bf16_cap({}) is None
+    # oneDNN below bfloat16 (an AVX2 CPU, or capped there): no measurement, which would abort.
+    problem = diagnostics.onednn_bfloat16_problem({"avx2", "avx512_bf16"},
+                                                  {"ONEDNN_MAX_CPU_ISA": "avx2"})
+    assert problem == "ONEDNN_MAX_CPU_ISA=AVX2 holds TensorFlow's oneDNN below bfloat16"
+    assert diagnostics.bfloat16_support({"avx512_bf16"}, problem=problem).startswith(
+        "unavailable: ONEDNN_MAX_CPU_ISA=AVX2 holds")
+    avx512 = {"avx2", "avx512f", "avx512bw", "avx512vl", "avx512dq"}
+    assert "no AVX-512" in diagnostics.onednn_bfloat16_problem({"avx2", "fma"}, {})
+    assert diagnostics.onednn_bfloat16_problem(avx512, {}) is None  # emulated by oneDNN
+    assert diagnostics.onednn_bfloat16_problem(
+        avx512, {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}) is None
+    assert diagnostics.onednn_bfloat16_problem(  # oneDNN off: TensorFlow's own kernels
+        {"avx2"}, {"ONEDNN_MAX_CPU_ISA": "AVX2", "TF_ENABLE_ONEDNN_OPTS": "0"}) is None
+    assert diagnostics.onednn_bfloat16_problem({"asimd", "bf16"}, {}) is None  # Arm
 
 
 def test_the_bfloat16_measurement_times_both_dtypes_on_a_small_matmul():
     from bert_trainer import diagnostics
     from bert_trainer.kernels import targets
 
-    if diagnostics.onednn_bf16_cap() is not None or not (
-            {"avx512_bf16", "amx_bf16", "bf16"} & targets.cpu_flags()):
+    flags = targets.cpu_flags()
+    if diagnostics.onednn_bfloat16_problem(flags) is not None or not (
+            {"avx512_bf16", "amx_bf16", "bf16"} & flags):
         # Where doctor does not measure: its line without a measurement is the test above's.
         pytest.skip("no bfloat16 matmul here (emulated, or oneDNN capped below it)")
     speedup = diagnostics.matmul_speedup(shape=(8, 16, 32), repeats=2)

@@ -181,13 +181,28 @@ def test_clipping_bounds_the_applied_update(tmp_path):
 
 
 @pytest.mark.slow  # over a few seconds: left out of make test-fast
-def test_mixed_bfloat16_trains_and_restores_the_global_policy(tmp_path):
+def test_mixed_bfloat16_trains_and_restores_the_global_policy(tmp_path, bfloat16_required):
     trainer = make(tmp_path, train_steps=10, mixed_precision="bfloat16", eval_steps=None)
     result = trainer.train_and_evaluate()
     assert np.isfinite(result.train["loss"]) and result.eval["loss"] < 0.69
     dense = trainer.model.get_layer("hidden")
     assert dense.compute_dtype == "bfloat16" and dense.kernel.dtype == "float32"
     assert keras.config.dtype_policy().name == "float32"
+
+
+def test_bfloat16_is_refused_in_one_line_where_onednn_cannot_run_it(tmp_path, monkeypatch):
+    # As on a CPU without AVX-512 (emulated by the cap): oneDNN would abort on the first
+    # bfloat16 matmul, so the trainer refuses the setting before it builds or writes anything.
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+    with pytest.raises(UserError, match=r"^TrainerConfig\.mixed_precision='bfloat16': "
+                                        r"ONEDNN_MAX_CPU_ISA=AVX2 holds TensorFlow's oneDNN "
+                                        r"below bfloat16, .* train in float32 .* "
+                                        r"TF_ENABLE_ONEDNN_OPTS=0"):
+        make(tmp_path / "run", train_steps=2, mixed_precision="bfloat16")
+    assert not (tmp_path / "run").exists()
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")  # oneDNN off: TensorFlow's own kernels
+    assert make(tmp_path / "off", train_steps=2, mixed_precision="bfloat16").model is not None
 
 
 @pytest.mark.slow  # over a few seconds: left out of make test-fast

@@ -114,7 +114,7 @@ def test_train_results_is_the_running_mean_since_the_last_summary(tmp_path):
 
 
 @pytest.mark.slow  # trains end to end in this process: left out of make test-fast
-def test_mixed_bfloat16_reaches_the_encoder_and_changes_the_losses(tmp_path):
+def test_mixed_bfloat16_reaches_the_encoder_and_changes_the_losses(tmp_path, bfloat16_required):
     losses, models = {}, {}
     for precision in (None, "bfloat16"):
         trainer = make_trainer(tmp_path / str(precision), mixed_precision=precision)

@@ -154,12 +154,17 @@ def bfloat16_unavailable() -> str | None:
     return diagnostics.onednn_bfloat16_problem(targets.cpu_flags())
 
 
-@pytest.fixture
-def bfloat16_required():
-    """Skips the test, naming why, where bfloat16 training cannot run (`bfloat16_unavailable`)."""
+def require_bfloat16() -> None:
+    """Skips the test, naming why, where bfloat16 cannot run (`bfloat16_unavailable`)."""
     reason = bfloat16_unavailable()
     if reason:
-        pytest.skip(f"bfloat16 training refused here: {reason}")
+        pytest.skip(f"no bfloat16 here (the trainer refuses it): {reason}")
+
+
+@pytest.fixture
+def bfloat16_required():
+    """The test computes in bfloat16: it skips, naming why, where that cannot run."""
+    require_bfloat16()
 
 
 @pytest.fixture

@@ -278,6 +278,13 @@ def parse_args(argv):
 def main(argv=None) -> int:
     args = parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from bert_trainer import diagnostics  # noqa: PLC0415
+    from bert_trainer.kernels import targets  # noqa: PLC0415
+
+    problem = diagnostics.onednn_bfloat16_problem(targets.cpu_flags())
+    if problem is not None:  # the trainer would refuse the bfloat16 run
+        print(f"bf16_curve: not measured: {problem}", file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory(prefix="bert_train_bf16_curve_") as scratch:
         results = run_all(args, args.workdir or scratch)
     if args.plot:

@@ -106,7 +106,7 @@ def test_compare_applies_the_tolerance():
 
 
 @pytest.mark.slow  # the benchmark end to end in a subprocess, as the other benchmarks' smokes
-def test_smoke_run_writes_both_curves_and_the_isa(tmp_path, pretraining_data):
+def test_smoke_run_writes_both_curves_and_the_isa(tmp_path, pretraining_data, bfloat16_required):
     output, plot = tmp_path / "out" / "curve.json", tmp_path / "out" / "curve.png"
     done = subprocess.run(
         [sys.executable, str(SCRIPTS / "bench" / "bf16_curve.py"), "--smoke",

@@ -170,7 +170,7 @@ def test_wrong_data_rank_names_the_shape():
         TransformerEncoder(**LAYER_ARGS)(DATA[:, 0])
 
 
-def test_mixed_bfloat16_keeps_layer_norm_in_float32(kernel_mode):
+def test_mixed_bfloat16_keeps_layer_norm_in_float32(kernel_mode, bfloat16_required):
     layer = TransformerEncoder(**LAYER_ARGS, dtype="mixed_bfloat16")
     output = layer([DATA, MASK])
     assert keras.backend.standardize_dtype(output.dtype) == "bfloat16"

@@ -78,7 +78,8 @@ def test_from_config_owns_a_table_of_the_recorded_shape():
     assert revived.embedding_table is not mlm.embedding_table
 
 
-def test_mixed_bfloat16_gives_float32_logits_from_the_unrounded_table(kernel_mode):
+def test_mixed_bfloat16_gives_float32_logits_from_the_unrounded_table(
+        kernel_mode, bfloat16_required):
     # Table values that bfloat16 cannot hold (8 bits of mantissa): 1 + 2^-12.
     table = keras.Variable(np.full((VOCAB, WIDTH), 1.0 + 2.0 ** -12, "float32"))
     mlm = MaskedLM(embedding_table=table, dtype="mixed_bfloat16")
@@ -95,7 +96,8 @@ def test_mixed_bfloat16_gives_float32_logits_from_the_unrounded_table(kernel_mod
     assert_close(logits, WIDTH * (1.0 + 2.0 ** -12))
 
 
-def test_projection_in_compute_dtype_rounds_the_table_to_bfloat16_and_returns_float32():
+def test_projection_in_compute_dtype_rounds_the_table_to_bfloat16_and_returns_float32(
+        bfloat16_required):
     table = keras.Variable(np.full((VOCAB, WIDTH), 1.0 + 2.0 ** -12, "float32"))
     mlm = MaskedLM(embedding_table=table, dtype="mixed_bfloat16",
                    projection_in_compute_dtype=True)

@@ -42,7 +42,7 @@ def test_the_table_gradient_needs_no_transpose():
 
 
 @pytest.mark.parametrize("with_table", [False, True])
-def test_the_product_computes_in_the_rows_dtype(with_table):
+def test_the_product_computes_in_the_rows_dtype(with_table, bfloat16_required):
     rows, table = _rows_and_table(2)
     rows = tf.cast(rows, tf.bfloat16)
     output_table = tied_projection.decoding_table(table, "bfloat16") if with_table else None

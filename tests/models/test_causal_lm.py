@@ -165,7 +165,7 @@ def test_activations_gelu_exact_and_tanh_approximation():
     assert rebuilt.inner_activation is gelu_approximate, layer_config["inner_activation"]
 
 
-def test_mixed_bfloat16_logits_are_float32_and_close():
+def test_mixed_bfloat16_logits_are_float32_and_close(bfloat16_required):
     mixed = _model(dtype="mixed_bfloat16")
     plain = _model()
     plain.set_weights(mixed.get_weights())

@@ -174,7 +174,7 @@ def test_build_encoder_errors_name_the_problem(tmp_path):
     assert isinstance(build_encoder(kind="albert", **TINY), AlbertEncoder)
 
 
-def test_mixed_bfloat16_encoder():
+def test_mixed_bfloat16_encoder(bfloat16_required):
     encoder = BertEncoder(**TINY, dtype="mixed_bfloat16")
     assert encoder.get_config()["dtype"]["config"]["name"] == "mixed_bfloat16"
     outputs = encoder(_inputs())

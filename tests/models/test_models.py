@@ -187,7 +187,7 @@ def test_albert_pretrainer_and_classifier():
     assert BertClassifier(encoder, num_classes=2)(FEATURES)[LOGITS].shape == (2, 2)
 
 
-def test_mixed_bfloat16_models_give_float32_logits():
+def test_mixed_bfloat16_models_give_float32_logits(bfloat16_required):
     keras.mixed_precision.set_global_policy("mixed_bfloat16")  # conftest restores float32
     encoder = BertEncoder(**TINY)
     for model in (BertPretrainer(encoder), BertClassifier(encoder, num_classes=2),

@@ -203,7 +203,7 @@ def test_training_flops_grow_with_the_target(models_by_options):
     assert float(model.training_flops(longer, None)) > short > 0
 
 
-def test_mixed_bfloat16_trains_and_decodes():
+def test_mixed_bfloat16_trains_and_decodes(bfloat16_required):
     model = _model({"dtype": "mixed_bfloat16"})
     inputs = _inputs(5)
     with tf.GradientTape() as tape:

@@ -4,6 +4,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import require_bfloat16
 
 from bert_trainer.layers import CausalAttentionMask, SelfAttentionMask, TransformerDecoder
 
@@ -175,6 +176,8 @@ def test_sublayer_names_match_the_encoder_block():
 
 @pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
 def test_mixed_precision_cache_matches_full_pass(policy):
+    if policy == "mixed_bfloat16":
+        require_bfloat16()
     layer = TransformerDecoder(num_attention_heads=HEADS, inner_dim=INNER, dtype=policy)
     layer.build((None, None, HIDDEN))
     x, enc, mask = _data(7)

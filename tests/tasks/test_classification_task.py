@@ -220,7 +220,8 @@ def test_epochs_give_the_number_of_steps_and_the_warmup():
         finetuning.FinetuneConfig(warmup_fraction=1.5)
 
 
-def test_the_trainers_precision_policy_wins_over_the_stored_dtype(tiny_pretrained):
+def test_the_trainers_precision_policy_wins_over_the_stored_dtype(
+        tiny_pretrained, bfloat16_required):
     """bert_train.json stores dtype float32; a bfloat16 run must still build a mixed encoder."""
     task = make_task("sst2", tiny_pretrained, eval_file=shared_file("sst2/dev.tsv"))
     assert "dtype" not in task.encoder_spec.config

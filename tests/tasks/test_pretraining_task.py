@@ -286,7 +286,7 @@ def test_model_info_records_the_encoder_and_copies_the_vocab(straight_run, pretr
 
 
 @pytest.mark.slow  # over a few seconds: left out of make test-fast
-def test_mixed_precision_keeps_the_logits_float32(pretraining_data):
+def test_mixed_precision_keeps_the_logits_float32(pretraining_data, bfloat16_required):
     task = make_task(pretraining_data)
     with optimization.precision_policy("bfloat16"):
         model = task.build_model()

@@ -130,7 +130,8 @@ def test_rates_of_an_interval():
         "examples_per_second": 2.0}
 
 
-def test_peak_is_a_plausible_cpu_matmul_rate_and_bfloat16_is_measured_in_bfloat16():
+def test_peak_is_a_plausible_cpu_matmul_rate_and_bfloat16_is_measured_in_bfloat16(
+        bfloat16_required):
     fp32 = throughput.measure_peak_flops("float32", "/device:CPU:0", size=256, seconds=0.05)
     # A 2-core CPU shared with others: between 0.1 and 10,000 GFLOP/s.
     assert 1e8 < fp32 < 1e13

@@ -24,22 +24,20 @@ from absl import logging
 from bert_trainer import outputs
 from bert_trainer.errors import UserError
 from bert_trainer.runs import gin_config
-from bert_trainer.runs.run import Run
+from bert_trainer.runs.run import Run, Settings
 
 COLUMN_FLAGS = ("text_column", "text_b_column", "label_column", "source_column", "target_column")
 
 
 @dataclasses.dataclass(frozen=True)
-class FinetuneSettings:
+class FinetuneSettings(Settings):
     """What a fine-tuning run is asked to do: `bert-train finetune`'s flags (see its `--help`
     for each), or a caller's own values.
 
-    Attributes:
+    Attributes (and `Settings`'):
       data: --train_file, --eval_file, --data_dir, --max_train_examples,
         --max_eval_examples and --skip_bad_rows, as the task reads them.
       columns: the column flags given ({"text_column": "review", ...}), none of the others.
-      gin_files, gin_params: --gin_file and --gin_param, in order.
-      strategy, tpu: --strategy and --tpu (the run's strategy, unless the caller passes one).
     """
 
     task: str | None = None
@@ -54,8 +52,6 @@ class FinetuneSettings:
     columns: dict = dataclasses.field(default_factory=dict)
     header: bool | None = None
     label_names: tuple[str, ...] | None = None
-    gin_files: tuple[str, ...] = ()
-    gin_params: tuple[str, ...] = ()
     seq_length: int | None = None
     batch_size: int | None = None
     num_epochs: float | None = None
@@ -66,8 +62,6 @@ class FinetuneSettings:
     long_texts: str | None = None
     doc_stride: int | None = None
     window_pooling: str | None = None
-    strategy: str = "default"
-    tpu: str | None = None
 
     def gin_bindings(self, family) -> list[str]:
         """The hyperparameter flags as gin bindings, so that operative_config.gin records them.

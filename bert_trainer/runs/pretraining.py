@@ -21,31 +21,25 @@ from absl import logging
 
 from bert_trainer.errors import UserError
 from bert_trainer.runs import gin_config
-from bert_trainer.runs.run import Run
+from bert_trainer.runs.run import Run, Settings
 
 
 @dataclasses.dataclass(frozen=True)
-class PretrainSettings:
+class PretrainSettings(Settings):
     """What a pretraining run is asked to do: `bert-train pretrain`'s flags (see its `--help`),
     or a caller's own values.
 
-    Attributes:
-      gin_files, gin_params: the gin files and bindings, in order.
+    Attributes (and `Settings`'):
       train_data, eval_data, vocab_file, init_checkpoint: override the gin config's (None: not
         given).
       time_budget: seconds of training (None: the config's `TrainerConfig.time_budget`).
-      strategy, tpu: the `tf.distribute` strategy's name and TPU address.
     """
 
-    gin_files: tuple[str, ...] = ()
-    gin_params: tuple[str, ...] = ()
     train_data: str | None = None
     eval_data: str | None = None
     vocab_file: str | None = None
     init_checkpoint: str | None = None
     time_budget: float | None = None
-    strategy: str = "default"
-    tpu: str | None = None
 
     def gin_bindings(self) -> list[str]:
         """The settings given as gin bindings, applied last so that operative_config.gin

@@ -1,6 +1,22 @@
-"""`Run`: what a run builder returns and a command starts."""
+"""`Run`: what a run builder returns and a command starts; `Settings`: what every run is asked."""
 
 import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """What every run's settings hold (`PretrainSettings`, `FinetuneSettings` add their own).
+
+    Attributes:
+      gin_files, gin_params: the gin files and bindings, in order (--gin_file, --gin_param).
+      strategy, tpu: the `tf.distribute` strategy's name and TPU address (--strategy, --tpu);
+        the run's strategy unless the caller passes one.
+    """
+
+    gin_files: tuple[str, ...] = ()
+    gin_params: tuple[str, ...] = ()
+    strategy: str = "default"
+    tpu: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -103,6 +103,13 @@ def _put_back(state) -> None:
     signal.pthread_sigmask(signal.SIG_SETMASK, state[1])
 
 
+# A suite started under `nohup` (or by a CI runner that ignores SIGHUP) hands every test and
+# every command it starts an ignored SIGHUP, which bert-train rightly leaves ignored (a run
+# detached on purpose keeps training): the tests of SIGHUP's handling would then see nothing.
+# They run with the default disposition, as from a terminal; tests/training/test_hangup.py
+# tests the nohup case itself.
+if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 SIGNALS_AT_START = _signal_state()
 
 

@@ -21,6 +21,7 @@ def cache_root(tmp_path, monkeypatch):
 
 def test_the_root_follows_the_environment(tmp_path, monkeypatch):
     monkeypatch.delenv(user_cache.CACHE_ENV, raising=False)
+    monkeypatch.delenv(build.CACHE_ENV, raising=False)  # a run may set it (an AVX2 build's)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert user_cache.cache_dir("normalizer") == tmp_path / "xdg" / "bert_train" / "normalizer"
     monkeypatch.delenv("XDG_CACHE_HOME")

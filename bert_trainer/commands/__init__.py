@@ -21,7 +21,8 @@ from absl import flags
 from bert_trainer.commands import faults, shared_flags
 from bert_trainer.errors import EXIT_PREEMPTED, EXIT_USER_ERROR, Preempted, UserError
 
-flags.DEFINE_boolean("verbose", False, "Show full tracebacks and TensorFlow logs.")
+shared_flags.declare(__name__, verbose=shared_flags.Flag(
+    "boolean", False, "Show full tracebacks and TensorFlow logs."))
 
 
 def require_flags(*names: str) -> None:

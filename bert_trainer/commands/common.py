@@ -15,26 +15,30 @@ import contextlib
 import os
 import sys
 
-from absl import flags, logging
+from absl import logging
 
 from bert_trainer.commands import shared_flags
+from bert_trainer.commands.shared_flags import Flag
 from bert_trainer.errors import EXIT_NONFINITE, UserError, first_line
 
 # Kept in sync with `training.strategies.STRATEGY_NAMES` (a test checks); not imported from
 # there because that module imports TensorFlow.
 STRATEGY_NAMES = ("default", "one_device", "mirrored", "multi_worker_mirrored", "tpu")
 
-flags.DEFINE_multi_string("gin_file", [], "A .gin config file; repeat to layer several. "
-                          "Looked up as given, then among the shipped configs (configs/base.gin "
-                          "or base.gin).")
-flags.DEFINE_multi_string("gin_param", [], "A gin binding applied after the files, e.g. "
-                          "--gin_param='TrainerConfig.train_steps = 100'; repeatable.")
 SHARED_FLAGS = shared_flags.declare(
     __name__,
     model_dir=shared_flags.Usage(None, "Directory for checkpoints, summaries and the operative "
-                                 "config; a run in an existing one resumes from its checkpoint."))
-flags.DEFINE_enum("strategy", "default", STRATEGY_NAMES, "tf.distribute strategy.")
-flags.DEFINE_string("tpu", None, "TPU name or grpc:// address (with --strategy=tpu).")
+                                 "config; a run in an existing one resumes from its checkpoint."),
+    gin_file=Flag(
+        "multi_string", [],
+        "A .gin config file; repeat to layer several. Looked up as given, then among the "
+        "shipped configs (configs/base.gin or base.gin)."),
+    gin_param=Flag(
+        "multi_string", [],
+        "A gin binding applied after the files, e.g. --gin_param='TrainerConfig.train_steps = "
+        "100'; repeatable."),
+    strategy=Flag("enum", "default", "tf.distribute strategy.", enum_values=STRATEGY_NAMES),
+    tpu=Flag("string", None, "TPU name or grpc:// address (with --strategy=tpu)."))
 
 
 def setup_logging(verbosity_given: bool) -> None:

@@ -31,7 +31,7 @@ from absl import flags
 from bert_trainer import outputs
 from bert_trainer.checkpoints import layout, model_dir, select
 from bert_trainer.commands import require_flags, shared_flags
-from bert_trainer.commands.shared_flags import Usage
+from bert_trainer.commands.shared_flags import Flag, Usage
 from bert_trainer.errors import UserError
 from bert_trainer.interop import (
     formats,
@@ -52,12 +52,15 @@ SHARED_FLAGS = shared_flags.declare(
                 "TF1 or bert-train; detected)."),
     output=Usage(None, "Directory to write (must be new or empty, see --overwrite)."),
     overwrite=Usage(False, "Replace an --output directory that bert-train convert wrote "
-                    "(nothing else)."))
-flags.DEFINE_enum("to", formats.BERT_TRAIN, [formats.BERT_TRAIN, formats.HF],
-                  "Output format: a bert-train model directory or a Hugging Face directory.")
-flags.DEFINE_boolean("verify", False, "Write a per-layer parity report (parity_report.json).")
-flags.DEFINE_boolean("allow_pickle", False, "Read a pickle pytorch_model.bin (needs torch; "
-                     "pickles can run code when loaded).")
+                    "(nothing else)."),
+    to=Flag(
+        "enum", formats.BERT_TRAIN,
+        "Output format: a bert-train model directory or a Hugging Face directory.",
+        enum_values=[formats.BERT_TRAIN, formats.HF]),
+    verify=Flag("boolean", False, "Write a per-layer parity report (parity_report.json)."),
+    allow_pickle=Flag(
+        "boolean", False,
+        "Read a pickle pytorch_model.bin (needs torch; pickles can run code when loaded)."))
 FLAGS = flags.FLAGS
 
 REPORT_FILE = "parity_report.json"

@@ -30,10 +30,14 @@ import dataclasses
 from absl import flags
 
 from bert_trainer.commands import shared_flags
-from bert_trainer.commands.shared_flags import Usage
+from bert_trainer.commands.shared_flags import Flag, Usage
 from bert_trainer.data import beam, text_corpus
 from bert_trainer.data.corpus_options import CorpusOptions
 from bert_trainer.errors import UserError
+
+# The pretraining objectives' names (`registry.objectives()`, not imported here: it loads
+# TensorFlow, and --help should not); each family's objective writes its own data.
+OBJECTIVES = ("masked_lm", "causal_lm")
 
 SHARED_FLAGS = shared_flags.declare(
     __name__,
@@ -47,47 +51,57 @@ SHARED_FLAGS = shared_flags.declare(
     seed=Usage(12345, "Random seed; the same seed and input give the same files (causal_lm: "
                "it shuffles the blocks)."),
     data_dir=Usage(None, "TFDS data directory holding the --tfds dataset, prepared (default: "
-                   "TFDS's ~/tensorflow_datasets)."))
-flags.DEFINE_string("vocab", None, "The WordPiece vocab.txt.")
-flags.DEFINE_string("tfds", None, "A TFDS text dataset instead of --input, e.g. "
-                    "wikipedia/20230601.en: each example is a document.")
-flags.DEFINE_string("tfds_split", "train", "The --tfds split (slices such as train[:10%] too).")
-flags.DEFINE_string("tfds_text_key", "text", "The --tfds feature holding the text.")
-# The pretraining objectives' names (`registry.objectives()`, not imported here: it loads
-# TensorFlow, and --help should not); each family's objective writes its own data.
-OBJECTIVES = ("masked_lm", "causal_lm")
-flags.DEFINE_enum("objective", OBJECTIVES[0], OBJECTIVES,
-                  "masked_lm: BERT's sentence pairs; causal_lm: documents packed into blocks "
-                  "of --block_size tokens for next-token prediction.")
-flags.DEFINE_integer("block_size", 256, "Tokens per block (causal_lm): the model's training "
-                     "sequence length.")
-flags.DEFINE_enum("input_format", "auto", text_corpus.INPUT_FORMATS,
-                  "lines: one sentence per line, blank line between documents; prose: "
-                  "paragraphs split into sentences; auto: detect per file.")
-flags.DEFINE_integer("max_seq_length", 128, "Tokens per example, [CLS]/[SEP] included.")
-shared_flags.define_float(__name__, "short_seq_prob", 0.1,
-                          "Probability of a shorter random target length.")
-flags.DEFINE_integer("dupe_factor", 1, "Passes over the input, each with new random splits.")
-flags.DEFINE_integer("num_shards", None, "Write this many shards (round-robin).")
-flags.DEFINE_integer("examples_per_shard", None,
-                     "Start a new shard every this many examples (default 100000).")
+                   "TFDS's ~/tensorflow_datasets)."),
+    vocab=Flag("string", None, "The WordPiece vocab.txt."),
+    tfds=Flag(
+        "string", None,
+        "A TFDS text dataset instead of --input, e.g. wikipedia/20230601.en: each example is a "
+        "document."),
+    tfds_split=Flag("string", "train", "The --tfds split (slices such as train[:10%] too)."),
+    tfds_text_key=Flag("string", "text", "The --tfds feature holding the text."),
+    objective=Flag(
+        "enum", OBJECTIVES[0],
+        "masked_lm: BERT's sentence pairs; causal_lm: documents packed into blocks of "
+        "--block_size tokens for next-token prediction.",
+        enum_values=OBJECTIVES),
+    block_size=Flag(
+        "integer", 256,
+        "Tokens per block (causal_lm): the model's training sequence length."),
+    input_format=Flag(
+        "enum", "auto",
+        "lines: one sentence per line, blank line between documents; prose: paragraphs split "
+        "into sentences; auto: detect per file.",
+        enum_values=text_corpus.INPUT_FORMATS),
+    max_seq_length=Flag("integer", 128, "Tokens per example, [CLS]/[SEP] included."),
+    short_seq_prob=Flag("float", 0.1, "Probability of a shorter random target length."),
+    dupe_factor=Flag("integer", 1, "Passes over the input, each with new random splits."),
+    num_shards=Flag("integer", None, "Write this many shards (round-robin)."),
+    examples_per_shard=Flag(
+        "integer", None,
+        "Start a new shard every this many examples (default 100000)."),
+    static_masking=Flag(
+        "boolean", False,
+        "Mask now and write google-research/bert's feature names (input_ids, segment_ids, "
+        "masked_lm_*) instead of unmasked examples."),
+    max_predictions_per_seq=Flag("integer", 20, "Masked positions per example (static)."),
+    masked_lm_prob=Flag("float", 0.15, "Fraction of tokens masked (static)."),
+    whole_word_masking=Flag("boolean", False, "Mask whole words (static)."),
+    num_workers=Flag(
+        "integer", None,
+        "Processes making examples (default: this machine's cores); the output is the same for "
+        "any number."),
+    runner=Flag(
+        "string", beam.LOCAL,
+        "Where examples are made: local (this machine, "
+        "--num_workers processes) or an Apache Beam runner (" +
+        ", ".join(beam.BEAM_RUNNERS) + "), with the same output; Beam is an "
+        f"extra: {beam.INSTALL}."),
+    beam_options=Flag(
+        "string", "",
+        "The Beam runner's pipeline options, as on its command line, e.g. "
+        "'--direct_num_workers=4' (DirectRunner) or '--spark_master_url=spark://HOST:7077' "
+        "(SparkRunner)."))
 flags.mark_flags_as_mutual_exclusive(["num_shards", "examples_per_shard"])
-flags.DEFINE_boolean("static_masking", False,
-                     "Mask now and write google-research/bert's feature names (input_ids, "
-                     "segment_ids, masked_lm_*) instead of unmasked examples.")
-flags.DEFINE_integer("max_predictions_per_seq", 20, "Masked positions per example (static).")
-shared_flags.define_float(__name__, "masked_lm_prob", 0.15,
-                          "Fraction of tokens masked (static).")
-flags.DEFINE_boolean("whole_word_masking", False, "Mask whole words (static).")
-flags.DEFINE_integer("num_workers", None, "Processes making examples (default: this machine's "
-                     "cores); the output is the same for any number.")
-flags.DEFINE_string("runner", beam.LOCAL, "Where examples are made: local (this machine, "
-                    "--num_workers processes) or an Apache Beam runner (" +
-                    ", ".join(beam.BEAM_RUNNERS) + "), with the same output; Beam is an "
-                    f"extra: {beam.INSTALL}.")
-flags.DEFINE_string("beam_options", "", "The Beam runner's pipeline options, as on its command "
-                    "line, e.g. '--direct_num_workers=4' (DirectRunner) or "
-                    "'--spark_master_url=spark://HOST:7077' (SparkRunner).")
 
 
 @dataclasses.dataclass(frozen=True)

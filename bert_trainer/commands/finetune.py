@@ -44,7 +44,7 @@ import functools
 from absl import flags
 
 from bert_trainer.commands import common, finetune_seeds, shared_flags
-from bert_trainer.commands.shared_flags import Usage
+from bert_trainer.commands.shared_flags import Flag, Usage
 from bert_trainer.errors import UserError
 
 # Flags read into `runs.finetuning.FinetuneSettings` as they are.
@@ -72,46 +72,70 @@ SHARED_FLAGS = {**common.SHARED_FLAGS, **shared_flags.declare(
                      "cased when --vocab_file has capitals)."),
     seq_length=Usage(None, "Sequence length (FinetuneConfig.seq_length)."),
     batch_size=Usage(None, "Global training batch (FinetuneConfig.train_batch_size)."),
-    max_eval_examples=Usage(None, "Evaluate on the first N examples only."))}
-flags.DEFINE_string("train_file", None, "Local training file (TSV/CSV/JSONL, SQuAD JSON, "
-                    "CoNLL); default: the task's TFDS dataset.")
-flags.DEFINE_string("text_column", None, "TSV/CSV header name (or 0-based index) or JSONL key "
-                    "of the text; default: the task's preset, else 'text'.")
-flags.DEFINE_string("text_b_column", None, "Column of the second text of a pair.")
-flags.DEFINE_string("label_column", None, "Column of the label; default: the task's preset, "
-                    "else 'label'.")
-flags.DEFINE_string("source_column", None, "translate: TSV/CSV header name (or 0-based index) "
-                    "or JSONL key of the source text; default: the first column ('source').")
-flags.DEFINE_string("target_column", None, "translate: column of the target text; default: "
-                    "the second column ('target').")
-flags.DEFINE_boolean("header", None, "Whether TSV/CSV files start with a header row "
-                     "(default: the task's preset, else yes).")
-flags.DEFINE_list("label_names", None, "Class names (tags) in id order; default: the task's, "
-                  "else the sorted labels of --train_file.")
-shared_flags.define_float(__name__, "learning_rate", None,
-                          "Peak learning rate (OptimizerConfig.learning_rate).")
-shared_flags.define_float(__name__, "num_epochs", None, "Epochs (FinetuneConfig.num_epochs).")
-flags.DEFINE_integer("train_steps", None, "Optimizer steps, instead of epochs "
-                     "(TrainerConfig.train_steps).")
-flags.DEFINE_integer("max_train_examples", None, "Train on the first N examples only.")
+    max_eval_examples=Usage(None, "Evaluate on the first N examples only."),
+    train_file=Flag(
+        "string", None,
+        "Local training file (TSV/CSV/JSONL, SQuAD JSON, CoNLL); default: the task's TFDS "
+        "dataset."),
+    text_column=Flag(
+        "string", None,
+        "TSV/CSV header name (or 0-based index) or JSONL key of the text; default: the task's "
+        "preset, else 'text'."),
+    text_b_column=Flag("string", None, "Column of the second text of a pair."),
+    label_column=Flag(
+        "string", None,
+        "Column of the label; default: the task's preset, else 'label'."),
+    source_column=Flag(
+        "string", None,
+        "translate: TSV/CSV header name (or 0-based index) or JSONL key of the source text; "
+        "default: the first column ('source')."),
+    target_column=Flag(
+        "string", None,
+        "translate: column of the target text; default: the second column ('target')."),
+    header=Flag(
+        "boolean", None,
+        "Whether TSV/CSV files start with a header row (default: the task's preset, else yes)."),
+    label_names=Flag(
+        "list", None,
+        "Class names (tags) in id order; default: the task's, else the sorted labels of "
+        "--train_file."),
+    learning_rate=Flag("float", None, "Peak learning rate (OptimizerConfig.learning_rate)."),
+    num_epochs=Flag("float", None, "Epochs (FinetuneConfig.num_epochs)."),
+    train_steps=Flag(
+        "integer", None,
+        "Optimizer steps, instead of epochs (TrainerConfig.train_steps)."),
+    max_train_examples=Flag("integer", None, "Train on the first N examples only."),
+    seeds=Flag(
+        "list", None,
+        "Run the fine-tune once per seed (integers >= 0) into model_dir/seed-N/ and report each "
+        "metric's mean and spread."),
+    num_seeds=Flag("integer", None, "Like --seeds=1,...,N."),
+    fit_batch=Flag(
+        "boolean", None,
+        "Compute --batch_size in the largest micro-batches that fit memory, accumulating "
+        "gradients (TrainerConfig.fit_batch; default: on)."),
+    micro_batch_size=Flag(
+        "integer", None,
+        "Force this per-replica micro-batch (it must divide the per-replica batch; "
+        "TrainerConfig.micro_batch_size)."),
+    long_texts=Flag(
+        "enum", None,
+        "Texts longer than --seq_length (classification, tagging): windows (the default: "
+        "overlapping windows, each trained as a row, combined to predict), truncate (the first "
+        "pieces) or head_tail (single-text classification: the first quarter and the last three "
+        "quarters) (FinetuneConfig.long_texts).",
+        enum_values=["windows", "truncate", "head_tail"]),
+    doc_stride=Flag(
+        "integer", None,
+        "Word pieces between the starts of a long text's windows (FinetuneConfig.doc_stride, "
+        "default half a window; SQuAD: SquadConfig.doc_stride).",
+        lower_bound=1),
+    window_pooling=Flag(
+        "enum", None,
+        "How a text's window logits combine (classification, regression; "
+        "FinetuneConfig.window_pooling, default mean).",
+        enum_values=["mean", "max"]))}
 flags.mark_flags_as_mutual_exclusive(["num_epochs", "train_steps"])
-flags.DEFINE_list("seeds", None, "Run the fine-tune once per seed (integers >= 0) into "
-                  "model_dir/seed-N/ and report each metric's mean and spread.")
-flags.DEFINE_integer("num_seeds", None, "Like --seeds=1,...,N.")
-flags.DEFINE_boolean("fit_batch", None, "Compute --batch_size in the largest micro-batches that "
-                     "fit memory, accumulating gradients (TrainerConfig.fit_batch; default: on).")
-flags.DEFINE_integer("micro_batch_size", None, "Force this per-replica micro-batch (it must "
-                     "divide the per-replica batch; TrainerConfig.micro_batch_size).")
-flags.DEFINE_enum("long_texts", None, ["windows", "truncate", "head_tail"],
-                  "Texts longer than --seq_length (classification, tagging): windows (the "
-                  "default: overlapping windows, each trained as a row, combined to predict), "
-                  "truncate (the first pieces) or head_tail (single-text classification: the "
-                  "first quarter and the last three quarters) (FinetuneConfig.long_texts).")
-flags.DEFINE_integer("doc_stride", None, "Word pieces between the starts of a long text's "
-                     "windows (FinetuneConfig.doc_stride, default half a window; SQuAD: "
-                     "SquadConfig.doc_stride).", lower_bound=1)
-flags.DEFINE_enum("window_pooling", None, ["mean", "max"], "How a text's window logits combine "
-                  "(classification, regression; FinetuneConfig.window_pooling, default mean).")
 
 
 def main(argv):

@@ -18,7 +18,7 @@ import sys
 from absl import flags
 
 from bert_trainer.commands import shared_flags
-from bert_trainer.commands.shared_flags import Usage
+from bert_trainer.commands.shared_flags import Flag, Usage
 from bert_trainer.export import generate as run
 
 SHARED_FLAGS = shared_flags.declare(
@@ -36,15 +36,17 @@ SHARED_FLAGS = shared_flags.declare(
     batch_size=Usage(8, "Prompts per model call."),
     checkpoint=Usage(None, "With --model_dir: best, latest, a step or a prefix in it."),
     seed=Usage(None, "Sampling seed (default: a random one, printed); the same seed, "
-               "prompts and --batch_size give the same text."))
-flags.DEFINE_multi_string("prompt", None, "A prompt (repeat the flag for several).")
-flags.DEFINE_integer("max_new_tokens", None, "The most word pieces generated per prompt; "
-                     "default: 64 (at most half the positions), or an export's bound.")
-shared_flags.define_float(__name__, "temperature", 0.0, "0: greedy; else sample from "
-                          "softmax(logits / temperature).")
-flags.DEFINE_integer("top_k", 0, "Sample among the k most likely pieces only (0: all).")
-shared_flags.define_float(__name__, "top_p", 1.0, "Sample from the smallest set of pieces "
-                          "whose probability reaches top_p (1: all).")
+               "prompts and --batch_size give the same text."),
+    prompt=Flag("multi_string", None, "A prompt (repeat the flag for several)."),
+    max_new_tokens=Flag(
+        "integer", None,
+        "The most word pieces generated per prompt; default: 64 (at most half the positions), "
+        "or an export's bound."),
+    temperature=Flag("float", 0.0, "0: greedy; else sample from softmax(logits / temperature)."),
+    top_k=Flag("integer", 0, "Sample among the k most likely pieces only (0: all)."),
+    top_p=Flag(
+        "float", 1.0,
+        "Sample from the smallest set of pieces whose probability reaches top_p (1: all)."))
 FLAGS = flags.FLAGS
 
 

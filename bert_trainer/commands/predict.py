@@ -18,7 +18,7 @@ import sys
 from absl import flags
 
 from bert_trainer.commands import require_flags, shared_flags
-from bert_trainer.commands.shared_flags import Usage
+from bert_trainer.commands.shared_flags import Flag, Usage
 from bert_trainer.errors import UserError
 from bert_trainer.export import predict
 from bert_trainer.tasks import registry
@@ -39,15 +39,21 @@ SHARED_FLAGS = shared_flags.declare(
     saved_model=Usage(None, "Directory written by 'bert-train export'."),
     trust_saved_model=Usage(False, "Load the --saved_model even if its graph holds ops "
                             "bert-train's exports never use (files, Python, network): "
-                            "only one whose source you trust."))
-flags.DEFINE_enum("format", None, list(predict.FORMATS), "Input format; default: from the "
-                  "extension (.tsv, .jsonl/.json, else text).")
-flags.DEFINE_integer("window_batches", 32, "Batches per length window: this many batches of "
-                     "inputs are read, sorted by length and batched (less padding); answers "
-                     "keep the input order. 1: batches in input order (answers sooner).",
-                     lower_bound=1)
-flags.DEFINE_enum("on_error", "skip", list(predict.ON_ERROR), "What an unreadable line does: "
-                  "skip (report, count, go on) or stop (exit 2).")
+                            "only one whose source you trust."),
+    format=Flag(
+        "enum", None,
+        "Input format; default: from the extension (.tsv, .jsonl/.json, else text).",
+        enum_values=list(predict.FORMATS)),
+    window_batches=Flag(
+        "integer", 32,
+        "Batches per length window: this many batches of inputs are read, sorted by length and "
+        "batched (less padding); answers keep the input order. 1: batches in input order "
+        "(answers sooner).",
+        lower_bound=1),
+    on_error=Flag(
+        "enum", "skip",
+        "What an unreadable line does: skip (report, count, go on) or stop (exit 2).",
+        enum_values=list(predict.ON_ERROR)))
 FLAGS = flags.FLAGS
 
 

@@ -27,7 +27,7 @@ from absl import flags
 
 from bert_trainer import durations
 from bert_trainer.commands import common, shared_flags
-from bert_trainer.commands.shared_flags import Usage
+from bert_trainer.commands.shared_flags import Flag, Usage
 
 flags.adopt_module_key_flags(common)
 SHARED_FLAGS = {**common.SHARED_FLAGS, **shared_flags.declare(
@@ -37,15 +37,19 @@ SHARED_FLAGS = {**common.SHARED_FLAGS, **shared_flags.declare(
     init_checkpoint=Usage(None, "Warm start from a bert-train model directory or checkpoint "
                           "prefix, or continue pretraining a Hugging Face / Google BERT "
                           "directory (fresh runs only); its config fixes the encoder and its "
-                          "vocabulary the data's."))}
-flags.DEFINE_string("train_data", None, "Training TFRecords (glob, comma list allowed); "
-                    "overrides PretrainingConfig.train_data.")
-flags.DEFINE_string("eval_data", None, "Held-out TFRecords; overrides "
-                    "PretrainingConfig.eval_data. Without any, training runs with no evaluation.")
-flags.DEFINE_string("time_budget", None, "Train for this wall-clock time, e.g. 90s, 20m, 1.5h: "
-                    "the learning-rate schedule runs on the fraction of the budget spent, the "
-                    "run stops and checkpoints when it is spent (train_steps only shapes the "
-                    "schedule); overrides TrainerConfig.time_budget.")
+                          "vocabulary the data's."),
+    train_data=Flag(
+        "string", None,
+        "Training TFRecords (glob, comma list allowed); overrides PretrainingConfig.train_data."),
+    eval_data=Flag(
+        "string", None,
+        "Held-out TFRecords; overrides PretrainingConfig.eval_data. Without any, training runs "
+        "with no evaluation."),
+    time_budget=Flag(
+        "string", None,
+        "Train for this wall-clock time, e.g. 90s, 20m, 1.5h: the learning-rate schedule runs "
+        "on the fraction of the budget spent, the run stops and checkpoints when it is spent "
+        "(train_steps only shapes the schedule); overrides TrainerConfig.time_budget."))}
 
 FLAGS = flags.FLAGS
 

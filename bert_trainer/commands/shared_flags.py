@@ -12,9 +12,16 @@ which makes them key flags of the command (listed by its `--help` with that help
 default), and `run_command` gives every shared flag left off the command line the command's
 default before `main` runs, so `main` reads `FLAGS.output` as if the command had defined it.
 
-Two helpers serve every command's own flags: `define_float` (a float flag refusing NaN and
-infinities while the command line is parsed) and `check_input_files` (a directory given for a
-file, named by its flag).
+A command's own flags are declared in the same call, as `Flag`s, so that every flag of a
+command is declared one way, in one place:
+
+    SHARED_FLAGS = shared_flags.declare(
+        __name__, output=shared_flags.Usage("-", "Output JSON lines file, or - for stdout."),
+        top_k=Flag("integer", 0, "Sample among the k most likely pieces only (0: all).",
+                   lower_bound=0))
+
+A float `Flag` refuses NaN and infinities while the command line is parsed.
+`check_input_files` names the flag of a directory given for a file.
 """
 
 import dataclasses
@@ -72,26 +79,59 @@ class Usage:
     help: str
 
 
-def declare(module_name: str, **usages: Usage) -> dict[str, Usage]:
-    """Makes shared flags key flags of a command module (listed by its `--help`).
+class Flag:
+    """A flag only one command takes: its kind ("string", "integer", "float", "boolean",
+    "enum", "list" or "multi_string"), default, help line and absl's options for that kind
+    (`lower_bound=1`, `enum_values=[...]`)."""
+
+    KINDS = ("string", "integer", "float", "boolean", "enum", "list", "multi_string")
+
+    def __init__(self, kind: str, default: Any, help: str,  # noqa: A002 (absl's name)
+                 **options: Any):
+        if kind not in self.KINDS:
+            raise ValueError(f"Flag kind {kind!r} is not one of {self.KINDS}")
+        self.kind, self.default, self.help, self.options = kind, default, help, options
+
+    def define(self, module_name: str, name: str) -> None:
+        if self.kind == "float":  # finite: NaN and infinities refused while parsing
+            _define_float(module_name, name, self.default, self.help)
+            return
+        define = getattr(flags, f"DEFINE_{self.kind}")
+        define(name, self.default, help=self.help, module_name=module_name, **self.options)
+
+
+def declare(module_name: str, **usages: Usage | Flag) -> dict[str, Usage]:
+    """Declares a command module's flags: its own (`Flag`: defined here, for this module) and
+    the shared ones it takes (`Usage`: made its key flags); `--help` lists both.
 
     Args:
         module_name: the command module's `__name__`.
-        **usages: flag name -> what it means for this command; every name must be in `NAMES`.
+        **usages: flag name -> a `Flag` of this command's own, or what a shared flag (one of
+            `NAMES`) means for this command.
 
     Returns:
-        `usages`, for the module to keep as `SHARED_FLAGS` (read by `run_command`).
+        The shared flags' `Usage`s, for the module to keep as `SHARED_FLAGS` (read by
+        `run_command`).
 
     Raises:
-        ValueError: a name is not a shared flag (a programming error, found at import).
+        ValueError: a `Usage` of a name that is not a shared flag, or a `Flag` of one that is
+            (programming errors, found at import).
     """
-    unknown = sorted(set(usages) - set(NAMES))
+    shared = {name: usage for name, usage in usages.items() if isinstance(usage, Usage)}
+    unknown = sorted(set(shared) - set(NAMES))
     if unknown:
-        raise ValueError(f"{module_name}: {unknown} are not shared flags; define them in the "
-                         "command module, or add them to shared_flags")
-    for name in usages:
-        FLAGS.register_key_flag_for_module(module_name, FLAGS[name])
-    return usages
+        raise ValueError(f"{module_name}: {unknown} are not shared flags; declare them as a "
+                         "Flag of this command, or add them to shared_flags")
+    taken = sorted(name for name, usage in usages.items()
+                   if isinstance(usage, Flag) and name in NAMES)
+    if taken:
+        raise ValueError(f"{module_name}: {taken} are shared flags; give them a Usage")
+    for name, usage in usages.items():
+        if isinstance(usage, Flag):
+            usage.define(module_name, name)
+        else:
+            FLAGS.register_key_flag_for_module(module_name, FLAGS[name])
+    return shared
 
 
 def apply_defaults(usages: dict[str, Usage]) -> None:
@@ -118,9 +158,9 @@ class FiniteFloatParser(flags.FloatParser):
         return value
 
 
-def define_float(module_name: str, name: str, default: float | None,
+def _define_float(module_name: str, name: str, default: float | None,
                  help: str):  # noqa: A002 (absl's name)
-    """`flags.DEFINE_float` for a value that must be finite; every command's float flags use it.
+    """`flags.DEFINE_float` for a value that must be finite (every float `Flag`).
 
     Args:
         module_name: the defining command module's `__name__` (its `--help` lists the flag).

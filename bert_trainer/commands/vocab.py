@@ -14,7 +14,7 @@ import sys
 from absl import flags
 
 from bert_trainer.commands import shared_flags
-from bert_trainer.commands.shared_flags import Usage
+from bert_trainer.commands.shared_flags import Flag, Usage
 from bert_trainer.errors import UserError
 
 SHARED_FLAGS = shared_flags.declare(
@@ -25,16 +25,18 @@ SHARED_FLAGS = shared_flags.declare(
     lower_case=Usage(True, "Lower-case and strip accents (uncased model)."),
     encoding_errors=Usage("strict", "Lines that are not UTF-8: fail, replace bad bytes, or "
                           "skip the line (text files; --columns tables must be UTF-8)."),
-    skip_bad_rows=Usage(False, "With --columns: skip rows lacking a column instead of failing."))
-flags.DEFINE_integer("vocab_size", 30522, "Most tokens in the vocabulary (specials included).")
-flags.DEFINE_integer("min_token_count", 10,
-                     "Lowest count the learner's threshold search tries (tensorflow-text's "
-                     "lower_thresh); lower it for a small corpus that gives too few tokens.")
+    skip_bad_rows=Usage(False, "With --columns: skip rows lacking a column instead of failing."),
+    vocab_size=Flag("integer", 30522, "Most tokens in the vocabulary (specials included)."),
+    min_token_count=Flag(
+        "integer", 10,
+        "Lowest count the learner's threshold search tries (tensorflow-text's lower_thresh); "
+        "lower it for a small corpus that gives too few tokens."),
+    columns=Flag(
+        "list", None,
+        "Read --input as TSV/CSV/JSONL tables (.txt as TSV) and learn from these one or two "
+        "columns: header names, 0-based indices (no header row) or JSONL keys; e.g. both sides "
+        "of a translation pair file for one joint vocabulary."))
 
-flags.DEFINE_list("columns", None,
-                  "Read --input as TSV/CSV/JSONL tables (.txt as TSV) and learn from these one "
-                  "or two columns: header names, 0-based indices (no header row) or JSONL keys; "
-                  "e.g. both sides of a translation pair file for one joint vocabulary.")
 
 FLAGS = flags.FLAGS
 

@@ -3,9 +3,11 @@ each command's `--help` lists its own flags with its own meaning, and commands r
 another in-process with their own defaults and no value leaking from the previous run."""
 
 import importlib
+import re
 
 import pytest
 from absl import flags
+from conftest import REPO
 
 from bert_trainer import cli
 from bert_trainer.commands import shared_flags
@@ -135,3 +137,15 @@ def test_absl_logging_flags_stay_accepted(capsys, tmp_path):
     code, err = run(capsys, "vocab", "--verbosity=-1", f"--output={tmp_path}/v.txt")
     assert (code, err) == (2, ["bert-train vocab: error: --input is required (see "
                                "'bert-train vocab --help')"])
+
+
+def test_every_flag_is_declared_one_way():
+    # A command's flags, its own (`Flag`) and the shared ones it takes (`Usage`), are declared
+    # in its `shared_flags.declare` call; absl's DEFINE_* is called in shared_flags alone.
+    package = REPO / "bert_trainer"
+    others = [str(path.relative_to(REPO)) for path in sorted(package.rglob("*.py"))
+              if path.name != "shared_flags.py"
+              and re.search(r"\bflags\.DEFINE|\bDEFINE_[a-z]+\(|define_float\(",
+                            path.read_text(encoding="utf-8"))]
+    assert not others, f"flags declared another way than shared_flags.declare: {others}"
+    assert 'kind == "float"' in (package / "commands" / "shared_flags.py").read_text()

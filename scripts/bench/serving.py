@@ -148,8 +148,7 @@ def run_system(system: str, request: dict, workdir: pathlib.Path,
             return {"skipped": f"not measured: no PyTorch interpreter ({torch_python})"}
         head, labels = TORCH_HEADS[request["task"]]
         request = {**request, "runtime": system, "hf_dir": minilm_dir(), "head": head,
-                   "num_labels": labels, "seq_length": request["seq_length"],
-                   "workdir": str(workdir)}
+                   "num_labels": labels, "workdir": str(workdir)}
         command = [torch_python, str(here.with_name("serving_torch.py")), str(path)]
     path.write_text(json.dumps(request), encoding="utf-8")
     done = subprocess.run(command, env=_env(), capture_output=True, text=True)

@@ -50,7 +50,7 @@ def run_seeds(model_dir: str, seeds: list[int], settings, run_one: Callable[...,
         if any(r is None for r in records.values()):
             return 0  # a non-chief worker: the chief writes the results
         path, summary = multi_seed.write_results(model_dir, records, task=task.name,
-                                                 family=task.task_data.family)
+                                                 family=task.task_data.family_name)
     print(f"bert-train finetune: {len(seeds)} seeds ({', '.join(map(str, seeds))}), mean ± "
           f"sample standard deviation | results {path}", flush=True)
     for name, stats in summary.items():

@@ -1,6 +1,6 @@
 """What a fine-tuning task's raw examples are and where they come from.
 
-A `TaskData` names a task, its family's reader (`ExampleReader`: the task family object of
+A `TaskData` names a task, its family (an `ExampleReader`: the task family object of
 `bert_trainer.tasks`), its label names, its default splits, its TFDS source and a column
 preset for its local files (GLUE's TSV layouts), so both `--task=mrpc` (TFDS `glue/mrpc`) and
 `--task=mrpc --train_file=MRPC/train.tsv` work. Each family declares its datasets (presets) in
@@ -9,7 +9,7 @@ its own package; `bert_trainer.tasks.registry` collects them.
 `TaskData.load` returns raw examples as an unbatched `tf.data.Dataset` of dicts, the same
 layout whatever the source, so a family's dataset builders never care where data came from.
 tf.data rather than Python lists because TFDS already is tf.data, and classification and
-tagging tokenize in graph. Each family documents its layout (its reader's docstring).
+tagging tokenize in graph. Each family documents its layout (its `read_local` docstring).
 Unlabeled local files (no label column) give no "label".
 
 Local files are read twice: once eagerly in `load`, which raises every bad-input `UserError`
@@ -70,7 +70,7 @@ class TaskData:
 
     Attributes:
       name: task name (`--task`).
-      reader: the task family (an `ExampleReader`), which reads the examples.
+      family: the task family (an `ExampleReader`), which reads the examples.
       label_names: class names in id order (tags for tagging); None for families without
         named labels, and for local data whose labels `with_labels_from` reads from the
         training file.
@@ -86,7 +86,7 @@ class TaskData:
     """
 
     name: str
-    reader: ExampleReader
+    family: ExampleReader
     label_names: tuple[str, ...] | None = None
     text_keys: tuple[str, ...] = ("text",)
     splits: dict = dataclasses.field(default_factory=lambda: dict(TRAIN_EVAL))
@@ -98,14 +98,14 @@ class TaskData:
     version_2: bool = False
 
     def __post_init__(self):
-        if not isinstance(self.reader, ExampleReader):
-            raise UserError(f"task '{self.name}': {self.reader!r} is not a task family")
+        if not isinstance(self.family, ExampleReader):
+            raise UserError(f"task '{self.name}': {self.family!r} is not a task family")
         check_label_names(self.label_names or (), f"task '{self.name}': label_names")
 
     @property
-    def family(self) -> str:
+    def family_name(self) -> str:
         """The family's name."""
-        return self.reader.name
+        return self.family.name
 
     @property
     def is_pair(self) -> bool:
@@ -114,12 +114,12 @@ class TaskData:
     @property
     def num_labels(self) -> int:
         """Outputs of the family's head (classes, tags; 1 for regression)."""
-        return self.reader.num_labels(self)
+        return self.family.num_labels(self)
 
     def load(self, split: str, *, file: str | None = None, data_dir: str | None = None,
              skip_bad_rows: bool = False, download: bool = False,
              stats: sources.ReadStats | None = None) -> tf.data.Dataset:
-        """Raw examples of one split (layout: the family reader's docstring).
+        """Raw examples of one split (layout: the family's docstring).
 
         Args:
           split: "train", "eval", or any TFDS split name of the task's dataset.
@@ -133,19 +133,19 @@ class TaskData:
           Unbatched `tf.data.Dataset` of raw example dicts.
         """
         if file is not None:
-            return self.reader.read_local(self, file, skip_bad_rows,
+            return self.family.read_local(self, file, skip_bad_rows,
                                           stats or sources.ReadStats(file))
         if self.tfds_name is None:
             raise UserError(f"task '{self.name}' has no TFDS source; pass its {split} data with "
                             "--train_file/--eval_file")
         self.require_label_names()
         raw = load_tfds(self.tfds_name, self.splits.get(split, split), data_dir, download=download)
-        return raw.map(functools.partial(self.reader.from_tfds, self),
+        return raw.map(functools.partial(self.family.from_tfds, self),
                        num_parallel_calls=tf.data.AUTOTUNE)
 
     def require_label_names(self, path: str | None = None) -> None:
         """Raises a UserError when the family names its labels but this task has none."""
-        if self.reader.has_label_names and not self.label_names:
+        if self.family.has_label_names and not self.label_names:
             where = f" before loading {path}" if path else ""
             raise UserError(f"task '{self.name}' has no label names; call with_labels_from "
                             f"with the training file{where}")
@@ -153,9 +153,9 @@ class TaskData:
     def with_labels_from(self, path: str, *, skip_bad_rows: bool = False) -> "TaskData":
         """This task with `label_names` read from a training file when it has none (how:
         the family's `labels_from_file`)."""
-        if self.label_names or not self.reader.has_label_names:
+        if self.label_names or not self.family.has_label_names:
             return self
-        names = self.reader.labels_from_file(self, path, skip_bad_rows)
+        names = self.family.labels_from_file(self, path, skip_bad_rows)
         return dataclasses.replace(self, label_names=tuple(names))
 
 

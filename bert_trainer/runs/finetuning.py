@@ -211,7 +211,7 @@ def _build_task(settings: FinetuneSettings):
     config = gin_config.build_configured(configurables.FinetuneConfig, "FinetuneConfig")
     options = {key: gin_config.build_configured(configurables.configurable(config_class),
                                                 config_class.__name__)
-               for key, config_class in task_data.reader.gin_configs.items()}
+               for key, config_class in task_data.family.gin_configs.items()}
     return registry.build_task(task_data, _encoder_spec(settings), config=config,
                                data=settings.data, **options)
 

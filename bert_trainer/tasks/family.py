@@ -89,7 +89,7 @@ class Family(ExampleReader):
     def local_task_data(self, name: str, **fields) -> TaskData:
         """A task of this family read from local files only (see `registry.local_task_data`)."""
         fields.setdefault("file_format", self.local_file_format)
-        return TaskData(name=name, reader=self, **fields)
+        return TaskData(name=name, family=self, **fields)
 
     # -- training --------------------------------------------------------------------------
 

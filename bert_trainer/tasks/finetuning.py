@@ -191,8 +191,8 @@ class FinetuningTask(Task):
 
     def __init__(self, task_data: TaskData, encoder: EncoderSpec, *,
                  config: FinetuneConfig | None = None, data: DataConfig | None = None):
-        if task_data.family not in self.families():
-            raise UserError(f"task '{task_data.name}' is a {task_data.family} task, not one of "
+        if task_data.family_name not in self.families():
+            raise UserError(f"task '{task_data.name}' is a {task_data.family_name} task, not one of "
                             f"{self.families()}")
         self.name = task_data.name
         self.task_data = task_data
@@ -347,8 +347,8 @@ class FinetuningTask(Task):
         """JSON description of the task: enough to rebuild it for evaluation and export."""
         td = self.task_data
         columns = dataclasses.asdict(td.columns) if td.columns is not None else None
-        return {"name": self.name, "family": td.family,
-                "family_module": td.reader.module_name(),
+        return {"name": self.name, "family": td.family_name,
+                "family_module": td.family.module_name(),
                 "label_names": list(td.label_names) if td.label_names else None,
                 "seq_length": self.config.seq_length, "text_keys": list(td.text_keys),
                 "columns": columns, "has_header": td.has_header, "file_format": td.file_format,
@@ -382,7 +382,7 @@ def write_eval_results(model_dir: str, task: FinetuningTask, metrics: dict[str, 
     Returns:
       The path written (atomically: a reader never sees half a file).
     """
-    record = {"task": task.name, "family": task.task_data.family, "step": int(step),
+    record = {"task": task.name, "family": task.task_data.family_name, "step": int(step),
               "checkpoint": checkpoint, "eval_file": task.data.eval_file,
               "metrics": {k: float(v) for k, v in sorted(metrics.items())}}
     path = path or os.path.join(model_dir, EVAL_RESULTS_FILE)

@@ -285,7 +285,7 @@ def _base_task_data(name: str) -> TaskData:
 
 def family_of(name: str) -> Family:
     """The family of a task name."""
-    return _base_task_data(name).reader
+    return _base_task_data(name).family
 
 
 def _and(names) -> str:
@@ -325,7 +325,7 @@ def resolve_task_data(name: str, *, text_column=None, text_b_column=None, label_
         needed but no training file to read them from.
     """
     td = _base_task_data(name)
-    family = td.reader
+    family = td.family
     overrides = {"text": _column(text_column), "text_b": _column(text_b_column),
                  "label": _column(label_column)}
     if any(v is not None for v in overrides.values()) or has_header is not None:
@@ -333,7 +333,7 @@ def resolve_task_data(name: str, *, text_column=None, text_b_column=None, label_
             readers = sorted(f.name for f in _families.values() if f.reads_columns)
             raise UserError(f"column flags (--text_column, --text_b_column, --label_column, "
                             f"--no_header) apply to {_and(readers)} files, not "
-                            f"to task '{name}' ({td.family})")
+                            f"to task '{name}' ({td.family_name})")
         preset = td.columns or TextColumns()
         columns = dataclasses.replace(preset, **{k: v for k, v in overrides.items()
                                                  if v is not None})
@@ -342,7 +342,7 @@ def resolve_task_data(name: str, *, text_column=None, text_b_column=None, label_
             else ("text",), has_header=td.has_header if has_header is None else has_header)
     if label_names:
         if not family.has_label_names:
-            raise UserError(f"--label_names does not apply to task '{name}' ({td.family})")
+            raise UserError(f"--label_names does not apply to task '{name}' ({td.family_name})")
         task_data_lib.check_label_names(label_names, "--label_names")
         td = dataclasses.replace(td, label_names=tuple(label_names))
     if td.label_names is None and family.has_label_names:
@@ -370,7 +370,7 @@ def build_task(task_data: TaskData, encoder: EncoderSpec, *,
       The family's `FinetuningTask`.
     """
     options = {k: v for k, v in options.items() if v is not None}
-    return task_data.reader.build_task(task_data, encoder, config=config, data=data, **options)
+    return task_data.family.build_task(task_data, encoder, config=config, data=data, **options)
 
 
 def _check_entry(info: dict, family: Family, where: str) -> None:
@@ -419,7 +419,7 @@ def task_from_info(info: dict, encoder: EncoderSpec, *, config: FinetuneConfig |
         td = _base_task_data(name)
     except UserError:  # A task name this version does not know: rebuild it as local files.
         td = local_task_data(name, family)
-    if td.reader is not family:
+    if td.family is not family:
         td = local_task_data(name, family)
     columns = info.get("columns")
     td = dataclasses.replace(

@@ -186,7 +186,7 @@ def test_task_info_rebuilds_a_local_task_with_its_columns(tiny_pretrained, tmp_p
     # A model directory written before families recorded their module names the family only.
     old = {k: v for k, v in info.items() if k != "family_module"}
     again = registry.task_from_info(old, task.encoder_spec)
-    assert type(again) is type(task) and again.task_data.reader is task.task_data.reader
+    assert type(again) is type(task) and again.task_data.family is task.task_data.family
     assert again.task_info() == info
 
 

@@ -23,10 +23,10 @@ from bert_trainer.tasks.family import Family, decode, mark_truncated, num_classe
 _ENTAIL = ("entailment", "not_entailment")
 
 
-def glue(name, label_names, tfds_keys, columns, *, reader, has_header=True, splits=None):
+def glue(name, label_names, tfds_keys, columns, *, family, has_header=True, splits=None):
     """A GLUE task: its TFDS features (`tfds_keys`) and the columns of GLUE's own TSVs."""
     text_keys = ("text", "text_b") if "text_b" in tfds_keys else ("text",)
-    return TaskData(name=name, reader=reader, label_names=label_names, text_keys=text_keys,
+    return TaskData(name=name, family=family, label_names=label_names, text_keys=text_keys,
                     splits=splits or dict(TRAIN_EVAL), tfds_name=f"glue/{name}",
                     tfds_keys=tfds_keys, columns=columns, has_header=has_header)
 
@@ -86,31 +86,31 @@ class ClassificationFamily(Family):
 
     def presets(self):
         return (
-            TaskData(name="imdb", reader=self, label_names=("neg", "pos"),
+            TaskData(name="imdb", family=self, label_names=("neg", "pos"),
                      splits={"train": "train", "eval": "test"}, tfds_name="imdb_reviews",
                      columns=TextColumns("sentence", None, "label")),
             # GLUE: TFDS feature names, then the column preset of GLUE's own TSV files.
             glue("cola", ("unacceptable", "acceptable"), {"text": "sentence"},
-                 TextColumns(3, None, 1), has_header=False, reader=self),
+                 TextColumns(3, None, 1), has_header=False, family=self),
             glue("sst2", ("negative", "positive"), {"text": "sentence"},
-                 TextColumns("sentence", None, "label"), reader=self),
+                 TextColumns("sentence", None, "label"), family=self),
             glue("mrpc", ("not_equivalent", "equivalent"),
                  {"text": "sentence1", "text_b": "sentence2"},
-                 TextColumns("#1 String", "#2 String", "Quality"), reader=self),
+                 TextColumns("#1 String", "#2 String", "Quality"), family=self),
             glue("qqp", ("not_duplicate", "duplicate"),
                  {"text": "question1", "text_b": "question2"},
-                 TextColumns("question1", "question2", "is_duplicate"), reader=self),
+                 TextColumns("question1", "question2", "is_duplicate"), family=self),
             glue("mnli", ("entailment", "neutral", "contradiction"),
                  {"text": "premise", "text_b": "hypothesis"},
-                 TextColumns("sentence1", "sentence2", "gold_label"), reader=self,
+                 TextColumns("sentence1", "sentence2", "gold_label"), family=self,
                  splits={"train": "train", "eval": "validation_matched"}),
             glue("qnli", _ENTAIL, {"text": "question", "text_b": "sentence"},
-                 TextColumns("question", "sentence", "label"), reader=self),
+                 TextColumns("question", "sentence", "label"), family=self),
             glue("rte", _ENTAIL, {"text": "sentence1", "text_b": "sentence2"},
-                 TextColumns("sentence1", "sentence2", "label"), reader=self),
+                 TextColumns("sentence1", "sentence2", "label"), family=self),
             glue("wnli", ("not_entailment", "entailment"),
                  {"text": "sentence1", "text_b": "sentence2"},
-                 TextColumns("sentence1", "sentence2", "label"), reader=self),
+                 TextColumns("sentence1", "sentence2", "label"), family=self),
         )
 
     # -- reading ---------------------------------------------------------------------------

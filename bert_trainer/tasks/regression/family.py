@@ -32,7 +32,7 @@ class RegressionFamily(ClassificationFamily):
 
     def presets(self):
         return (glue("stsb", None, {"text": "sentence1", "text_b": "sentence2"},
-                     TextColumns("sentence1", "sentence2", "score"), reader=self),)
+                     TextColumns("sentence1", "sentence2", "score"), family=self),)
 
     def num_labels(self, task_data) -> int:
         return 1

@@ -57,8 +57,8 @@ class SquadFamily(Family):
     answer_outputs = ("answer", "score", "start", "end")
 
     def presets(self):
-        return (TaskData(name="squad", reader=self, tfds_name="squad/v1.1", file_format="json"),
-                TaskData(name="squad_v2", reader=self, tfds_name="squad/v2.0",
+        return (TaskData(name="squad", family=self, tfds_name="squad/v1.1", file_format="json"),
+                TaskData(name="squad_v2", family=self, tfds_name="squad/v2.0",
                          file_format="json", version_2=True))
 
     def read_local(self, td, path, skip_bad_rows, stats):

@@ -34,7 +34,7 @@ class TaggingFamily(Family):
                       "num_entities")
 
     def presets(self):
-        return (TaskData(name="conll2003", reader=self, label_names=CONLL2003_LABELS,
+        return (TaskData(name="conll2003", family=self, label_names=CONLL2003_LABELS,
                          splits={"train": "train", "eval": "dev"}, tfds_name="conll2003",
                          tfds_keys={"tokens": "tokens", "tags": "ner"}, file_format="conll"),)
 

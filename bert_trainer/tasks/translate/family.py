@@ -79,10 +79,10 @@ class TranslateFamily(Family):
 
     def presets(self):
         return (
-            TaskData(name="ted_hrlr_translate/pt_to_en", reader=self,
+            TaskData(name="ted_hrlr_translate/pt_to_en", family=self,
                      tfds_name="ted_hrlr_translate/pt_to_en",
                      tfds_keys={SOURCE: "pt", TARGET: "en"}, text_keys=(SOURCE, TARGET)),
-            TaskData(name="wmt14_translate/de-en", reader=self, tfds_name="wmt14_translate/de-en",
+            TaskData(name="wmt14_translate/de-en", family=self, tfds_name="wmt14_translate/de-en",
                      tfds_keys={SOURCE: "de", TARGET: "en"}, text_keys=(SOURCE, TARGET)),
         )
 

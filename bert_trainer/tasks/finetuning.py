@@ -192,8 +192,8 @@ class FinetuningTask(Task):
     def __init__(self, task_data: TaskData, encoder: EncoderSpec, *,
                  config: FinetuneConfig | None = None, data: DataConfig | None = None):
         if task_data.family_name not in self.families():
-            raise UserError(f"task '{task_data.name}' is a {task_data.family_name} task, not one of "
-                            f"{self.families()}")
+            raise UserError(f"task '{task_data.name}' is a {task_data.family_name} task, not "
+                            f"one of {self.families()}")
         self.name = task_data.name
         self.task_data = task_data
         self.encoder_spec = encoder

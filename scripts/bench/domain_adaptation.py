@@ -256,21 +256,17 @@ def replace_table(readme: str, record: dict, caption: str) -> None:
     report.update_readme(readme, "\n".join(lines) + "\n", TABLE_START, TABLE_END)
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    problem = check(args)
-    if problem:
-        print(f"error: {problem}", file=sys.stderr)
-        return 2
-    started = time.time()
-    record = run(args)
-    record["wall_minutes"] = round((time.time() - started) / 60, 1)
-    quality_report.write_json(args.output, record)
+def publish(args, record: dict) -> None:
+    """The README table and the summary line of a written record."""
     if args.table:
         replace_table(args.table, record, f"Results: `{args.output}` "
                       f"({args.note or 'see its note'}).")
     print(f"wrote {args.output}")
-    return 0
+
+
+def main(argv=None) -> int:
+    return report.harness_main(argv, name="domain_adaptation", parse_args=parse_args,
+                               check=check, run=run, publish=publish)
 
 
 if __name__ == "__main__":

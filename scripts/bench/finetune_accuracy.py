@@ -46,6 +46,8 @@ sys.path[:] = [p for p in sys.path if not p or pathlib.Path(p).resolve() != SCRI
 if str(SCRIPTS_DIR) not in sys.path:
     sys.path.insert(0, str(SCRIPTS_DIR))
 
+from bench import report  # noqa: E402
+
 TORCH_PYTHON_ENV = "BERT_TRAIN_TORCH_PYTHON"  # the benchmark's variable (finetune_section.py)
 DEFAULT_TORCH_PYTHON = "/work/torchenv/bin/python"  # benchmarks/README.md's setup
 SIDES = ("bert_train", "pytorch")
@@ -478,15 +480,6 @@ def results_record(settings: Settings, sides: dict[str, dict], torch_python: str
             "mismatches": mismatches(settings, sides)}
 
 
-def write_json(path: str, record: dict) -> None:
-    """Writes `record` aside, then renames it into place: the file appears only complete."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    aside = f"{path}.tmp-{os.getpid()}"
-    with open(aside, "w", encoding="utf-8") as f:
-        f.write(json.dumps(record, indent=2) + "\n")
-    os.replace(aside, path)
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--_torch_worker"]:
@@ -507,7 +500,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"finetune_accuracy: {e}; work files kept in {workdir}", file=sys.stderr)
         return 1
     results = results_record(settings, sides, torch_python)
-    write_json(args.output, results)
+    report.write_json(args.output, results)
     print("\n".join(report_lines(results)))
     print(f"results: {args.output}")
     if not args.keep_dir:

@@ -82,10 +82,10 @@ def main() -> int:
     print(f"kernels vs TensorFlow's ops: {result['ratio_kernels_over_tf_ops']:.2f}x; packing on "
           f"TensorFlow's ops: {result['ratio_packing_on_tf_ops']:.2f}x")
     if args.output:
-        staging = f"{args.output}.tmp-{os.getpid()}"
-        with open(staging, "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=1)
-        os.replace(staging, args.output)
+        sys.path.insert(0, os.path.join(REPO, "scripts"))
+        from bench import report  # noqa: PLC0415
+
+        report.write_json(args.output, result, indent=1)
     return 0
 
 

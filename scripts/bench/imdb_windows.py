@@ -152,7 +152,10 @@ def main(argv=None) -> int:
               "batch_size": args.batch_size, "learning_rate": args.learning_rate,
               "seeds": [int(seed) for seed in args.seeds.split(",")], "results": results}
     if args.output:
-        pathlib.Path(args.output).write_text(json.dumps(record, indent=2) + "\n")
+        sys.path.insert(0, str(REPO / "scripts"))
+        from bench import report  # noqa: PLC0415
+
+        report.write_json(args.output, record)
     return 1 if any("error" in r for r in results) else 0
 
 

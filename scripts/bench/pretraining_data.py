@@ -44,7 +44,9 @@ import psutil
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
+from bench import report  # noqa: E402
 from bert_trainer.data import text_corpus  # noqa: E402
 
 IMDB = os.path.join(ROOT, "..", "shared", "data", "imdb", "train.tsv")
@@ -243,9 +245,7 @@ def main():
             os.remove(sized)
             print(json.dumps(result["direct_runner"]), flush=True)
     result["load_average_after"] = os.getloadavg()
-    with open(args.output + ".tmp", "w") as f:
-        json.dump(result, f, indent=1)
-    os.replace(args.output + ".tmp", args.output)
+    report.write_json(args.output, result, indent=1)
 
 
 if __name__ == "__main__":

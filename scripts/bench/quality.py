@@ -42,14 +42,20 @@ import platform
 import re
 import subprocess
 import sys
-import time
 
 SCRIPTS_DIR = pathlib.Path(__file__).resolve().parents[1]
 sys.path[:] = [p for p in sys.path if not p or pathlib.Path(p).resolve() != SCRIPTS_DIR / "bench"]
 if str(SCRIPTS_DIR) not in sys.path:
     sys.path.insert(0, str(SCRIPTS_DIR))
 
-from bench import harness_flags, quality_data, quality_report, quality_score, quality_systems  # noqa: E402
+from bench import (  # noqa: E402
+    harness_flags,
+    quality_data,
+    quality_report,
+    quality_score,
+    quality_systems,
+    report,
+)
 
 REPO = SCRIPTS_DIR.parent
 SHARED = REPO.parent / "shared" / "data"
@@ -290,23 +296,19 @@ def score(system, snap, data, recipes, scratch, sizes, out, log) -> dict:
     return record
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    problem = check(args)
-    if problem:
-        print(f"error: {problem}", file=sys.stderr)
-        return 2
-    started = time.time()
-    record = run(args)
-    record["wall_minutes"] = round((time.time() - started) / 60, 1)
-    quality_report.write_json(args.output, record)
+def publish(args, record: dict) -> None:
+    """The plot, the README table and the summary line of a written record."""
     plot = args.plot or os.path.splitext(args.output)[0] + ".png"
     quality_report.plot(record, plot)
     if args.table:
         quality_report.replace_table(args.table, record, f"Results: `{args.output}` "
                                      f"({args.note or 'see its note'}); plot: `{plot}`.")
     print(f"wrote {args.output} and {plot}")
-    return 0
+
+
+def main(argv=None) -> int:
+    return report.harness_main(argv, name="quality", parse_args=parse_args, check=check,
+                               run=run, publish=publish)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,6 @@ import json
 import os
 
 from bench import report
-from bench.finetune_accuracy import write_json  # noqa: F401 - the harness's JSON writer too
 
 TABLE_START = "<!-- quality-table: scripts/bench/quality.py writes this block -->"
 TABLE_END = "<!-- /quality-table -->"
@@ -132,7 +131,7 @@ def cached_json(path: str, make):
         with open(path) as f:
             return json.load(f)
     value = make()
-    write_json(path, value)
+    report.write_json(path, value)
     return value
 
 

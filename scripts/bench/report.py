@@ -2,8 +2,11 @@
 
 import datetime
 import importlib.metadata
+import json
 import os
 import platform
+import sys
+import time
 
 from bench import isa
 
@@ -304,6 +307,43 @@ def _side_tables(results: dict) -> list[str]:
         else:
             out += [f"{tok['status']}: {tok['note']}", ""]
     return out
+
+
+def write_json(path: str, record, *, indent: int = 2) -> None:
+    """Writes `record` as JSON aside, then renames it into place: a results file appears only
+    complete (every harness writes its results this way)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    aside = f"{path}.tmp-{os.getpid()}"
+    with open(aside, "w", encoding="utf-8") as f:
+        f.write(json.dumps(record, indent=indent) + "\n")
+    os.replace(aside, path)
+
+
+def harness_main(argv, *, name: str, parse_args, run, publish, check=None) -> int:
+    """The main of a benchmark harness: flags, a one-line check, the run, its results.
+
+    Args:
+      argv: the command line (None: sys.argv[1:]).
+      name: the harness, named in its error line.
+      parse_args: argv -> the parsed flags (an `argparse.Namespace` with `output`).
+      run: flags -> the results record (a dict); its wall time is added as "wall_minutes".
+      publish: (flags, record) -> exit code or None (0), after the record is written to
+        `flags.output`: tables, plots, the summary printed.
+      check: flags -> a one-line problem or None; a problem exits 2 before anything runs.
+
+    Returns:
+      The exit code.
+    """
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    problem = check(args) if check else None
+    if problem:
+        print(f"{name}: error: {problem}", file=sys.stderr)
+        return 2
+    started = time.time()
+    record = run(args)
+    record["wall_minutes"] = round((time.time() - started) / 60, 1)
+    write_json(args.output, record)
+    return publish(args, record) or 0
 
 
 def update_readme(path: str, table: str, begin: str = BEGIN, end: str = END) -> None:

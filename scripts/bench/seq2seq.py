@@ -364,17 +364,15 @@ def parse_args(argv):
     return args
 
 
-def main(argv=None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+def _run(args) -> dict:
     if args.smoke:  # The harness only: workers share one TensorFlow import.
         preload_workers()
     os.makedirs(os.path.dirname(os.path.abspath(args.log)), exist_ok=True)
-    results = run(args)
-    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    with open(args.output + ".tmp", "w", encoding="utf-8") as f:
-        json.dump(results, f, indent=2)
-        f.write("\n")
-    os.replace(args.output + ".tmp", args.output)
+    return run(args)
+
+
+def publish(args, results: dict) -> int:
+    """The README table, the summary, and the exit code (1 when a row failed)."""
     table = seq2seq_report.markdown(results)
     if args.table:
         report.update_readme(args.table, table, seq2seq_report.BEGIN, seq2seq_report.END)
@@ -383,6 +381,11 @@ def main(argv=None) -> int:
         f"worker logs: {args.log}")
     rows = [r for s in SECTIONS for r in results.get(s, [])]
     return 1 if any(r["status"] == "failed" for r in rows) else 0
+
+
+def main(argv=None) -> int:
+    return report.harness_main(argv, name="seq2seq", parse_args=parse_args, run=_run,
+                               publish=publish)
 
 
 if __name__ == "__main__":

@@ -25,8 +25,6 @@ max_decode_length (the uncached work is quadratic in it, the cached work linear)
 """
 
 import argparse
-import json
-import os
 import pathlib
 import statistics
 import sys
@@ -177,11 +175,7 @@ def parse_args(argv):
 def main(argv=None) -> int:
     args = parse_args(argv)
     results = run(args)
-    output = pathlib.Path(args.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    partial = output.with_name(output.name + ".partial")
-    partial.write_text(json.dumps(results, indent=2) + "\n")
-    os.replace(partial, output)
+    report.write_json(args.output, results)
     for name, entry in results["variants"].items():
         print(f"{name:16s} {entry['tokens_per_s']:10.1f} tokens/s  (median {entry['median_s']:.3f}"
               f" s over {len(entry['seconds'])} rounds)")
@@ -189,7 +183,7 @@ def main(argv=None) -> int:
         print(f"{kind}: cache speedup {ratio:.2f}x")
     verdict = "met" if results["target"]["met"] else "NOT met"
     print(f"target {results['target']['ratio']} >= {TARGET_BEAM_RATIO}x: {verdict}; "
-          f"wrote {output}")
+          f"wrote {args.output}")
     return 0
 
 

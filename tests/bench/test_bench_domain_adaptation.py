@@ -35,7 +35,7 @@ def test_bad_flags_fail_in_one_line_before_writing(flags, message, tmp_path, cap
     code = domain_adaptation.main([*flags, f"--output={output}",
                                    f"--workdir={tmp_path / 'work'}"])
     err = capsys.readouterr().err.strip()
-    assert code == 2 and err.startswith("error: ") and message in err
+    assert code == 2 and err.startswith("domain_adaptation: error: ") and message in err
     assert len(err.splitlines()) == 1
     assert not output.exists() and not (tmp_path / "work").exists()
 

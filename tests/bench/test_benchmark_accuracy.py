@@ -15,6 +15,7 @@ from conftest import REPO
 sys.path.insert(0, str(REPO / "scripts"))
 
 from bench import finetune_accuracy as fa  # noqa: E402
+from bench import report  # noqa: E402
 
 SHARED_DEV = REPO.parent / "shared" / "data" / "sst2" / "dev.tsv"
 
@@ -88,7 +89,7 @@ def test_unequal_steps_or_dev_examples_are_warned():
 def test_results_record_is_json_and_keeps_every_seed(tmp_path):
     results = _results([0.80, 0.82, 0.84], [0.81, 0.80, 0.79])
     path = tmp_path / "out" / "r.json"
-    fa.write_json(str(path), results)
+    report.write_json(str(path), results)
     back = json.loads(path.read_text())
     assert os.listdir(path.parent) == ["r.json"]  # nothing left aside
     assert back["pytorch"]["per_seed"] == {"1": 0.81, "2": 0.80, "3": 0.79}

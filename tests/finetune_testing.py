@@ -30,9 +30,12 @@ def make_task(name: str, pretrained: dict, *, train_file=None, eval_file=None,
               max_train_examples=None, max_eval_examples=None, seq_length=32,
               train_batch_size=16, eval_batch_size=32, dropout_rate=0.0, task_options=None,
               **resolve_options):
-    """A task of `registry` on the tiny pretrained model's encoder and vocabulary."""
+    """A task of `registry` on the tiny pretrained model's encoder and vocabulary
+    (`resolve_options`: `resolve_task_data`'s, column flags among them)."""
     spec = finetuning.spec_from_checkpoint(pretrained["dir"])
-    task_data = registry.resolve_task_data(name, train_file=train_file, **resolve_options)
+    columns = {k: resolve_options.pop(k) for k in list(resolve_options) if k.endswith("_column")}
+    task_data = registry.resolve_task_data(name, train_file=train_file, columns=columns,
+                                           **resolve_options)
     config = finetuning.FinetuneConfig(seq_length=seq_length, train_batch_size=train_batch_size,
                                        eval_batch_size=eval_batch_size, dropout_rate=dropout_rate,
                                        shuffle_buffer=1000)

@@ -3,7 +3,7 @@
 --objective=masked_lm (the default) writes BERT's sentence-pair examples; --objective=causal_lm
 packs the documents into blocks of --block_size tokens for next-token pretraining (one [SEP]
 before each document, documents spanning blocks, the final partial block dropped). The
-objective's family writes them (`registry.objective(name)`: its `corpus_config`,
+objective's family writes them (`plugins.objective(name)`: its `corpus_config`,
 `write_corpus` and `corpus_report` run the family's corpus writer); this module names none.
 How the text is read and the shards written is one `CorpusOptions`, the same for both.
 
@@ -35,7 +35,7 @@ from bert_trainer.data import beam, text_corpus
 from bert_trainer.data.corpus_options import CorpusOptions
 from bert_trainer.errors import UserError
 
-# The pretraining objectives' names (`registry.objectives()`, not imported here: it loads
+# The pretraining objectives' names (`plugins.objectives()`, not imported here: it loads
 # TensorFlow, and --help should not); each family's objective writes its own data.
 OBJECTIVES = ("masked_lm", "causal_lm")
 
@@ -142,7 +142,7 @@ class PretrainingDataSettings:
         """The settings of the parsed command line `values`.
 
         Args:
-          objectives: every pretraining objective (`registry.objectives().values()`): whose
+          objectives: every pretraining objective (`plugins.objectives().values()`): whose
             `corpus_flags` are read.
         """
         derived = ("corpus_values", "given")
@@ -155,9 +155,9 @@ class PretrainingDataSettings:
 
 def main(argv):
     del argv
-    from bert_trainer.tasks import registry  # noqa: PLC0415 (TensorFlow)
+    from bert_trainer.tasks import plugins  # noqa: PLC0415 (TensorFlow)
 
-    settings = PretrainingDataSettings.from_flags(registry.objectives().values())
+    settings = PretrainingDataSettings.from_flags(plugins.objectives().values())
     beam.check_runner(settings.runner, settings.beam_options, import_beam=False)
     if settings.runner != beam.LOCAL:
         if "num_workers" in settings.given:
@@ -174,8 +174,8 @@ def main(argv):
         if not getattr(settings, name):
             raise UserError(f"--{name} is required (see "
                             "'bert-train create_pretraining_data --help')")
-    objective = registry.objective(settings.objective)
-    _check_objective_flags(objective, registry.objectives().values(), settings)
+    objective = plugins.objective(settings.objective)
+    _check_objective_flags(objective, plugins.objectives().values(), settings)
     config = objective.corpus_config(
         seed=settings.seed,
         **{name: settings.corpus_values[name] for name in objective.corpus_flags})

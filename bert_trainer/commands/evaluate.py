@@ -51,7 +51,7 @@ def main(argv):
     from bert_trainer.checkpoints import select  # noqa: PLC0415
     from bert_trainer.errors import UserError  # noqa: PLC0415
     from bert_trainer.runs import evaluation  # noqa: PLC0415
-    from bert_trainer.tasks import finetuning, registry  # noqa: PLC0415
+    from bert_trainer.tasks import finetuning, plugins  # noqa: PLC0415
     from bert_trainer.training import checkpoint_eval  # noqa: PLC0415
 
     common.setup_logging(FLAGS["verbosity"].present)
@@ -68,7 +68,7 @@ def main(argv):
     # Remote file systems are taken as writable: their first write says otherwise.
     writable = "://" in model_dir or os.access(model_dir, os.W_OK | os.X_OK)
     info = model_dir_lib.read_model_info(model_dir)
-    registry.import_family_modules(FLAGS.family_module)
+    plugins.import_family_modules(FLAGS.family_module)
     data = finetuning.DataConfig(eval_file=FLAGS.eval_file, data_dir=FLAGS.data_dir,
                                  max_eval_examples=FLAGS.max_eval_examples,
                                  skip_bad_rows=FLAGS.skip_bad_rows)

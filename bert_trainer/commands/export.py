@@ -16,7 +16,7 @@ from absl import flags
 from bert_trainer.commands import require_flags, shared_flags
 from bert_trainer.commands.shared_flags import Usage
 from bert_trainer.export import export_saved_model
-from bert_trainer.tasks import registry
+from bert_trainer.tasks import plugins
 
 SHARED_FLAGS = shared_flags.declare(
     __name__,
@@ -38,7 +38,7 @@ FLAGS = flags.FLAGS
 def main(argv):
     del argv
     require_flags("model_dir", "output")
-    registry.import_family_modules(FLAGS.family_module)
+    plugins.import_family_modules(FLAGS.family_module)
     result = export_saved_model(FLAGS.model_dir, FLAGS.output, checkpoint=FLAGS.checkpoint,
                                 seq_length=FLAGS.seq_length, overwrite=FLAGS.overwrite)
     print(f"exported {result['family']} model (seq_length {result['seq_length']}) to "

@@ -141,12 +141,12 @@ flags.mark_flags_as_mutual_exclusive(["num_epochs", "train_steps"])
 def main(argv):
     del argv
     from bert_trainer.runs import finetuning  # noqa: PLC0415 (imports TensorFlow)
-    from bert_trainer.tasks import multi_seed, registry  # noqa: PLC0415
+    from bert_trainer.tasks import multi_seed, plugins, registry  # noqa: PLC0415
 
     common.setup_logging(flags.FLAGS["verbosity"].present)
     settings = settings_from_flags(flags.FLAGS)
     seeds = multi_seed.parse_seeds(settings.seeds, settings.num_seeds)
-    registry.import_family_modules(settings.family_module)
+    plugins.import_family_modules(settings.family_module)
     if not settings.task:
         raise UserError(f"--task is required; choose one of: {', '.join(registry.task_names())}")
     registry.family_of(settings.task)  # an unknown task is refused first, listing the known

@@ -30,7 +30,7 @@ def run_seeds(model_dir: str, seeds: list[int], settings, run_one: Callable[...,
     from bert_trainer.runs import finetuning  # noqa: PLC0415
     from bert_trainer.tasks import multi_seed, registry  # noqa: PLC0415
 
-    _check_seed_flags()
+    finetuning.check_seed_bindings()
     gin_files = finetuning.recipe_files(settings)
     flag_bindings = settings.gin_bindings(registry.family_of(settings.task))
     config = _run_config(gin_files, flag_bindings, settings)
@@ -82,22 +82,6 @@ def _run_seed(model_dir: str, seed: int, final_step: int, gin_files: list[str],
         code = run_one(directory, label=f"seed {seed}: ")
     return code, multi_seed.finished_results(model_dir, seed, final_step,
                                              settings.data.eval_file)
-
-
-def _check_seed_flags() -> None:
-    """Refuses gin bindings that --seeds would override or that leave nothing to report."""
-    import gin  # noqa: PLC0415
-
-    from bert_trainer.errors import UserError  # noqa: PLC0415
-
-    for name in ("TrainerConfig.seed", "FinetuneConfig.seed"):
-        if gin_config.gin_is_bound(name):
-            raise UserError(f"{name} is bound, but --seeds/--num_seeds set it for each seed's "
-                            "run; drop the binding")
-    if (gin_config.gin_is_bound("TrainerConfig.eval_steps")
-            and gin.query_parameter("TrainerConfig.eval_steps") == 0):
-        raise UserError("--seeds/--num_seeds report evaluation metrics, but "
-                        "TrainerConfig.eval_steps = 0 turns evaluation off; drop that binding")
 
 
 def _run_config(gin_files: list[str], flag_bindings: list[str], settings) -> dict:

@@ -21,7 +21,7 @@ from bert_trainer.commands import require_flags, shared_flags
 from bert_trainer.commands.shared_flags import Flag, Usage
 from bert_trainer.errors import UserError
 from bert_trainer.export import predict
-from bert_trainer.tasks import registry
+from bert_trainer.tasks import plugins
 
 SHARED_FLAGS = shared_flags.declare(
     __name__,
@@ -64,7 +64,7 @@ def main(argv):
         raise UserError("pass exactly one of --model_dir (a trained run) and --saved_model "
                         "(an export)")
     predict.check_output(FLAGS.output, FLAGS.overwrite)  # before the slow part
-    registry.import_family_modules(FLAGS.family_module)
+    plugins.import_family_modules(FLAGS.family_module)
     predictor = predict.load_predictor(model_dir=FLAGS.model_dir, saved_model=FLAGS.saved_model,
                                        checkpoint=FLAGS.checkpoint, seq_length=FLAGS.seq_length,
                                        trust_saved_model=FLAGS.trust_saved_model)

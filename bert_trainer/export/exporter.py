@@ -26,7 +26,7 @@ from bert_trainer.checkpoints import model_dir as model_dir_lib
 from bert_trainer.checkpoints import select
 from bert_trainer.errors import UserError
 from bert_trainer.serving import EncoderServing, ServingModule
-from bert_trainer.tasks import registry
+from bert_trainer.tasks import plugins
 
 # Written into an export (TF Serving's place for files the graph does not use): the family
 # and its module, so that `predict --saved_model` formats answers with a plugin family too.
@@ -50,7 +50,7 @@ def build_serving_module(model_dir: str, *, checkpoint: str | None = None,
                          seq_length: int | None = None) -> ServingModule:
     """Rebuilds a model directory's model, restores it and wraps it for serving.
 
-    The task's family (`tasks.registry.family_from_info`) builds the head model and wraps
+    The task's family (`tasks.plugins.family_from_info`) builds the head model and wraps
     it in its serving module.
 
     Args:
@@ -69,7 +69,7 @@ def build_serving_module(model_dir: str, *, checkpoint: str | None = None,
     family = None
     if task.get("family") is not None:
         try:
-            family = registry.family_from_info(task, where)
+            family = plugins.family_from_info(task, where)
         except UserError as e:
             raise UserError(f"{where}: task family {task.get('family')!r} cannot be exported "
                             f"({e})") from None
@@ -139,7 +139,7 @@ def rebuild_module(saved_model: str, record: dict) -> ServingModule | None:
     except (KeyError, TypeError, ValueError) as e:
         raise UserError(f"{where}: its model entry is incomplete ({e!r}); re-export the "
                         "model") from None
-    family = registry.family_from_info(info.task, where)
+    family = plugins.family_from_info(info.task, where)
     task_model = family.head_model(model_dir_lib.build_encoder(info), info.task, where)
     module = family.serving_module(task_model, info.task, vocab_file=info.vocab_file,
                                    lower_case=info.lower_case, seq_length=seq_length)
@@ -229,7 +229,7 @@ def save(module: ServingModule, output: str, *, overwrite: bool = False) -> str:
 
 def _write_family(module: ServingModule, directory: str) -> None:
     """Records the module's task family (and the module registering it) in `FAMILY_FILE`."""
-    family = registry.registered(getattr(module, "family", None))
+    family = plugins.registered(getattr(module, "family", None))
     if family is None:  # An encoder export: no task, no answers to format.
         return
     path = os.path.join(directory, FAMILY_FILE)

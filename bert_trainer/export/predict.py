@@ -67,7 +67,7 @@ from bert_trainer.export.predict_inputs import (  # noqa: F401 (part of predict'
 )
 from bert_trainer.export.progress import Progress  # noqa: F401 (part of predict's API)
 from bert_trainer.serving import INPUT_TOKENS, PADDING_TOKENS
-from bert_trainer.tasks import registry
+from bert_trainer.tasks import plugins
 from bert_trainer.tasks.family import Family
 
 ON_ERROR = ("skip", "stop")
@@ -98,7 +98,7 @@ class Predictor:
     def __post_init__(self):
         if isinstance(self.family, Family):
             self.family = self.family.name
-        self.answers = registry.get_family(self.family)  # Unknown names fail here.
+        self.answers = plugins.get_family(self.family)  # Unknown names fail here.
 
     def __call__(self, batch: dict[str, list[str]]) -> dict[str, np.ndarray]:
         import tensorflow as tf  # Lazy: parsing inputs needs no TensorFlow.
@@ -114,7 +114,7 @@ class Predictor:
 def _family(output_names) -> Family:
     """The family whose `answer_outputs` the signature returns (the most specific one)."""
     names = set(output_names)
-    matches = [f for f in registry.families()
+    matches = [f for f in plugins.families()
                if f.answer_outputs and set(f.answer_outputs) <= names]
     if not matches:
         raise UserError(f"the serving_default signature returns {sorted(names)}, not the "
@@ -177,7 +177,7 @@ def load_predictor(*, model_dir: str | None = None, saved_model: str | None = No
     fn = loaded.signatures["serving_default"]
     names = list(fn.structured_input_signature[1])
     if record is not None and record.get("family"):
-        family = registry.family_from_info(record, os.path.join(saved_model,
+        family = plugins.family_from_info(record, os.path.join(saved_model,
                                                                 exporter.FAMILY_FILE))
     else:  # An export written before exports recorded their family.
         family = _family(fn.structured_outputs)
@@ -194,14 +194,14 @@ def _in_process(module) -> Predictor:
         module.jit_compile = True
     fn = module.text_function()
     names = [spec.name for spec in fn.input_signature]
-    family = registry.get_family(module.family)
+    family = plugins.get_family(module.family)
     return Predictor(_ordered(names, family), fn, family, module.tokenizer, in_process=True)
 
 
 def format_answer(family: Family | str, outputs: dict, i: int) -> dict:
     """The JSON answer of row `i` of a batch's outputs, as `family` (or its name) writes it."""
     if isinstance(family, str):
-        family = registry.get_family(family)
+        family = plugins.get_family(family)
     return family.format_answer(outputs, i)
 
 

@@ -25,7 +25,7 @@ def evaluation_task(model_dir: str, info, name: str | None, data, *, batch_size:
       data: a `tasks.finetuning.DataConfig` (the evaluation file or TFDS split).
       batch_size: the global evaluation batch.
     """
-    from bert_trainer.tasks import finetuning, registry  # noqa: PLC0415
+    from bert_trainer.tasks import finetuning, rebuild, registry  # noqa: PLC0415
 
     where = os.path.join(model_dir, "bert_train.json")
     stored = info.task
@@ -41,7 +41,7 @@ def evaluation_task(model_dir: str, info, name: str | None, data, *, batch_size:
     spec = finetuning.spec_from_checkpoint(model_dir, flag="--model_dir")
     config = finetuning.FinetuneConfig(eval_batch_size=batch_size,
                                        **finetuning.stored_config_options(stored))
-    return registry.task_from_info(stored, spec, config=config, data=data, where=where)
+    return rebuild.task_from_info(stored, spec, config=config, data=data, where=where)
 
 
 def own_file(stem: str, model_dir: str, prefix: str) -> str:

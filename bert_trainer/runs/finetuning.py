@@ -84,37 +84,22 @@ class FinetuneSettings(Settings):
 
     def _window_pairs(self, family) -> list[tuple[str, object]]:
         """--long_texts, --doc_stride and --window_pooling as (binding, value) of the family."""
-        from bert_trainer.tasks import registry  # noqa: PLC0415
+        from bert_trainer.tasks import plugins  # noqa: PLC0415
 
         if not family.truncates and self.long_texts == "truncate":
             raise UserError(f"--long_texts=truncate does not apply to {family.name} tasks: their "
                             "texts are always windowed (set the stride with --doc_stride)")
         if self.long_texts == "head_tail" and not family.head_tail:
-            keeps = [f.name for f in registry.families() if f.head_tail]
+            keeps = [f.name for f in plugins.families() if f.head_tail]
             raise UserError(f"--long_texts=head_tail applies to {' and '.join(keeps)} tasks, not "
                             f"to {family.name}; use windows or truncate")
         if self.window_pooling is not None and not family.window_pooling:
-            pooling = [f.name for f in registry.families() if f.window_pooling]
+            pooling = [f.name for f in plugins.families() if f.window_pooling]
             raise UserError(f"--window_pooling applies to {' and '.join(pooling)}, not to "
                             f"{family.name} tasks; drop it")
         return [("FinetuneConfig.long_texts", self.long_texts),
                 (family.doc_stride_binding, self.doc_stride),
                 ("FinetuneConfig.window_pooling", self.window_pooling)]
-
-    def column_arguments(self, family) -> dict:
-        """The column flags given, as the `resolve_task_data` arguments the family maps them to
-        (`Family.column_flags`); a column flag of another family is refused, naming the
-        family's."""
-        if not self.columns:
-            return {}
-        if not family.reads_columns:  # resolve_task_data names the families that read columns
-            return {"text_column": next(iter(self.columns.values()))}
-        foreign = [name for name in self.columns if name not in family.column_flags]
-        if foreign:
-            own = ", ".join(f"--{name}" for name in family.column_flags)
-            raise UserError(f"--{foreign[0]} does not apply to {family.name} tasks; their "
-                            f"columns are {own}")
-        return {family.column_flags[name]: value for name, value in self.columns.items()}
 
 
 def parse_config(settings: FinetuneSettings) -> None:
@@ -204,8 +189,7 @@ def _build_task(settings: FinetuneSettings):
     from bert_trainer.tasks import registry  # noqa: PLC0415
 
     task_data = registry.resolve_task_data(
-        settings.task, **settings.column_arguments(registry.family_of(settings.task)),
-        has_header=settings.header,
+        settings.task, columns=settings.columns, has_header=settings.header,
         label_names=list(settings.label_names) if settings.label_names else None,
         train_file=settings.data.train_file, skip_bad_rows=settings.data.skip_bad_rows)
     config = gin_config.build_configured(configurables.FinetuneConfig, "FinetuneConfig")
@@ -270,6 +254,21 @@ def _build_trainer(settings: FinetuneSettings, task, model_dir: str, run_setting
                    strategy=strategy or strategies.get_strategy(settings.strategy,
                                                                tpu_address=settings.tpu),
                    derived_bindings=run_settings.gin_bindings())
+
+
+def check_seed_bindings() -> None:
+    """Refuses gin bindings that a multi-seed run (--seeds) would override or that leave it
+    nothing to report (call after `parse_config`)."""
+    import gin  # noqa: PLC0415
+
+    for name in ("TrainerConfig.seed", "FinetuneConfig.seed"):
+        if gin_config.gin_is_bound(name):
+            raise UserError(f"{name} is bound, but --seeds/--num_seeds set it for each seed's "
+                            "run; drop the binding")
+    if (gin_config.gin_is_bound("TrainerConfig.eval_steps")
+            and gin.query_parameter("TrainerConfig.eval_steps") == 0):
+        raise UserError("--seeds/--num_seeds report evaluation metrics, but "
+                        "TrainerConfig.eval_steps = 0 turns evaluation off; drop that binding")
 
 
 def write_eval_results(trainer, result) -> str:

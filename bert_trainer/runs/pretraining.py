@@ -46,12 +46,12 @@ class PretrainSettings(Settings):
         records them. The data settings are bound for every objective's config (the objective
         is read from gin only after parsing); the operative config lists the one the run
         builds."""
-        from bert_trainer.tasks import registry  # noqa: PLC0415 (imports TensorFlow)
+        from bert_trainer.tasks import plugins  # noqa: PLC0415 (imports TensorFlow)
 
         data = [("train_data", self.train_data), ("eval_data", self.eval_data),
                 ("vocab_file", self.vocab_file)]
         pairs = [(f"{objective.config_name}.{name}", value)
-                 for objective in registry.objectives().values() for name, value in data]
+                 for objective in plugins.objectives().values() for name, value in data]
         pairs += [("TrainerConfig.init_checkpoint", self.init_checkpoint),
                   ("TrainerConfig.time_budget", self.time_budget)]
         return [gin_config.gin_binding(name, value) for name, value in pairs
@@ -105,7 +105,7 @@ def _build_trainer(settings: PretrainSettings, model_dir: str, strategy):
     """Builds the task, the configs and the Trainer from the parsed gin config.
 
     The objective (gin's `pretraining_objective`, asked of the family that owns it:
-    `registry.objective`) names its data config and model builder, checks the init
+    `plugins.objective`) names its data config and model builder, checks the init
     checkpoint and builds its task. The init checkpoint is resolved once: a bert-train,
     Hugging Face, Google BERT or GPT-2 directory fixes the model's architecture and (unless
     bound) the vocabulary and its casing, and the same resolved checkpoint warm-starts the
@@ -116,7 +116,7 @@ def _build_trainer(settings: PretrainSettings, model_dir: str, strategy):
     """
     from bert_trainer import configurables  # noqa: PLC0415
     from bert_trainer.interop import resolve  # noqa: PLC0415
-    from bert_trainer.tasks import registry  # noqa: PLC0415
+    from bert_trainer.tasks import plugins  # noqa: PLC0415
     from bert_trainer.training import strategies  # noqa: PLC0415
     from bert_trainer.training.trainer import Trainer  # noqa: PLC0415
 
@@ -126,7 +126,7 @@ def _build_trainer(settings: PretrainSettings, model_dir: str, strategy):
     config = gin_config.build_configured(configurables.TrainerConfig, "TrainerConfig")
     checkpoint = (resolve.as_resolved(config.init_checkpoint) if config.init_checkpoint
                   else None)
-    objective = registry.objective(configurables.pretraining_objective())
+    objective = plugins.objective(configurables.pretraining_objective())
     config_name = objective.config_name
     derived = {}
     model_fn = getattr(configurables, objective.builder_name)

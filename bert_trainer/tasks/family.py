@@ -1,4 +1,4 @@
-"""What a task family provides: one object that the registry, the commands and the exporter ask.
+"""What a task family provides: one object that the registries, the commands and the exporter ask.
 
 A family (classification, regression, squad, tagging, translate, or one of your own) lives
 in one place, `bert_trainer/tasks/<family>/` for the built-in ones, and declares:
@@ -12,7 +12,7 @@ in one place, `bert_trainer/tasks/<family>/` for the built-in ones, and declares
 - its serving module (`head_model` + `serving_module`: text in, answers out) and how
   `predict` writes one answer (`format_answer`).
 
-A family registers itself with `bert_trainer.tasks.registry.register_family(family)` when its
+A family registers itself with `bert_trainer.tasks.plugins.register_family(family)` when its
 module is imported. Nothing outside the family's package branches on its name.
 """
 
@@ -114,14 +114,20 @@ class Family(ExampleReader):
     # -- serving and predict ---------------------------------------------------------------
 
     def head_model(self, encoder, task: dict, where: str):
-        """The (unrestored) task model around `encoder` for the stored task entry `task`.
+        """The (unrestored) task model around `encoder` for the stored task entry `task`:
+        `task_class.head_model` (the task's own builder) with `head_options`.
 
         Args:
           encoder: a freshly built encoder.
           task: the "task" entry of bert_train.json.
           where: the bert_train.json path, named in error messages.
         """
-        raise NotImplementedError
+        return self.task_class.head_model(encoder, **self.head_options(task, where))
+
+    def head_options(self, task: dict, where: str) -> dict:
+        """The `task_class.head_model` options a stored task entry records (bad or missing
+        values: one line naming `where`)."""
+        return {}
 
     def serving_module(self, model, task: dict, **common):
         """The text-in serving module (an `bert_trainer.serving.TaskServing`) of a restored model.

@@ -231,7 +231,15 @@ class FinetuningTask(Task):
         return self.model
 
     def build_head_model(self, encoder: keras.Model) -> keras.Model:
-        """The task model around a freshly built `encoder` (it must expose `.encoder`)."""
+        """The task model around a freshly built `encoder`: `head_model` with this task's
+        options."""
+        return self.head_model(encoder)
+
+    @classmethod
+    def head_model(cls, encoder: keras.Model, **options) -> keras.Model:
+        """The task model around `encoder` (it must expose `.encoder`): the one way the
+        family builds its head, for training (`build_head_model`) and for export
+        (`Family.head_model`, with the options a model directory stores)."""
         raise NotImplementedError
 
     def flops_counter(self, model: keras.Model):

@@ -2,7 +2,7 @@
 
 `pretraining_objective.name` picks one ("masked_lm" by default; configs/causal_lm/*.gin bind
 "causal_lm"). Each belongs to the task family that owns its data, task and serving
-(`Family.objective`: tasks/masked_lm/, tasks/causal_lm/; `registry.objective` finds it). It
+(`Family.objective`: tasks/masked_lm/, tasks/causal_lm/; `plugins.objective` finds it). It
 names the gin configurables of its data config and its model builder (registered in
 `bert_trainer.configurables`), builds its task, and refuses a warm start from another
 objective's model; `bert-train pretrain` asks it, and never branches on its name.

@@ -227,12 +227,12 @@ def test_num_workers_defaults_to_the_cores_this_process_may_use():
 
 def test_the_flags_are_read_once_into_settings():
     from bert_trainer.commands import create_pretraining_data as command
-    from bert_trainer.tasks import registry
+    from bert_trainer.tasks import plugins
 
     flags.FLAGS.unparse_flags()
     try:
         flags.FLAGS(["bert-train", "--num_workers=3", "--block_size=64", "--tfds=wiki"])
-        settings = command.PretrainingDataSettings.from_flags(registry.objectives().values())
+        settings = command.PretrainingDataSettings.from_flags(plugins.objectives().values())
     finally:
         flags.FLAGS.unparse_flags()
     assert (settings.num_workers, settings.tfds, settings.tfds_split) == (3, "wiki", "train")

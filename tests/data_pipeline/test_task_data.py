@@ -33,13 +33,13 @@ def test_registry_entries():
     get = registry.get_task_data
     assert get("mnli").splits == {"train": "train", "eval": "validation_matched"}
     assert get("mnli").label_names == ("entailment", "neutral", "contradiction")
-    assert get("stsb").family == "regression" and get("stsb").num_labels == 1
+    assert get("stsb").family_name == "regression" and get("stsb").num_labels == 1
     assert get("stsb").label_names is None
     assert (get("squad").tfds_name, get("squad_v2").tfds_name) == ("squad/v1.1", "squad/v2.0")
     assert (get("squad").version_2, get("squad_v2").version_2) == (False, True)
     assert get("imdb").tfds_name == "imdb_reviews" and get("imdb").splits["eval"] == "test"
     assert get("conll2003").num_labels == 9 and get("conll2003").splits["eval"] == "dev"
-    pairs = [n for n in ALL_TASKS if get(n).family in ("classification", "regression")
+    pairs = [n for n in ALL_TASKS if get(n).family_name in ("classification", "regression")
              and get(n).is_pair]
     assert pairs == ["mnli", "mrpc", "qnli", "qqp", "rte", "stsb", "wnli"]
     assert {get(n).tfds_name for n in pairs} == {f"glue/{n}" for n in pairs}

@@ -20,11 +20,11 @@ TATOEBA = ("Go.\tVe.\tCC-BY 2.0 (France) Attribution: tatoeba.org #2877272 (CM) 
            "¿Qué?\tWhat?\tCC-BY 2.0 (France) Attribution: tatoeba.org #1 (x)\n")
 
 
-def pairs(path, **columns):
-    """The pairs (source, target) the translate task reads from `path`."""
-    args = {k: v for k, v in columns.items() if k != "skip_bad_rows"}
-    td = registry.resolve_task_data("translate", **args)
-    ds = td.load("train", file=str(path), skip_bad_rows=columns.get("skip_bad_rows", False))
+def pairs(path, *, has_header=None, skip_bad_rows=False, **columns):
+    """The pairs (source, target) the translate task reads from `path` (`columns`: the
+    column flags, source_column and target_column)."""
+    td = registry.resolve_task_data("translate", columns=columns, has_header=has_header)
+    ds = td.load("train", file=str(path), skip_bad_rows=skip_bad_rows)
     return [(r["source"].decode(), r["target"].decode()) for r in ds.as_numpy_iterator()]
 
 
@@ -45,7 +45,7 @@ def test_tatoeba_txt_is_read_as_is(tmp_path):
     path.write_text(TATOEBA, encoding="utf-8")
     assert pairs(path) == [("Go.", "Ve."), ("Hi.", "Hola."), ("¿Qué?", "What?")]
     # Its columns swapped by index: Spanish -> English.
-    assert pairs(path, text_column="1", text_b_column="0")[1] == ("Hola.", "Hi.")
+    assert pairs(path, source_column="1", target_column="0")[1] == ("Hola.", "Hi.")
 
 
 def test_header_rule():
@@ -66,7 +66,7 @@ def test_header_flag_overrides_detection(tmp_path):
 def test_named_columns_in_csv_and_jsonl(tmp_path):
     csv_path = tmp_path / "pairs.csv"
     csv_path.write_text('id,es,en\n1,"Hola, amigo.",Hi friend.\n2,Ve.,Go.\n', encoding="utf-8")
-    assert pairs(csv_path, text_column="en", text_b_column="es") == [
+    assert pairs(csv_path, source_column="en", target_column="es") == [
         ("Hi friend.", "Hola, amigo."), ("Go.", "Ve.")]
     jsonl = tmp_path / "pairs.jsonl"
     jsonl.write_text('{"source": "Go.", "target": "Ve."}\n\n{"source": "Hi.", "target": "Hola."}\n'
@@ -74,10 +74,10 @@ def test_named_columns_in_csv_and_jsonl(tmp_path):
     assert pairs(jsonl) == [("Go.", "Ve."), ("Hi.", "Hola.")]
     keyed = tmp_path / "keyed.jsonl"
     keyed.write_text('{"en": "Go.", "es": "Ve."}\n', encoding="utf-8")
-    assert pairs(keyed, text_column="en", text_b_column="es") == [("Go.", "Ve.")]
+    assert pairs(keyed, source_column="en", target_column="es") == [("Go.", "Ve.")]
     half = tmp_path / "half.jsonl"
     half.write_text('{"en": "Go.", "target": "Ve."}\n', encoding="utf-8")
-    assert pairs(half, text_column="en") == [("Go.", "Ve.")]  # the target keeps its key
+    assert pairs(half, source_column="en") == [("Go.", "Ve.")]  # the target keeps its key
 
 
 @pytest.mark.parametrize("name, text, columns, message", [
@@ -88,7 +88,7 @@ def test_named_columns_in_csv_and_jsonl(tmp_path):
      r"pass --skip_bad_rows"),
     ("empty_source.tsv", "Go.\tVe.\n\tHola.\n", {}, r"empty_source.tsv:2: empty source"),
     ("short.tsv", "Go.\tVe.\nHi.\n", {}, r"short.tsv:2: expected at least 2 columns, found 1"),
-    ("named.tsv", "english\tspanish\nGo.\tVe.\n", {"text_column": "french"},
+    ("named.tsv", "english\tspanish\nGo.\tVe.\n", {"source_column": "french"},
      r"named.tsv:1: header has no column 'french'"),
     ("keys.jsonl", '{"en": "Go.", "es": "Ve."}\n', {}, r"keys.jsonl:1: object lacks the keys"),
     ("pairs.conll", "Go.\tVe.\n", {}, r"reads TSV, CSV or JSONL pair files"),
@@ -119,7 +119,7 @@ def test_tfds_presets_are_named_and_offline_errors_are_one_line(tmp_path):
     names = registry.task_names()
     assert {"ted_hrlr_translate/pt_to_en", "wmt14_translate/de-en", "translate"} <= set(names)
     td = registry.get_task_data("ted_hrlr_translate/pt_to_en")
-    assert td.family == "translate" and td.tfds_keys == {"source": "pt", "target": "en"}
+    assert td.family_name == "translate" and td.tfds_keys == {"source": "pt", "target": "en"}
     with pytest.raises(UserError) as info:
         td.load("train", data_dir=str(tmp_path / "no_tfds"))
     assert "ted_hrlr_translate" in str(info.value) and "\n" not in str(info.value)

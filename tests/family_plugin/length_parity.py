@@ -25,7 +25,7 @@ from bert_trainer.models.encoder_model import EncoderModel
 from bert_trainer.serving import TEXT, TaskServing, text_input_spec
 from bert_trainer.tasks.family import Family, decode
 from bert_trainer.tasks.finetuning import FinetuningTask
-from bert_trainer.tasks.registry import register_family
+from bert_trainer.tasks.plugins import register_family
 
 NAME = "length_parity"
 PARITY_LOGIT = "parity_logit"

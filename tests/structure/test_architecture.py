@@ -325,3 +325,27 @@ def test_no_function_below_a_commands_main_reads_flags():
     assert not readers, ("these functions read FLAGS below a command's main; read the flag in "
                          "main and pass its value down:\n"
                          + "\n".join(f"    {reader}" for reader in readers))
+
+
+def _gin_queries(source: str) -> list[str]:
+    """The names of gin's binding queries (`query_parameter`, `gin_is_bound`) `source` calls
+    or imports, in source order."""
+    queries = ("query_parameter", "gin_is_bound")
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr in queries:
+            found.append(node.attr)
+        elif isinstance(node, ast.ImportFrom):
+            found.extend(alias.name for alias in node.names if alias.name in queries)
+    return found
+
+
+def test_no_command_asks_gin_what_was_bound():
+    # What the gin config set is the run builders' business (bert_trainer/runs): a command
+    # reads its flags into settings, calls the library and prints.
+    assert _gin_queries("import gin\nx = gin.query_parameter('A.b')\n") == ["query_parameter"]
+    assert _gin_queries("from bert_trainer.runs.gin_config import gin_is_bound\n") == [
+        "gin_is_bound"]
+    bad = {module: found for module, source in _command_modules().items()
+           if (found := _gin_queries(source))}
+    assert not bad, f"command modules that query gin's bindings: {bad}"

@@ -12,11 +12,11 @@ import pathlib
 from conftest import REPO
 
 from bert_trainer.runs import gin_config
-from bert_trainer.tasks import registry
+from bert_trainer.tasks import plugins
 
 PACKAGE = REPO / "bert_trainer"
-FAMILY_DIRS = {PACKAGE / "tasks" / name for name in registry.BUILT_IN}
-NAMES = set(registry.BUILT_IN)
+FAMILY_DIRS = {PACKAGE / "tasks" / name for name in plugins.BUILT_IN}
+NAMES = set(plugins.BUILT_IN)
 
 
 def _names_in(node) -> set[str]:
@@ -65,8 +65,8 @@ def test_no_family_name_branches_outside_the_family_packages():
 
 
 def test_every_built_in_family_is_one_registered_package():
-    for name, module in registry.BUILT_IN.items():
-        family = registry.get_family(name)
+    for name, module in plugins.BUILT_IN.items():
+        family = plugins.get_family(name)
         assert family.name == name and family.module_name().startswith(module + ".")
         assert (PACKAGE / "tasks" / name / "__init__.py").is_file()
         if not (family.presets() or family.local_tasks):
@@ -76,23 +76,23 @@ def test_every_built_in_family_is_one_registered_package():
 
 
 def test_pretraining_objectives_are_families_that_pretrain_asks():
-    """`bert-train pretrain`'s run builder (`runs/pretraining.py`) asks `registry.objective`
+    """`bert-train pretrain`'s run builder (`runs/pretraining.py`) asks `plugins.objective`
     (tasks/objective.py): each objective is a built-in family's, named in configurables' list,
     with registered gin configurables; neither it nor the command names an objective."""
     from bert_trainer import configurables
 
-    owners = {f.objective.name: f for f in registry.families() if f.objective is not None}
+    owners = {f.objective.name: f for f in plugins.families() if f.objective is not None}
     assert sorted(owners) == sorted(configurables.PRETRAINING_OBJECTIVES)
     for name, family in owners.items():
-        assert family.name in registry.BUILT_IN and registry.objective(name) is family.objective
+        assert family.name in plugins.BUILT_IN and plugins.objective(name) is family.objective
         objective = family.objective
         assert hasattr(configurables, objective.config_name), objective.config_name
         assert callable(getattr(configurables, objective.builder_name)), objective.builder_name
     assert owners["masked_lm"].exports_encoder and not owners["causal_lm"].exports_encoder
     # What masked-LM model directories record ("pretraining") is read as its family.
-    assert registry.family_from_info({"family": "pretraining"}) is owners["masked_lm"]
+    assert plugins.family_from_info({"family": "pretraining"}) is owners["masked_lm"]
     builder = (PACKAGE / "runs" / "pretraining.py").read_text(encoding="utf-8")
-    assert "registry.objective(" in builder
+    assert "plugins.objective(" in builder
     for path in ("runs/pretraining.py", "commands/pretrain.py"):
         source = (PACKAGE / path).read_text(encoding="utf-8")
         for module in ("tasks.causal_lm", "tasks.masked_lm", "CausalLMTask", "PretrainingTask"):
@@ -103,7 +103,7 @@ def test_pretraining_objectives_are_families_that_pretrain_asks():
 # Each pretraining objective's corpus writer (what `create_pretraining_data --objective` runs):
 # its family's corpus.py.
 CORPUS_WRITERS = {f.objective.name: f"bert_trainer.tasks.{f.name}.corpus"
-                  for f in registry.families() if f.objective is not None}
+                  for f in plugins.families() if f.objective is not None}
 
 
 def _module_name(path: pathlib.Path) -> str:
@@ -134,10 +134,10 @@ def test_the_check_finds_imports_of_a_module():
 
 
 def test_only_its_family_imports_an_objectives_corpus_writer():
-    """`create_pretraining_data` asks the objective (`registry.objective(name).write_corpus`);
+    """`create_pretraining_data` asks the objective (`plugins.objective(name).write_corpus`);
     the Beam pipeline and the worker pool receive the writer's functions as arguments. No
     other module (another family's writer included) imports a corpus writer."""
-    assert set(CORPUS_WRITERS) == set(registry.objectives())
+    assert set(CORPUS_WRITERS) == set(plugins.objectives())
     for name in CORPUS_WRITERS:
         assert (PACKAGE / "tasks" / name / "corpus.py").is_file(), name
     checked, offenders = 0, []
@@ -151,9 +151,9 @@ def test_only_its_family_imports_an_objectives_corpus_writer():
             if writer in imported:
                 offenders.append(f"{path.relative_to(PACKAGE.parent)} imports {writer}")
     assert checked > 50
-    assert offenders == [], "ask registry.objective(name) instead:\n" + "\n".join(offenders)
+    assert offenders == [], "ask plugins.objective(name) instead:\n" + "\n".join(offenders)
     command = (PACKAGE / "commands" / "create_pretraining_data.py").read_text(encoding="utf-8")
-    assert "registry.objective(" in command
+    assert "plugins.objective(" in command
 
 
 def test_create_pretraining_data_offers_every_objective():
@@ -161,5 +161,5 @@ def test_create_pretraining_data_offers_every_objective():
     the default first."""
     from bert_trainer.commands import create_pretraining_data as command  # noqa: PLC0415
 
-    assert sorted(command.OBJECTIVES) == sorted(registry.objectives())
+    assert sorted(command.OBJECTIVES) == sorted(plugins.objectives())
     assert command.OBJECTIVES[0] == "masked_lm"

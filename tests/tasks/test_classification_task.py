@@ -15,7 +15,7 @@ from finetune_testing import (
 from bert_trainer import features as F
 from bert_trainer.errors import UserError
 from bert_trainer.features import LOGITS
-from bert_trainer.tasks import finetuning, registry
+from bert_trainer.tasks import finetuning, plugins, rebuild, registry
 from bert_trainer.tasks.classification.task import PREDICTIONS
 from bert_trainer.training import optimization
 
@@ -173,7 +173,7 @@ def test_task_info_rebuilds_a_local_task_with_its_columns(tiny_pretrained, tmp_p
                      text_column="review", label_column="2")
     info = task.task_info()
     assert info["label_names"] == ["bad", "good"] and info["columns"]["label"] == 2
-    rebuilt = registry.task_from_info(info, task.encoder_spec,
+    rebuilt = rebuild.task_from_info(info, task.encoder_spec,
                                       data=finetuning.DataConfig(eval_file=str(reviews)))
     assert rebuilt.task_data.columns == task.task_data.columns
     assert rebuilt.task_data.label_names == ("bad", "good")
@@ -185,7 +185,7 @@ def test_task_info_rebuilds_a_local_task_with_its_columns(tiny_pretrained, tmp_p
     assert info["family_module"] == "bert_trainer.tasks.classification.family"
     # A model directory written before families recorded their module names the family only.
     old = {k: v for k, v in info.items() if k != "family_module"}
-    again = registry.task_from_info(old, task.encoder_spec)
+    again = rebuild.task_from_info(old, task.encoder_spec)
     assert type(again) is type(task) and again.task_data.family is task.task_data.family
     assert again.task_info() == info
 
@@ -198,8 +198,8 @@ def test_mean_pooling_is_recorded_and_rebuilt_by_evaluate_and_export(tiny_pretra
     assert task.build_model().pooling == "mean"
     info = task.task_info()
     assert info["pooling"] == "mean"
-    assert registry.task_from_info(info, task.encoder_spec).build_model().pooling == "mean"
-    family = registry.get_family("classification")
+    assert rebuild.task_from_info(info, task.encoder_spec).build_model().pooling == "mean"
+    family = plugins.get_family("classification")
     assert family.head_model(task.encoder_spec.build(), info, "here").pooling == "mean"
     old = {k: v for k, v in info.items() if k != "pooling"}  # written before the option
     assert family.head_model(task.encoder_spec.build(), old, "here").pooling == "cls"

@@ -12,7 +12,7 @@ import pytest
 from robust_testing import REPO, subprocess_env
 
 from bert_trainer.errors import UserError
-from bert_trainer.tasks import registry
+from bert_trainer.tasks import plugins, registry
 
 PLUGIN = "family_plugin.length_parity"
 WORDS = ["alpha", "beta", "gamma", "delta", "the", "cat", "sat", "on", "mat", "dog"]
@@ -21,11 +21,11 @@ WORDS = ["alpha", "beta", "gamma", "delta", "the", "cat", "sat", "on", "mat", "d
 @pytest.fixture
 def clean_registry(monkeypatch):
     """The registry as it is now, restored afterwards (a plugin must not leak into others)."""
-    registry.families()
-    monkeypatch.setattr(registry, "_families", dict(registry._families))
-    monkeypatch.setattr(registry, "_plugins_loaded", False)
+    plugins.families()
+    monkeypatch.setattr(plugins, "_families", dict(plugins._families))
+    monkeypatch.setattr(plugins, "_plugins_loaded", False)
     monkeypatch.delitem(sys.modules, PLUGIN, raising=False)
-    monkeypatch.delenv(registry.ENV_VAR, raising=False)
+    monkeypatch.delenv(plugins.ENV_VAR, raising=False)
 
 
 def write_tsv(path, count: int, seed: int) -> None:
@@ -39,8 +39,8 @@ def write_tsv(path, count: int, seed: int) -> None:
 
 def test_register_family_explicitly(clean_registry, tmp_path):
     plugin = importlib.import_module(PLUGIN)  # importing registers it
-    assert registry.get_family("length_parity") is plugin.FAMILY
-    assert registry.register_family(plugin.FAMILY) is plugin.FAMILY  # again: same class, kept
+    assert plugins.get_family("length_parity") is plugin.FAMILY
+    assert plugins.register_family(plugin.FAMILY) is plugin.FAMILY  # again: same class, kept
     assert "length_parity" in registry.task_names()
     assert registry.family_of("length_parity") is plugin.FAMILY
     write_tsv(tmp_path / "train.tsv", 5, seed=0)
@@ -55,7 +55,7 @@ def test_register_family_explicitly(clean_registry, tmp_path):
     # The column flags are classification's: refused for this family, by its attributes.
     with pytest.raises(UserError, match="column flags .* apply to classification, regression "
                                         "and translate files, not to task 'length_parity'"):
-        registry.resolve_task_data("length_parity", text_column="x")
+        registry.resolve_task_data("length_parity", columns={"text_column": "x"})
 
 
 def test_a_name_or_a_dataset_of_another_family_is_refused(clean_registry):
@@ -66,7 +66,7 @@ def test_a_name_or_a_dataset_of_another_family_is_refused(clean_registry):
 
     with pytest.raises(UserError, match="task family 'classification' is already registered "
                                         "by bert_trainer.tasks.classification"):
-        registry.register_family(Impostor())
+        plugins.register_family(Impostor())
 
     class Squatter(plugin.LengthParityFamily):
         name = "squatter"
@@ -74,36 +74,36 @@ def test_a_name_or_a_dataset_of_another_family_is_refused(clean_registry):
 
     with pytest.raises(UserError, match="task family 'squatter' declares the task 'sst2' of "
                                         "family 'classification'"):
-        registry.register_family(Squatter())
+        plugins.register_family(Squatter())
 
 
 def test_plugins_from_the_environment_variable(clean_registry, monkeypatch):
     with pytest.raises(UserError, match="unknown task family 'length_parity'; known: "
                                         "causal_lm, classification, masked_lm, regression, "
                                         "squad, tagging"):
-        registry.get_family("length_parity")
-    monkeypatch.setattr(registry, "_plugins_loaded", False)
-    monkeypatch.setenv(registry.ENV_VAR, f" {PLUGIN} ,")
-    assert registry.get_family("length_parity").name == "length_parity"
+        plugins.get_family("length_parity")
+    monkeypatch.setattr(plugins, "_plugins_loaded", False)
+    monkeypatch.setenv(plugins.ENV_VAR, f" {PLUGIN} ,")
+    assert plugins.get_family("length_parity").name == "length_parity"
 
 
 def test_plugins_from_entry_points(clean_registry, monkeypatch):
     entry = metadata.EntryPoint(name="parity", value=f"{PLUGIN}:FAMILY",
-                                group=registry.ENTRY_POINT_GROUP)
-    monkeypatch.setattr(registry.metadata, "entry_points",
-                        lambda group: [entry] if group == registry.ENTRY_POINT_GROUP else [])
-    assert registry.get_family("length_parity").name == "length_parity"
+                                group=plugins.ENTRY_POINT_GROUP)
+    monkeypatch.setattr(plugins.metadata, "entry_points",
+                        lambda group: [entry] if group == plugins.ENTRY_POINT_GROUP else [])
+    assert plugins.get_family("length_parity").name == "length_parity"
 
 
 def test_a_missing_plugin_module_is_one_line(clean_registry):
     with pytest.raises(UserError, match="--family_module: cannot import the task family module "
                                         "'no_such_plugin'"):
-        registry.import_family_modules("no_such_plugin")
+        plugins.import_family_modules("no_such_plugin")
     info = {"name": "x", "family": "gone", "family_module": "no_such_plugin"}
     with pytest.raises(UserError, match="bert_train.json: the task family 'gone' is in the "
                                         "module 'no_such_plugin', which is imported only when "
                                         "you name it .*pass --family_module=no_such_plugin"):
-        registry.family_from_info(info, "bert_train.json")
+        plugins.family_from_info(info, "bert_train.json")
 
 
 def test_a_model_dir_does_not_choose_what_is_imported(clean_registry, tmp_path, monkeypatch):
@@ -113,7 +113,7 @@ def test_a_model_dir_does_not_choose_what_is_imported(clean_registry, tmp_path, 
     monkeypatch.syspath_prepend(str(tmp_path))
     info = {"name": "x", "family": "planted", "family_module": "planted_family"}
     with pytest.raises(UserError, match="pass --family_module=planted_family"):
-        registry.family_from_info(info, "run/bert_train.json")
+        plugins.family_from_info(info, "run/bert_train.json")
     assert not (tmp_path / "ran").exists(), "the model dir's family_module was imported"
 
 
@@ -122,12 +122,12 @@ def test_a_family_module_given_as_a_path_or_failing_on_import_is_one_line(clean_
     with pytest.raises(UserError, match=r"--family_module: './my_family.py' is a file path, "
                                         r"not a module name; put its folder on PYTHONPATH and "
                                         r"pass --family_module=my_family"):
-        registry.import_family_modules("./my_family.py")
+        plugins.import_family_modules("./my_family.py")
     (tmp_path / "broken_family.py").write_text(
         "x = 1\nraise RuntimeError('no GPU here\\nmore')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(UserError) as raised:
-        registry.import_family_modules("broken_family")
+        plugins.import_family_modules("broken_family")
     assert str(raised.value) == ("--family_module: importing the task family module "
                                  "'broken_family' failed: RuntimeError: no GPU here; fix the "
                                  "module")

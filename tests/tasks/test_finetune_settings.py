@@ -7,6 +7,7 @@ import types
 import pytest
 
 from bert_trainer.commands.finetune import settings_from_flags
+from bert_trainer.data.sources import TextColumns
 from bert_trainer.errors import UserError
 from bert_trainer.runs.finetuning import COLUMN_FLAGS, FinetuneSettings
 from bert_trainer.tasks import registry
@@ -54,13 +55,17 @@ def test_only_the_flags_given_become_gin_bindings_of_the_family():
         FinetuneSettings(window_pooling="mean").gin_bindings(squad)
 
 
-def test_column_flags_map_to_the_family_s_arguments():
-    translate = registry.family_of("translate")
-    settings = FinetuneSettings(columns={"source_column": "en", "target_column": "es"})
-    assert settings.column_arguments(translate) == {
-        translate.column_flags["source_column"]: "en",
-        translate.column_flags["target_column"]: "es"}
-    assert FinetuneSettings().column_arguments(translate) == {}
+def test_column_flags_map_to_the_family_s_columns_and_are_checked_in_one_place():
+    translate = registry.resolve_task_data(
+        "translate", columns={"source_column": "en", "target_column": "2"})
+    assert translate.columns == TextColumns("en", 2, None)
+    assert translate.text_keys == ("text", "text_b")
     with pytest.raises(UserError, match=r"^--text_column does not apply to translate tasks; "
                                         r"their columns are --source_column"):
-        FinetuneSettings(columns={"text_column": "x"}).column_arguments(translate)
+        registry.resolve_task_data("translate", columns={"text_column": "x"})
+    with pytest.raises(UserError, match=r"^column flags \(--label_column\) apply to "
+                                        r"classification, regression and translate files, not "
+                                        r"to task 'squad' \(squad\)"):
+        registry.resolve_task_data("squad", columns={"label_column": "y"})
+    unset = registry.resolve_task_data("sst2", columns={"text_column": None})
+    assert unset.columns == registry.get_task_data("sst2").columns

@@ -22,7 +22,7 @@ from export_testing import TAGS, build_model, write_vocab
 
 from bert_trainer.data import windows
 from bert_trainer.data.tokenizer import Tokenizer
-from bert_trainer.tasks import registry
+from bert_trainer.tasks import plugins
 from bert_trainer.tasks.causal_lm.serving import CausalLMServing
 from bert_trainer.tasks.classification import data as classification_data
 from bert_trainer.tasks.classification.serving import ClassifierServing
@@ -100,7 +100,7 @@ def test_classifier_predict_marks_a_cut_text(vocab_file, long_texts):
     # third keeps its short first text whole and windows the long second one).
     expected = [False, True, True] if long_texts == "truncate" else [False, True, False]
     np.testing.assert_array_equal(out["truncated"], expected)
-    family = registry.get_family("classification")
+    family = plugins.get_family("classification")
     assert [family.format_answer(out, i).get("truncated") for i in range(3)] == [
         True if e else None for e in expected]
     older = {k: v for k, v in out.items() if k != "truncated"}  # an export made before
@@ -113,7 +113,7 @@ def test_regression_predict_marks_a_cut_text(vocab_file):
     out = {k: v.numpy() for k, v in module.text_function()(text=tf.constant([SHORT, LONG]))
            .items()}
     np.testing.assert_array_equal(out["truncated"], [False, True])
-    family = registry.get_family("regression")
+    family = plugins.get_family("regression")
     assert family.format_answer(out, 1)["truncated"] is True
     assert "truncated" not in family.format_answer(out, 0)
 
@@ -142,7 +142,7 @@ def test_tagger_predict_marks_a_cut_text_only_when_truncating(vocab_file, long_t
     out = {k: v.numpy() for k, v in module.text_function()(text=tf.constant([SHORT, LONG]))
            .items()}
     np.testing.assert_array_equal(out["truncated"], [False, long_texts == "truncate"])
-    answer = registry.get_family("tagging").format_answer(out, 1)
+    answer = plugins.get_family("tagging").format_answer(out, 1)
     assert answer.get("truncated") is (True if long_texts == "truncate" else None)
 
 
@@ -179,7 +179,7 @@ def test_squad_predict_marks_a_cut_question(vocab_file):
     out = {k: v.numpy() for k, v in module.text_function()(
         question=tf.constant([QUESTION, LONG_QUESTION]), context=context).items()}
     np.testing.assert_array_equal(out["truncated"], [False, True])
-    family = registry.get_family("squad")
+    family = plugins.get_family("squad")
     assert family.format_answer(out, 1)["truncated"] is True
     assert "truncated" not in family.format_answer(out, 0)
 
@@ -194,6 +194,6 @@ def test_causal_predict_marks_a_prompt_that_lost_its_first_pieces(vocab_file):
     prompts = tf.constant(["the cat sat", " ".join(["the cat"] * 12)])  # 3 and 24 pieces
     out = {k: v.numpy() for k, v in module.function("serving_default")(prompt=prompts).items()}
     np.testing.assert_array_equal(out["truncated"], [False, True])
-    family = registry.get_family("causal_lm")
+    family = plugins.get_family("causal_lm")
     assert family.format_answer(out, 1)["truncated"] is True
     assert "truncated" not in family.format_answer(out, 0)

@@ -13,7 +13,7 @@ from bert_trainer.encoders import BertEncoder
 from bert_trainer.errors import UserError
 from bert_trainer.metrics.bleu import corpus_bleu
 from bert_trainer.serving import ENCODE, SERVING_DEFAULT
-from bert_trainer.tasks import registry
+from bert_trainer.tasks import plugins, registry
 from bert_trainer.tasks.finetuning import DataConfig, FinetuneConfig, spec_from_encoder
 from bert_trainer.tasks.translate import data as translate_data
 from bert_trainer.tasks.translate.serving import TranslateServing
@@ -122,7 +122,7 @@ def test_options_are_stored_and_read_back(files):
     task = make_task(files, beam_size=3, length_penalty=0.8, label_smoothing=0.2)
     info = task.task_info()
     assert info["family"] == "translate" and info["best_metric"] == "bleu"
-    family = registry.get_family("translate")
+    family = plugins.get_family("translate")
     assert family.options_from_info(info)["translate"] == task.translate
     model = family.head_model(task.encoder_spec.build(), info, "bert_train.json")
     assert model.max_target_length == 8 and model.vocab_size == len(WORDS) + 5
@@ -173,7 +173,7 @@ def test_serving_translates_text_as_the_task_decodes(files):
                                   task.tokenizer.detokenize(decoded[F.DECODED_IDS]).numpy())
     np.testing.assert_allclose(out["score"].numpy(), decoded[F.DECODED_SCORES].numpy(),
                                rtol=1e-5, atol=1e-5)
-    answer = registry.get_family("translate").format_answer(
+    answer = plugins.get_family("translate").format_answer(
         {k: v.numpy() for k, v in out.items()}, 1)
     assert set(answer) == {"translation", "score"} and isinstance(answer["translation"], str)
     assert dataclasses.is_dataclass(task.translate)
@@ -250,7 +250,7 @@ def test_the_from_scratch_config_sets_the_benchmark_recipe():
     from bert_trainer.runs import gin_config  # noqa: PLC0415
 
     translate_config = configurables.configurable(TranslateConfig)
-    gin_config.parse_gin([registry.get_family("translate").recipe, "configs/translate/scratch.gin"])
+    gin_config.parse_gin([plugins.get_family("translate").recipe, "configs/translate/scratch.gin"])
     config = configurables.FinetuneConfig()
     optimizer = configurables.OptimizerConfig()
     assert (config.train_batch_size, config.dropout_rate, config.warmup_fraction,

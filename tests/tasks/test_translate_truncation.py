@@ -8,7 +8,7 @@ import tensorflow as tf
 from test_translate_task import WORDS, files, make_task  # noqa: F401 (files: a fixture)
 
 from bert_trainer import features as F
-from bert_trainer.tasks import registry
+from bert_trainer.tasks import plugins
 from bert_trainer.tasks.translate import data as translate_data
 from bert_trainer.tasks.translate.serving import TranslateServing
 
@@ -38,7 +38,7 @@ def test_predict_marks_a_cut_source(files):  # noqa: F811
     out = {k: v.numpy() for k, v in
            module.text_function()(input=tf.constant(["Go.", LONG])).items()}
     np.testing.assert_array_equal(out["truncated"], [False, True])
-    family = registry.get_family("translate")
+    family = plugins.get_family("translate")
     assert "truncated" not in family.format_answer(out, 0)
     assert family.format_answer(out, 1)["truncated"] is True
     older = {k: v for k, v in out.items() if k != "truncated"}  # an export made before

@@ -15,7 +15,7 @@ from toy_task import ToyConfig, ToyTask
 from bert_trainer import features as F
 from bert_trainer import ops
 from bert_trainer.encoders import build_encoder
-from bert_trainer.tasks import registry
+from bert_trainer.tasks import plugins
 from bert_trainer.tasks.base import Task
 from bert_trainer.tasks.finetuning import FinetuningTask
 from bert_trainer.tasks.masked_lm.task import PretrainingConfig, PretrainingTask
@@ -119,7 +119,7 @@ def test_finetuning_tasks_count_their_models_flops_without_family_code(tiny_pret
 
 
 def test_every_task_family_inherits_the_fine_tuning_count():
-    classes = {family.task_class for family in registry.families()} - {None}
+    classes = {family.task_class for family in plugins.families()} - {None}
     assert len(classes) >= 4  # classification, regression, squad, tagging at least
     for cls in classes:
         for klass in cls.__mro__[:cls.__mro__.index(FinetuningTask)]:

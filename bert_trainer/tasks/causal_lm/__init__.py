@@ -13,6 +13,6 @@ module from `bert_trainer/export/generate.py`, beside `predict`.
 """
 
 from bert_trainer.tasks.causal_lm.family import CausalLMFamily
-from bert_trainer.tasks.registry import register_family
+from bert_trainer.tasks.plugins import register_family
 
 FAMILY = register_family(CausalLMFamily())

@@ -7,6 +7,6 @@
 """
 
 from bert_trainer.tasks.classification.family import ClassificationFamily
-from bert_trainer.tasks.registry import register_family
+from bert_trainer.tasks.plugins import register_family
 
 FAMILY = register_family(ClassificationFamily())

@@ -14,7 +14,6 @@ from bert_trainer.data import sources, windows
 from bert_trainer.data.sources import TextColumns
 from bert_trainer.data.task_data import TRAIN_EVAL, TaskData, validated_stream
 from bert_trainer.errors import UserError
-from bert_trainer.models import BertClassifier
 from bert_trainer.models.bert_classifier import POOLINGS
 from bert_trainer.tasks.classification.serving import ClassifierServing
 from bert_trainer.tasks.classification.task import SentenceClassificationTask
@@ -199,9 +198,8 @@ class ClassificationFamily(Family):
     def options_from_info(self, info):
         return {"metrics": tuple(info["metrics"])} if info.get("metrics") else {}
 
-    def head_model(self, encoder, task, where):
-        return BertClassifier(encoder, num_classes=num_classes(task, where),
-                              pooling=stored_pooling(task, where))
+    def head_options(self, task, where):
+        return {"num_classes": num_classes(task, where), "pooling": stored_pooling(task, where)}
 
     def serving_options(self, task: dict) -> dict:
         """`ClassifierServing` arguments of a stored task entry (pair, windows)."""

@@ -94,9 +94,14 @@ class SentenceClassificationTask(FinetuningTask):
         return ops.argmax(logits, axis=-1)
 
     def build_head_model(self, encoder: keras.Model) -> keras.Model:
-        return BertClassifier(encoder, num_classes=self.num_classes,
-                              dropout_rate=self.config.dropout_rate,
-                              pooling=self.config.pooling, name="bert_classifier")
+        return self.head_model(encoder, num_classes=self.num_classes, pooling=self.config.pooling,
+                               dropout_rate=self.config.dropout_rate)
+
+    @classmethod
+    def head_model(cls, encoder: keras.Model, *, num_classes: int, pooling: str = "cls",
+                   dropout_rate: float = 0.1) -> keras.Model:
+        return BertClassifier(encoder, num_classes=num_classes, dropout_rate=dropout_rate,
+                              pooling=pooling, name="bert_classifier")
 
     def build_inputs(self, split, input_context, *, is_training):
         return classification_data.classification_dataset(

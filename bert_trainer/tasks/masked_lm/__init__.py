@@ -8,6 +8,6 @@
 """
 
 from bert_trainer.tasks.masked_lm.family import MaskedLMFamily
-from bert_trainer.tasks.registry import register_family
+from bert_trainer.tasks.plugins import register_family
 
 FAMILY = register_family(MaskedLMFamily())

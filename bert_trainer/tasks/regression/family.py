@@ -12,7 +12,6 @@ import tensorflow as tf
 
 from bert_trainer.data.sources import TextColumns
 from bert_trainer.errors import UserError
-from bert_trainer.models import BertClassifier
 from bert_trainer.tasks.classification.family import ClassificationFamily, glue, stored_pooling
 from bert_trainer.tasks.family import finite, mark_truncated
 from bert_trainer.tasks.regression.serving import RegressionServing
@@ -47,8 +46,8 @@ class RegressionFamily(ClassificationFamily):
             raise UserError(f"{where}: label {value!r} is not a finite number; fix the label")
         return number
 
-    def head_model(self, encoder, task, where):
-        return BertClassifier(encoder, num_classes=1, pooling=stored_pooling(task, where))
+    def head_options(self, task, where):
+        return {"num_classes": 1, "pooling": stored_pooling(task, where)}
 
     def serving_module(self, model, task, **common):
         return RegressionServing(model, **common, **self.serving_options(task))

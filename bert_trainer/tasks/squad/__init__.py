@@ -7,7 +7,7 @@
   serving.py      `SquadServing`: in-graph windows and span selection
 """
 
-from bert_trainer.tasks.registry import register_family
+from bert_trainer.tasks.plugins import register_family
 from bert_trainer.tasks.squad.family import SquadFamily
 
 FAMILY = register_family(SquadFamily())

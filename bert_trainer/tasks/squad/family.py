@@ -14,7 +14,6 @@ from absl import logging
 from bert_trainer.data import sources
 from bert_trainer.data.task_data import TaskData
 from bert_trainer.errors import UserError
-from bert_trainer.models import BertSpanLabeler
 from bert_trainer.tasks.family import Family, decode, finite, mark_truncated
 from bert_trainer.tasks.squad.serving import SquadServing
 from bert_trainer.tasks.squad.task import QuestionAnsweringTask, SquadConfig
@@ -76,9 +75,6 @@ class SquadFamily(Family):
 
     def options_from_info(self, info):
         return {"squad": SquadConfig(**info["squad"])} if info.get("squad") else {}
-
-    def head_model(self, encoder, task, where):
-        return BertSpanLabeler(encoder, name="bert_span_labeler")
 
     def serving_module(self, model, task, **common):
         squad = dict(task.get("squad") or {})

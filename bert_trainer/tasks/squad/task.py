@@ -74,7 +74,8 @@ class QuestionAnsweringTask(FinetuningTask):
         self._eval_data = None
         self.last_predictions = {}
 
-    def build_head_model(self, encoder: keras.Model) -> keras.Model:
+    @classmethod
+    def head_model(cls, encoder: keras.Model) -> keras.Model:
         return BertSpanLabeler(encoder, name="bert_span_labeler")
 
     def _window_options(self) -> dict:

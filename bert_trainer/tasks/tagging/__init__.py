@@ -6,7 +6,7 @@
   serving.py  `TaggerServing`: word-level entities with character spans
 """
 
-from bert_trainer.tasks.registry import register_family
+from bert_trainer.tasks.plugins import register_family
 from bert_trainer.tasks.tagging.family import TaggingFamily
 
 FAMILY = register_family(TaggingFamily())

@@ -10,7 +10,6 @@ import tensorflow as tf
 from bert_trainer.data import sources, windows
 from bert_trainer.data.task_data import TaskData, validated_stream
 from bert_trainer.errors import UserError
-from bert_trainer.models import BertTokenClassifier
 from bert_trainer.tasks.family import Family, decode, mark_truncated, num_classes
 from bert_trainer.tasks.tagging import data as tagging_data
 from bert_trainer.tasks.tagging.serving import TaggerServing
@@ -75,8 +74,8 @@ class TaggingFamily(Family):
             tags.update(tagging_data.to_iob2(row_tags))
         return tuple(tagging_data.sorted_tags(tags))
 
-    def head_model(self, encoder, task, where):
-        return BertTokenClassifier(encoder, num_classes=num_classes(task, where))
+    def head_options(self, task, where):
+        return {"num_classes": num_classes(task, where)}
 
     def serving_module(self, model, task, **common):
         stored = windows.stored_options(task)

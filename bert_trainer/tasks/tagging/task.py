@@ -68,8 +68,13 @@ class TaggingTask(FinetuningTask):
         self.windowed = self.window_options["long_texts"] == "windows"
 
     def build_head_model(self, encoder: keras.Model) -> keras.Model:
-        return BertTokenClassifier(encoder, num_classes=len(self.label_names),
-                                   dropout_rate=self.config.dropout_rate,
+        return self.head_model(encoder, num_classes=len(self.label_names),
+                               dropout_rate=self.config.dropout_rate)
+
+    @classmethod
+    def head_model(cls, encoder: keras.Model, *, num_classes: int,
+                   dropout_rate: float = 0.1) -> keras.Model:
+        return BertTokenClassifier(encoder, num_classes=num_classes, dropout_rate=dropout_rate,
                                    name="bert_token_classifier")
 
     def build_inputs(self, split, input_context, *, is_training):

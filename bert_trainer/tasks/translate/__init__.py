@@ -6,7 +6,7 @@
   serving.py   `TranslateServing`: source text in, translation and score out
 """
 
-from bert_trainer.tasks.registry import register_family
+from bert_trainer.tasks.plugins import register_family
 from bert_trainer.tasks.translate.family import TranslateFamily
 
 FAMILY = register_family(TranslateFamily())

@@ -30,7 +30,7 @@ from bert_trainer.data.task_data import TaskData, validated_stream
 from bert_trainer.errors import UserError
 from bert_trainer.tasks.family import Family, decode, finite
 from bert_trainer.tasks.translate import serving as translate_serving
-from bert_trainer.tasks.translate.task import TranslateConfig, TranslationTask, build_model
+from bert_trainer.tasks.translate.task import TranslateConfig, TranslationTask
 
 SOURCE, TARGET = "source", "target"
 PAIR_COLUMNS = TextColumns(0, 1, None)  # the first two columns; role "text" is the source
@@ -175,8 +175,8 @@ class TranslateFamily(Family):
     def _config(self, task: dict) -> TranslateConfig:
         return self.options_from_info(task).get("translate") or TranslateConfig()
 
-    def head_model(self, encoder, task, where):
-        return build_model(encoder, self._config(task))
+    def head_options(self, task, where):
+        return {"config": self._config(task)}
 
     def serving_module(self, model, task, **common):
         config = self._config(task)

@@ -222,7 +222,11 @@ class TranslationTask(FinetuningTask):
         self._references = None
 
     def build_head_model(self, encoder):
-        return build_model(encoder, self.translate)
+        return self.head_model(encoder, config=self.translate)
+
+    @classmethod
+    def head_model(cls, encoder, *, config: TranslateConfig):
+        return build_model(encoder, config)
 
     def model_inputs(self, features):
         # With the target ids the model projects only the real target tokens on the vocabulary.

@@ -221,7 +221,7 @@ class FinetuningTask(Task):
 
     @classmethod
     def families(cls) -> tuple[str, ...]:
-        """The `TaskData.family` values this class trains."""
+        """The `TaskData.family_name` values this class trains."""
         return (cls.family,)
 
     # -- model -----------------------------------------------------------------------------

@@ -130,7 +130,7 @@ def build(*, task: str, train_file: str, init_checkpoint: str, max_train_example
     return {
         "params": int(trainer.model.count_params()),
         "examples_written": written,
-        "family": td.family,
+        "family": td.family_name,
         "label_names": list(td.label_names or ()),
         "learning_rate": float(optimizer.learning_rate),
         "warmup_steps": int(optimizer.warmup_steps or 0),
